@@ -1,0 +1,139 @@
+"""From two snapshots to the energy of a phase: gross, idle, marginal, reliable.
+
+marginal = gross - idle power x wall time, clamped at zero (and flagged). A
+window is `reliable: false` when it is shorter than the meter's floor, when a
+read failed inside it, or when its marginal energy is within the idle noise:
+the phase's grade stands, its joules are not comparable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from jouled.meter.base import Calibration, Domain, Snapshot
+
+# A window's marginal energy must exceed this many standard deviations of idle
+# energy over the same wall time before it counts as signal.
+NOISE_SIGMAS = 2
+
+EXCLUSIVE = "exclusive"
+CPU_SHARE = "cpu-share"
+
+
+@dataclass(frozen=True)
+class PhaseEnergy:
+    gross_mj: int | None  # None when the window is invalid: a failed read is never zero
+    idle_mj: int | None
+    marginal_mj: int | None
+    source: str
+    reliable: bool
+    attribution: str
+    wall_ms: int
+    domains: dict[str, int] = field(default_factory=dict)  # gross mJ per domain
+    reasons: tuple[str, ...] = ()  # why a window is unreliable or clamped
+    valid: bool = True  # False: a read failed; the figures are null, not zero
+    calibration_seq: int | None = None
+
+    def to_wire(self) -> dict[str, object]:
+        """The per-phase object of a result entry (DESIGN.md, Wire formats)."""
+        wire: dict[str, object] = {
+            "gross_mj": self.gross_mj,
+            "idle_mj": self.idle_mj,
+            "marginal_mj": self.marginal_mj,
+            "source": self.source,
+            "reliable": self.reliable,
+            "attribution": self.attribution,
+            "wall_ms": self.wall_ms,
+            "valid": self.valid,
+            "domains": dict(self.domains),
+        }
+        if self.reasons:
+            wire["reasons"] = list(self.reasons)
+        if self.calibration_seq is not None:
+            wire["calibration_seq"] = self.calibration_seq
+        return wire
+
+
+def phase_energy(
+    source: str,
+    domains: Sequence[Domain],
+    start: Snapshot,
+    end: Snapshot,
+    calibration: Calibration | None,
+    *,
+    share: float | None = None,
+) -> PhaseEnergy:
+    """Energy of the window [start, end].
+
+    `share` (0..1) apportions the window's marginal energy to one attempt by
+    its CPU time when phases run concurrently (attribution "cpu-share").
+    """
+    wall_ns = max(0, end.t_ns - start.t_ns)
+    wall_ms = wall_ns // 1_000_000
+    reasons: list[str] = []
+
+    gross_uj: dict[str, int] = {}
+    for d in domains:
+        a, b = start.totals_uj.get(d.name), end.totals_uj.get(d.name)
+        if a is None or b is None:
+            reasons.append(f"{d.name}: no reading")
+            continue
+        if b < a:
+            reasons.append(f"{d.name}: counter went backwards")
+            continue
+        gross_uj[d.name] = b - a
+    if end.faults != start.faults:
+        reasons.append(f"{end.faults - start.faults} failed read(s) inside the window")
+    for name, note in end.notes.items():
+        if start.notes.get(name) != note:
+            reasons.append(f"{name}: {note}")
+    valid = not reasons
+
+    cal_domains = calibration.domains if calibration else {}
+    # idle_mw x ns / 1e9 = mJ
+    idle_mj = sum(
+        cal_domains[n].idle_mw * wall_ns // 1_000_000_000 for n in gross_uj if n in cal_domains
+    )
+    noise_mj = sum(
+        NOISE_SIGMAS * cal_domains[n].stddev_mw * wall_ns // 1_000_000_000
+        for n in gross_uj
+        if n in cal_domains
+    )
+    gross_mj = sum(gross_uj.values()) // 1000
+    marginal_mj = gross_mj - idle_mj
+    if marginal_mj < 0:
+        reasons.append("marginal below idle, clamped to 0")
+        marginal_mj = 0
+
+    min_window_ms = max((d.min_window_ms for d in domains), default=0)
+    reliable = valid
+    if wall_ms < min_window_ms:
+        reliable = False
+        reasons.append(f"window {wall_ms} ms is under the {min_window_ms} ms floor")
+    measured = any(d.measured for d in domains)
+    if measured and cal_domains and marginal_mj <= noise_mj:
+        reliable = False
+        reasons.append(f"marginal {marginal_mj} mJ is within idle noise ({noise_mj} mJ)")
+
+    attribution = EXCLUSIVE
+    if share is not None:
+        share = min(1.0, max(0.0, share))
+        attribution = CPU_SHARE
+        gross_mj = round(gross_mj * share)
+        idle_mj = round(idle_mj * share)
+        marginal_mj = round(marginal_mj * share)
+
+    return PhaseEnergy(
+        gross_mj=gross_mj if valid else None,
+        idle_mj=idle_mj if valid else None,
+        marginal_mj=marginal_mj if valid else None,
+        source=source,
+        reliable=reliable,
+        attribution=attribution,
+        wall_ms=wall_ms,
+        domains={n: uj // 1000 for n, uj in sorted(gross_uj.items())},
+        reasons=tuple(reasons),
+        calibration_seq=calibration.seq if calibration else None,
+        valid=valid,
+    )
