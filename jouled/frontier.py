@@ -1,0 +1,389 @@
+"""Aggregate result entries into frontier rows, a Pareto flag and best-of-k curves.
+
+Pure functions over `result` entry bodies (DESIGN.md, Wire formats): the daemon
+feeds them from its ledger and `jb-client` from an export, so both print the
+same numbers.
+
+Counting rules, decided once here so every consumer agrees:
+
+- Attempts are grouped by (suite, solver, model). The suite is the body's
+  `suite`, else the part of `task_id` before the first "/".
+- `error` attempts are infrastructure faults, not the solver's doing: they are
+  left out of attempts, energy, dollars and best-of-k, and counted in `errors`.
+- `invalid` attempts (the task's baseline did not fail) stay in `attempts` and
+  in the energy totals, because the work ran and the solver was asked, but are
+  never resolved; they are counted in `invalid`.
+- An attempt is resolved only when its status is `resolved` *and* its
+  `resolved` flag is true: two fields that disagree do not earn a success.
+- An attempt's cost is the energy of its `solve` phase (when the daemon ran
+  the solver) plus its `grade` phase. `baseline` is excluded: it runs once per
+  task digest and is cached, so charging it to whichever attempt came first
+  would make the same work cost different amounts.
+- A window whose read failed (`valid: false`, or null figures) adds no joules,
+  counts as unreliable in `reliable_share`, and is counted in
+  `invalid_windows`, so a total short of some energy says so.
+- `wall_median_s` is the median, over attempts that ran a counted phase, of
+  each attempt's solve + grade wall time (null when none ran one).
+- A group holding only `error` attempts still gets a row, so its faults are
+  seen: zero attempts, resolution 0.0, interval (0.0, 1.0).
+- Joules are attested (daemon-measured); `claimed_joules` and the dollar
+  columns are agent-reported (`usd_source: "claimed"`) and never added to them.
+- `energy_source` is the one source label every counted window carries
+  ("estimator", "rapl+nvml", ...), `"mixed:"` followed by the sorted distinct
+  labels joined with "," when windows disagree (their joules are not
+  comparable with each other), or "none" when no window was counted.
+- A row that resolved nothing is never on the Pareto frontier, whatever the
+  axis: what it spent bought no success, so its cost per success is infinite.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jouled.errors import UsageError
+
+RESOLVED = "resolved"
+UNRESOLVED = "unresolved"
+TIMEOUT = "timeout"
+ERROR = "error"
+INVALID = "invalid"
+STATUSES = frozenset({RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID})
+
+COUNTED_PHASES = ("solve", "grade")
+
+# Frontier axis -> the row column that is its cost.
+AXES = {
+    "joules": "joules_per_resolved",
+    "usd": "usd_per_resolved",
+    "wall": "wall_median_s",
+}
+
+USD_SOURCE = "claimed"
+
+_Key = tuple[str, str, str]  # (suite, solver, model)
+
+
+# -- statistics ------------------------------------------------------------------------
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval for a binomial proportion.
+
+    Unlike the normal approximation it stays inside [0, 1] and is not
+    degenerate at 0/n or n/n, which small suites hit all the time. With no
+    trials nothing is known: (0.0, 1.0).
+    """
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = (z / denom) * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n))
+    # At the edges the bound is exact in closed form; rounding would leave 1e-17 off it.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return (low, high)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k).
+
+    The binomial ratio is taken as a running product of k factors, so large n
+    neither overflows a float nor needs big-integer factorials.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0  # every k-subset holds at least one pass
+    all_fail = 1.0
+    for i in range(k):
+        all_fail *= (n - c - i) / (n - i)
+    return 1.0 - all_fail
+
+
+def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """Which points are on the frontier, maximising x and minimising y.
+
+    A point is off the frontier when another is at least as good on both axes
+    and strictly better on one. Identical points do not dominate each other, so
+    ties are all kept. A point whose y is infinite or NaN is never on the
+    frontier: an unbounded cost is no trade-off, even when nothing beats it.
+    """
+    if any(math.isnan(x) for x, _ in points):
+        raise ValueError("a frontier point has no x (NaN)")
+    # NaN compares false both ways and would corrupt the sort; as a cost it is unbounded.
+    ys = [math.inf if math.isnan(y) else y for _, y in points]
+    on = [False] * len(points)
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], ys[i]))
+    best_y_above = math.inf  # lowest cost among points with strictly greater x
+    start = 0
+    while start < len(order):
+        x = points[order[start]][0]
+        end = start
+        while end < len(order) and points[order[end]][0] == x:
+            end += 1
+        group_min = ys[order[start]]  # sorted by y ascending within equal x
+        for i in order[start:end]:
+            on[i] = math.isfinite(ys[i]) and ys[i] == group_min and ys[i] < best_y_above
+        best_y_above = min(best_y_above, group_min)
+        start = end
+    return on
+
+
+# -- one attempt -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Energy:
+    """The counted phases of one attempt, summed."""
+
+    gross_mj: int  # valid windows only
+    marginal_mj: int
+    wall_ms: int
+    windows: int
+    reliable_windows: int
+    invalid_windows: int
+    sources: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    suite: str
+    solver: str
+    model: str
+    task_id: str
+    rollout: int
+    status: str
+    resolved: bool
+    energy: _Energy
+    usd_micros: int
+    claimed_mj: int
+
+    @property
+    def key(self) -> _Key:
+        return (self.suite, self.solver, self.model)
+
+
+def _suite_of(body: Mapping[str, Any]) -> str:
+    suite = body.get("suite")
+    if suite:
+        return str(suite)
+    return str(body.get("task_id", "")).split("/", 1)[0]
+
+
+def _window_is_valid(window: Mapping[str, Any]) -> bool:
+    if window.get("valid") is False:
+        return False
+    return window.get("gross_mj") is not None and window.get("marginal_mj") is not None
+
+
+def _counted_energy(energy: Mapping[str, Any]) -> _Energy:
+    gross = marginal = wall = windows = reliable = invalid = 0
+    sources: set[str] = set()
+    for phase in COUNTED_PHASES:
+        window = energy.get(phase)
+        if not isinstance(window, Mapping):
+            continue  # the phase did not run
+        windows += 1
+        # The clock kept running through a failed energy read, so wall still counts.
+        wall += int(window.get("wall_ms") or 0)
+        sources.add(str(window.get("source", "")))
+        if _window_is_valid(window):
+            gross += int(window["gross_mj"])
+            marginal += int(window["marginal_mj"])
+            reliable += bool(window.get("reliable"))
+        else:
+            invalid += 1
+    return _Energy(gross, marginal, wall, windows, reliable, invalid, frozenset(sources))
+
+
+def _parse(body: Mapping[str, Any]) -> _Attempt:
+    task_id = str(body.get("task_id", ""))
+    status = body.get("status")
+    if status not in STATUSES:
+        raise UsageError(
+            f"result for {task_id!r} has unknown status {status!r}",
+            hint="the ledger was written by a newer jouled; upgrade jb-client",
+        )
+    rollout = int(body.get("rollout") or 0)
+    if rollout < 0:
+        raise UsageError(f"result for {task_id!r} has negative rollout {rollout}")
+    claimed = body.get("claimed") or {}
+    return _Attempt(
+        suite=_suite_of(body),
+        solver=str(body.get("solver") or ""),
+        model=str(body.get("model") or ""),
+        task_id=task_id,
+        rollout=rollout,
+        status=status,
+        resolved=status == RESOLVED and body.get("resolved") is True,
+        energy=_counted_energy(body.get("energy") or {}),
+        usd_micros=int(claimed.get("usd_micros") or 0),
+        claimed_mj=int(claimed.get("joules_mj") or 0),
+    )
+
+
+def _grouped(results: Iterable[Mapping[str, Any]], suite: str | None) -> dict[_Key, list[_Attempt]]:
+    groups: dict[_Key, list[_Attempt]] = defaultdict(list)
+    for body in results:
+        attempt = _parse(body)
+        if suite is None or attempt.suite == suite:
+            groups[attempt.key].append(attempt)
+    return groups
+
+
+# -- frontier rows ---------------------------------------------------------------------
+
+
+def _energy_source(attempts: Sequence[_Attempt]) -> str:
+    labels = sorted(set().union(*(a.energy.sources for a in attempts)))
+    if not labels:
+        return "none"
+    if len(labels) == 1:
+        return labels[0]
+    return "mixed:" + ",".join(labels)
+
+
+def _per(total: float, resolved: int) -> float | None:
+    return total / resolved if resolved else None
+
+
+def _row(key: _Key, group: Sequence[_Attempt]) -> dict[str, Any]:
+    attempts = [a for a in group if a.status != ERROR]
+    n = len(attempts)
+    resolved = sum(a.resolved for a in attempts)
+    low, high = wilson_interval(resolved, n)
+    # Integer millijoules are summed before dividing, so the float is the same
+    # whatever order the ledger yields attempts in.
+    joules_total = sum(a.energy.gross_mj for a in attempts) / 1000
+    usd_total = sum(a.usd_micros for a in attempts) / 1_000_000
+    walls = [a.energy.wall_ms for a in attempts if a.energy.windows]
+    windows = sum(a.energy.windows for a in attempts)
+    reliable = sum(a.energy.reliable_windows for a in attempts)
+    return {
+        "suite": key[0],
+        "solver": key[1],
+        "model": key[2],
+        "attempts": n,
+        "tasks": len({a.task_id for a in attempts}),
+        "resolved": resolved,
+        "resolution": resolved / n if n else 0.0,
+        "ci_low": low,
+        "ci_high": high,
+        "joules_total": joules_total,
+        "joules_marginal": sum(a.energy.marginal_mj for a in attempts) / 1000,
+        "joules_per_resolved": _per(joules_total, resolved),
+        "wall_median_s": statistics.median(walls) / 1000 if walls else None,
+        "usd_total": usd_total,
+        "usd_per_resolved": _per(usd_total, resolved),
+        "usd_source": USD_SOURCE,
+        "claimed_joules": sum(a.claimed_mj for a in attempts) / 1000,
+        "energy_source": _energy_source(attempts),
+        "reliable_share": reliable / windows if windows else None,
+        "invalid_windows": sum(a.energy.invalid_windows for a in attempts),
+        "invalid": sum(a.status == INVALID for a in attempts),
+        "errors": sum(a.status == ERROR for a in group),
+        "timeouts": sum(a.status == TIMEOUT for a in attempts),
+    }
+
+
+def _cost(row: Mapping[str, Any], axis: str) -> float:
+    value = row[AXES[axis]]
+    if not row["resolved"] or value is None:
+        return math.inf
+    return float(value)
+
+
+def _mark_pareto(rows: list[dict[str, Any]], axis: str) -> None:
+    by_suite: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_suite[row["suite"]].append(row)
+    for suite_rows in by_suite.values():
+        flags = pareto([(r["resolution"], _cost(r, axis)) for r in suite_rows])
+        for row, flag in zip(suite_rows, flags, strict=True):
+            row["pareto"] = flag
+            row["pareto_axis"] = axis
+
+
+def frontier_rows(
+    results: Iterable[Mapping[str, Any]], *, suite: str | None = None, axis: str = "joules"
+) -> list[dict[str, Any]]:
+    """One row per (suite, solver, model), Pareto-flagged within each suite.
+
+    `axis` picks the cost the frontier trades resolution against: "joules"
+    (per resolved task), "usd" (claimed, per resolved task) or "wall" (median
+    seconds per attempt). Rows come sorted by suite, resolution descending,
+    that cost ascending, then solver and model, so output is deterministic.
+    """
+    if axis not in AXES:
+        raise UsageError(f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(AXES)}")
+    groups = _grouped(results, suite)
+    rows = [_row(key, groups[key]) for key in sorted(groups)]
+    _mark_pareto(rows, axis)
+    rows.sort(key=lambda r: (r["suite"], -r["resolution"], _cost(r, axis), r["solver"], r["model"]))
+    return rows
+
+
+# -- best of k -------------------------------------------------------------------------
+
+
+def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int) -> dict[str, Any]:
+    # "Within k" follows rollout indices, so repeated (task, rollout) samples
+    # both fall inside the same k; pass@k instead treats every sample as a draw.
+    first_k = [a for samples in by_task.values() for a in samples if a.rollout < k]
+    solved = {a.task_id for a in first_k if a.resolved}
+    # Sorted so the mean sums in the same order whatever order the ledger came in.
+    estimable = [by_task[t] for t in sorted(by_task) if len(by_task[t]) >= k]
+    estimates = [pass_at_k(len(s), sum(a.resolved for a in s), k) for s in estimable]
+    tasks = len(by_task)
+    return {
+        "suite": key[0],
+        "solver": key[1],
+        "model": key[2],
+        "k": k,
+        "tasks": tasks,
+        "attempts": len(first_k),
+        "resolved_within_k": len(solved),
+        "resolution_within_k": len(solved) / tasks,
+        "joules_cumulative": sum(a.energy.gross_mj for a in first_k) / 1000,
+        "invalid_windows": sum(a.energy.invalid_windows for a in first_k),
+        "usd_cumulative": sum(a.usd_micros for a in first_k) / 1_000_000,
+        "usd_source": USD_SOURCE,
+        "pass_at_k": statistics.fmean(estimates) if estimates else None,
+        "pass_at_k_tasks": len(estimable),
+    }
+
+
+def best_of_k(
+    results: Iterable[Mapping[str, Any]], *, suite: str | None = None
+) -> list[dict[str, Any]]:
+    """Per (suite, solver, model) and k = 1..N: what the first k rollouts bought.
+
+    N is one more than the highest rollout index seen for the group. Tasks
+    resolved within the first k rollouts stand against the joules and claimed
+    dollars those rollouts cost; `pass_at_k` is the unbiased estimate averaged
+    over the tasks that have at least k samples (`pass_at_k_tasks` of them;
+    null when none has). Error attempts are left out, as in the frontier.
+    """
+    rows: list[dict[str, Any]] = []
+    groups = _grouped(results, suite)
+    for key in sorted(groups):
+        by_task: dict[str, list[_Attempt]] = defaultdict(list)
+        for attempt in groups[key]:
+            if attempt.status != ERROR:
+                by_task[attempt.task_id].append(attempt)
+        if not by_task:
+            continue
+        n_rollouts = 1 + max(a.rollout for samples in by_task.values() for a in samples)
+        rows.extend(_best_of_k_row(key, by_task, k) for k in range(1, n_rollouts + 1))
+    return rows

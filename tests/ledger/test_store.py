@@ -1,0 +1,109 @@
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from jouled.errors import KeyFileError, LedgerIntegrityError
+from jouled.ledger import merkle
+from jouled.ledger.signing import load_or_create_key
+from jouled.ledger.store import Ledger
+from jouled.ledger.verify import verify_export
+
+
+def open_ledger(d: Path) -> Ledger:
+    signer, _ = load_or_create_key(d / "jouled.key", d / "jouled.pub")
+    return Ledger(d / "ledger.duckdb", signer, origin="jouled/test/0000",
+                  checkpoint_path=d / "checkpoint.note", genesis={"version": "t", "host": "h"})
+
+
+def test_key_is_created_private_and_a_readable_key_is_refused(tmp_path: Path) -> None:
+    signer, created = load_or_create_key(tmp_path / "k", tmp_path / "k.pub")
+    assert created and os.stat(tmp_path / "k").st_mode & 0o777 == 0o600
+    again, created = load_or_create_key(tmp_path / "k", tmp_path / "k.pub")
+    assert not created and again.keyid == signer.keyid
+    os.chmod(tmp_path / "k", 0o644)
+    with pytest.raises(KeyFileError, match="readable by group or others"):
+        load_or_create_key(tmp_path / "k", tmp_path / "k.pub")
+
+
+def test_genesis_chain_and_reopen(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    assert ledger.size == 1 and ledger.get(0).kind == "genesis"
+    a = ledger.append("result", {"task_id": "s/t", "suite": "s", "idempotency_key": "k1"})
+    b = ledger.append("result", {"task_id": "s/t", "suite": "s"})
+    assert b.doc["prev"] == a.leaf_hash.hex()
+    assert ledger.result_for_key("k1") == a
+    root = ledger.root()
+    ledger.close()
+    reopened = open_ledger(tmp_path)
+    assert reopened.size == 3 and reopened.root() == root
+    assert reopened.checkpoint().size == 3
+    report = verify_export((e.export_line() for e in reopened.iter_export()),
+                           [reopened.signer.public], [reopened.checkpoint_note()])
+    assert report.entries == 3
+    reopened.close()
+
+
+def test_inclusion_and_consistency_proofs_verify(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    for i in range(6):
+        ledger.append("result", {"task_id": f"s/{i}"})
+    p = ledger.inclusion_proof(4)
+    assert merkle.verify_inclusion(bytes.fromhex(p["leaf_hash"]), 4, p["tree_size"],
+                                   [bytes.fromhex(h) for h in p["hashes"]], ledger.root())
+    c = ledger.consistency_proof(3)
+    assert merkle.verify_consistency(3, 7, bytes.fromhex(c["old_root"]), ledger.root(),
+                                     [bytes.fromhex(h) for h in c["hashes"]])
+    ledger.close()
+
+
+def test_a_truncated_ledger_is_refused(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append("result", {"task_id": "s/t"})
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        db.execute("DELETE FROM entries WHERE seq = 1")
+    with pytest.raises(LedgerIntegrityError, match="behind its checkpoint"):
+        open_ledger(tmp_path)
+
+
+def test_an_older_copy_of_the_ledger_is_refused(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.close()
+    shutil.copy(tmp_path / "ledger.duckdb", tmp_path / "old.duckdb")
+    ledger = open_ledger(tmp_path)
+    ledger.append("result", {"task_id": "s/t"})
+    ledger.close()
+    shutil.copy(tmp_path / "old.duckdb", tmp_path / "ledger.duckdb")
+    with pytest.raises(LedgerIntegrityError, match="behind its checkpoint"):
+        open_ledger(tmp_path)
+
+
+def test_an_edited_payload_is_refused(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append("result", {"task_id": "s/t", "resolved": False})
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        db.execute("UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
+                   " WHERE seq = 1")
+    with pytest.raises(LedgerIntegrityError, match="entry 1 does not match its leaf hash"):
+        open_ledger(tmp_path)
+
+
+def test_a_replaced_key_cannot_extend_the_ledger(tmp_path: Path) -> None:
+    open_ledger(tmp_path).close()
+    (tmp_path / "jouled.key").unlink()
+    with pytest.raises(LedgerIntegrityError, match="does not verify with this daemon's key"):
+        open_ledger(tmp_path)
+
+
+def test_journal_tracks_unfinished_attempts(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.journal_accept("a1", "key", "s/t", {"solver": "x"})
+    ledger.journal_accept("a2", None, "s/t", {"solver": "x"})
+    ledger.append("result", {"task_id": "s/t", "attempt_id": "a1"})
+    assert [p.attempt_id for p in ledger.journal_pending()] == ["a2"]
+    ledger.close()
+

@@ -1,0 +1,101 @@
+"""Offline verification catches each kind of tampering with a specific message."""
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from jouled.errors import VerificationError
+from jouled.ledger.verify import verify_export
+
+from .test_store import open_ledger
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[list[str], list, str]:
+    ledger = open_ledger(tmp_path)
+    for i in range(5):
+        ledger.append("result", {"task_id": f"s/t{i}", "resolved": i % 2 == 0})
+    lines = [e.export_line() for e in ledger.iter_export()]
+    note = ledger.checkpoint_note()
+    keys = [ledger.signer.public]
+    ledger.close()
+    return lines, keys, note
+
+
+def fails(lines: list[str], keys: list, notes: list[str], message: str, seq: int | None) -> None:
+    with pytest.raises(VerificationError, match=message) as info:
+        verify_export(lines, keys, notes)
+    assert info.value.seq == seq
+
+
+def test_an_untouched_export_verifies(exported: tuple) -> None:
+    lines, keys, note = exported
+    report = verify_export(lines, keys, [note])
+    assert report.entries == 6 and report.kinds == {"genesis": 1, "result": 5}
+    assert report.checkpoints == [{"size": 6, "root": report.root}]
+
+
+def resign_payload(line: str, edit: dict) -> str:
+    record = json.loads(line)
+    doc = json.loads(base64.b64decode(record["payload"]))
+    doc["body"].update(edit)
+    record["payload"] = base64.b64encode(
+        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).decode()
+    return json.dumps(record)
+
+
+def test_edited_payload(exported: tuple) -> None:
+    lines, keys, note = exported
+    lines[3] = resign_payload(lines[3], {"task_id": "s/evil"})
+    fails(lines, keys, [note], "leaf hash does not match", 3)
+
+
+def test_edited_payload_with_recomputed_leaf_hash(exported: tuple) -> None:
+    from jouled.ledger.merkle import leaf_hash
+
+    lines, keys, note = exported
+    record = json.loads(resign_payload(lines[2], {"task_id": "s/evil"}))
+    record["leaf_hash"] = leaf_hash(base64.b64decode(record["payload"])).hex()
+    lines[2] = json.dumps(record)
+    fails(lines, keys, [note], "signature by key .* does not verify", 2)
+
+
+def test_reordered_entries(exported: tuple) -> None:
+    lines, keys, note = exported
+    lines[2], lines[3] = lines[3], lines[2]
+    fails(lines, keys, [note], "expected entry 2 next, found 3", 2)
+
+
+def test_deleted_middle_entry(exported: tuple) -> None:
+    lines, keys, note = exported
+    del lines[2]
+    fails(lines, keys, [note], "1 entry missing", 2)
+
+
+def test_deleted_tail_against_a_saved_checkpoint(exported: tuple) -> None:
+    lines, keys, note = exported
+    fails(lines[:-2], keys, [note], "export was truncated", None)
+    # Without a checkpoint, a cut tail is indistinguishable from a shorter log.
+    assert verify_export(lines[:-2], keys).entries == 4
+
+
+def test_unknown_key(exported: tuple) -> None:
+    lines, _, note = exported
+    other = [Ed25519PrivateKey.generate().public_key()]
+    fails(lines, other, [], "no signature by a pinned key", 0)
+
+
+def test_a_checkpoint_from_another_history(exported: tuple, tmp_path: Path) -> None:
+    lines, keys, _ = exported
+    other = open_ledger(tmp_path / "other")
+    with pytest.raises(VerificationError):
+        verify_export(lines, keys, [other.checkpoint_note()])
+    other.close()
+
+
+def test_garbage_line() -> None:
+    with pytest.raises(VerificationError, match="export line 1 is not a ledger entry"):
+        verify_export(["{not json"], [])
