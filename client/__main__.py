@@ -1,0 +1,3 @@
+from jb_client.cli import main
+
+main()

@@ -1,0 +1,248 @@
+"""A small Python API over the jouled.v1 gRPC service.
+
+Every call returns plain data (dicts and lists) shaped as the wire formats in
+DESIGN.md; gRPC errors become `ClientError` carrying the daemon's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from jouled.config import default_home
+from jouled.errors import JouledError, Kind
+from jouled.v1 import jouled_pb2 as pb
+from jouled.v1 import jouled_pb2_grpc as pb_grpc
+
+Progress = Callable[[str, str], None]
+
+_KINDS = {
+    grpc.StatusCode.INVALID_ARGUMENT: Kind.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND: Kind.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION: Kind.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: Kind.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.PERMISSION_DENIED: Kind.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED: Kind.PERMISSION_DENIED,
+    grpc.StatusCode.UNAVAILABLE: Kind.UNAVAILABLE,
+}
+
+
+class ClientError(JouledError):
+    """The daemon refused a request, or could not be reached."""
+
+    def __init__(self, message: str, kind: Kind, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.kind = kind
+
+
+def default_target(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return env.get("JB_TARGET") or f"unix:{default_home(env) / 'jouled.sock'}"
+
+
+def _normalise(target: str) -> str:
+    if target.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return target
+    if target.startswith("/"):
+        return f"unix:{target}"
+    return target
+
+
+class Client:
+    def __init__(self, target: str | None = None, *, timeout_s: float | None = None) -> None:
+        self.target = _normalise(target or default_target())
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(
+            self.target,
+            options=[("grpc.max_receive_message_length", 16 << 20),
+                     ("grpc.max_send_message_length", 16 << 20)],
+        )
+        self._stub = pb_grpc.JouledStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _error(self, err: grpc.RpcError) -> ClientError:
+        code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+        details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
+        if code == grpc.StatusCode.UNAVAILABLE and "jouled" not in details:
+            return ClientError(
+                f"cannot reach the daemon at {self.target}: {details}",
+                Kind.UNAVAILABLE,
+                hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
+            )
+        return ClientError(details, _KINDS.get(code, Kind.INTERNAL))
+
+    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+        try:
+            return method(request, timeout=self.timeout_s)
+        except grpc.RpcError as err:
+            raise self._error(err) from None
+
+    def _doc(self, method: Callable[..., Any], request: Any) -> Any:
+        return json.loads(self._call(method, request).json)
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def tasks(self, suite: str = "") -> list[dict[str, Any]]:
+        reply = self._call(self._stub.ListTasks, pb.ListTasksRequest(suite=suite))
+        return [_task(t) for t in reply.tasks]
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return _task(self._call(self._stub.GetTask, pb.GetTaskRequest(task_id=task_id)))
+
+    def fetch(self, task_id: str, dest: Path) -> list[str]:
+        """Write a task's pristine tree into dest; returns the relative paths written."""
+        written = []
+        try:
+            for f in self._stub.FetchTask(pb.FetchTaskRequest(task_id=task_id),
+                                          timeout=self.timeout_s):
+                target = dest / f.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(f.content)
+                os.chmod(target, f.mode or 0o644)
+                written.append(f.path)
+        except grpc.RpcError as err:
+            raise self._error(err) from None
+        return written
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        task_id: str,
+        patch: bytes,
+        *,
+        solver: str = "remote",
+        model: str = "",
+        agent: str = "",
+        run_id: str = "",
+        rollout: int = 0,
+        claimed: Mapping[str, int] | None = None,
+        idempotency_key: str = "",
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        request = pb.SubmitRequest(
+            task_id=task_id, patch=patch, solver=solver, model=model, agent=agent,
+            run_id=run_id, rollout=rollout, claimed=pb.Claimed(**dict(claimed or {})),
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
+        )
+        return self._attempt(self._stub.Submit, request, progress)
+
+    def run_solver(
+        self,
+        task_id: str,
+        solver: str,
+        *,
+        run_id: str = "",
+        rollout: int = 0,
+        idempotency_key: str = "",
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        request = pb.RunSolverRequest(
+            task_id=task_id, solver=solver, run_id=run_id, rollout=rollout,
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
+        )
+        return self._attempt(self._stub.RunSolver, request, progress)
+
+    def _attempt(self, method: Callable[..., Any], request: Any,
+                 progress: Progress | None) -> dict[str, Any]:
+        receipt: dict[str, Any] | None = None
+        try:
+            for event in method(request, timeout=self.timeout_s):
+                if event.HasField("progress") and progress:
+                    progress(event.progress.phase, event.progress.message)
+                elif event.HasField("receipt"):
+                    receipt = json.loads(event.receipt.json)
+        except grpc.RpcError as err:
+            raise self._error(err) from None
+        if receipt is None:
+            raise ClientError("the daemon closed the stream without a receipt", Kind.INTERNAL,
+                              hint="retry with the same idempotency key")
+        return receipt
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
+        return dict(self._doc(self._stub.Frontier, pb.FrontierRequest(suite=suite, axis=axis)))
+
+    def best_of_k(self, suite: str = "") -> dict[str, Any]:
+        return dict(self._doc(self._stub.BestOfK, pb.FrontierRequest(suite=suite)))
+
+    def export_stream(self) -> Iterator[tuple[str, str]]:
+        """("entry", line) for every entry in seq order, then ("checkpoint", note)."""
+        try:
+            for chunk in self._stub.Export(pb.ExportRequest(), timeout=self.timeout_s):
+                kind = chunk.WhichOneof("item")
+                yield kind, getattr(chunk, kind)
+        except grpc.RpcError as err:
+            raise self._error(err) from None
+
+    def export(self, out: Path) -> dict[str, Any]:
+        """Write the entries to `out` (JSONL) and the checkpoint history beside it."""
+        history = checkpoint_history_path(out)
+        tmp_out, tmp_hist = out.with_name(out.name + ".tmp"), history.with_name(history.name + ".tmp")
+        entries = notes = 0
+        with tmp_out.open("w", encoding="utf-8") as fo, tmp_hist.open("w", encoding="utf-8") as fh:
+            for kind, value in self.export_stream():
+                if kind == "entry":
+                    fo.write(value + "\n")
+                    entries += 1
+                else:
+                    fh.write(json.dumps({"note": value}) + "\n")
+                    notes += 1
+        os.replace(tmp_out, out)
+        os.replace(tmp_hist, history)
+        return {"out": str(out), "entries": entries, "checkpoints": notes,
+                "checkpoint_history": str(history)}
+
+    def checkpoint(self) -> dict[str, Any]:
+        return dict(self._doc(self._stub.Checkpoint, pb.CheckpointRequest()))
+
+    def proof(self, seq: int, tree_size: int = 0) -> dict[str, Any]:
+        return dict(self._doc(self._stub.InclusionProof,
+                              pb.InclusionProofRequest(seq=seq, tree_size=tree_size)))
+
+    def consistency(self, old_size: int, new_size: int = 0) -> dict[str, Any]:
+        return dict(self._doc(self._stub.ConsistencyProof,
+                              pb.ConsistencyProofRequest(old_size=old_size, new_size=new_size)))
+
+    def meter(self) -> dict[str, Any]:
+        return dict(self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
+
+    def calibrate(self, seconds: int) -> dict[str, Any]:
+        return dict(self._doc(self._stub.Calibrate, pb.CalibrateRequest(seconds=seconds)))
+
+
+def checkpoint_history_path(export: Path) -> Path:
+    return export.with_name(export.name + ".checkpoints.jsonl")
+
+
+def _task(t: pb.Task) -> dict[str, Any]:
+    return {
+        "task_id": t.task_id,
+        "suite": t.suite,
+        "name": t.name,
+        "kind": t.kind,
+        "prompt": t.prompt,
+        "digest": t.digest,
+        "test_cmd": list(t.test_cmd),
+        "test_files": list(t.test_files),
+        "timeout_s": t.timeout_s,
+        "fail_to_pass": list(t.fail_to_pass),
+        "pass_to_pass": list(t.pass_to_pass),
+        "source": t.source,
+        "license": t.license,
+    }

@@ -1,0 +1,360 @@
+"""`jb-client`: a thin CLI over `jb_client.api` and the offline verifier.
+
+Tables on a terminal, `--json` on stdout for scripts, progress and logs on
+stderr. Exit codes: 0 ok, 1 a failed check, 2 usage or a rejected request,
+3 the daemon cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from jb_client import render
+from jb_client.api import Client, checkpoint_history_path
+from jouled.errors import JouledError, Kind, VerificationError
+
+EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+app = typer.Typer(
+    name="jb-client",
+    help="Submit patches to a jouled daemon, read its frontier, verify its ledger.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+Suite = Annotated[str, typer.Option("--suite", help="Only this suite.")]
+
+
+class State:
+    target: str | None = None
+    verbose: bool = False
+
+
+state = State()
+
+
+@app.callback()
+def main_options(
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
+                     "daemon's socket in $JOULED_HOME)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks.")] = False,
+) -> None:
+    state.target = target
+    state.verbose = verbose
+
+
+def _client() -> Client:
+    return Client(state.target)
+
+
+def _fail(err: JouledError) -> NoReturn:
+    if state.verbose:
+        raise err
+    render.err.print(f"[red]error:[/] {err.diagnostics()}", highlight=False)
+    if isinstance(err, VerificationError):
+        raise typer.Exit(EXIT_FAILED_CHECK)
+    if err.kind == Kind.UNAVAILABLE:
+        raise typer.Exit(EXIT_UNREACHABLE)
+    raise typer.Exit(EXIT_USAGE if err.kind != Kind.INTERNAL else EXIT_FAILED_CHECK)
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _progress(phase: str, message: str) -> None:
+    render.err.print(f"[dim]{phase:>9}[/] {message}", highlight=False)
+
+
+@app.command()
+def tasks(suite: Suite = "", as_json: Json = False) -> None:
+    """List the tasks the daemon grades."""
+    try:
+        with _client() as c:
+            found = c.tasks(suite)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit({"tasks": found})
+    else:
+        render.tasks_table(found)
+
+
+@app.command()
+def fetch(
+    task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the buggy tree into.")],
+    as_json: Json = False,
+) -> None:
+    """Fetch a task's prompt and pristine buggy tree to work on."""
+    try:
+        with _client() as c:
+            meta = c.task(task)
+            written = c.fetch(task, out)
+    except JouledError as err:
+        _fail(err)
+    (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
+    if as_json:
+        _emit({"task": meta, "files": written, "out": str(out)})
+    else:
+        render.err.print(f"{task}: {len(written)} files in {out} (prompt in PROMPT.md)")
+
+
+@app.command()
+def submit(
+    task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
+    patch: Annotated[Path, typer.Option("--patch", help="Unified diff file ('-' for stdin).")],
+    solver: Annotated[str, typer.Option(help="Who produced the patch.")] = "remote",
+    model: Annotated[str, typer.Option(help="The model behind the solver.")] = "",
+    agent: Annotated[str, typer.Option(help="The agent harness.")] = "",
+    run_id: Annotated[str, typer.Option(help="Groups attempts into a run.")] = "",
+    rollout: Annotated[int, typer.Option(help="Rollout index within the run.")] = 0,
+    tokens_in: Annotated[int, typer.Option(help="Claimed input tokens.")] = 0,
+    tokens_out: Annotated[int, typer.Option(help="Claimed output tokens.")] = 0,
+    usd_micros: Annotated[int, typer.Option(help="Claimed cost in micro-dollars.")] = 0,
+    claimed_joules_mj: Annotated[int, typer.Option(help="Agent-reported mJ (claimed).")] = 0,
+    idempotency_key: Annotated[
+        str, typer.Option(help="Reuse to retry safely; default: a fresh key.")
+    ] = "",
+    as_json: Json = False,
+) -> None:
+    """Grade a patch. An unresolved result is an answer, not a failure (exit 0)."""
+    raw = sys.stdin.buffer.read() if str(patch) == "-" else _read(patch)
+    claimed = {"tokens_in": tokens_in, "tokens_out": tokens_out, "usd_micros": usd_micros,
+               "joules_mj": claimed_joules_mj}
+    try:
+        with _client() as c:
+            receipt = c.submit(
+                task, raw, solver=solver, model=model, agent=agent, run_id=run_id,
+                rollout=rollout, claimed=claimed, idempotency_key=idempotency_key,
+                progress=_progress,
+            )
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(receipt)
+    else:
+        render.receipt_line(receipt)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        render.err.print(f"[red]error:[/] cannot read {path}: {err.strerror}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+@app.command()
+def run(
+    suite: Annotated[str, typer.Option("--suite", help="The suite to run.")],
+    solvers: Annotated[str, typer.Option(help="Daemon-hosted solvers, comma separated.")] =
+        "reference,noop",
+    rollouts: Annotated[int, typer.Option(min=1, help="Attempts per task and solver.")] = 1,
+    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    as_json: Json = False,
+) -> None:
+    """Run daemon-hosted solvers over a suite, then print its frontier."""
+    run_id = run_id or uuid.uuid4().hex[:12]
+    names = [s.strip() for s in solvers.split(",") if s.strip()]
+    receipts = []
+    try:
+        with _client() as c:
+            found = c.tasks(suite)
+            if not found:
+                render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
+                raise typer.Exit(EXIT_USAGE)
+            total = len(found) * len(names) * rollouts
+            n = 0
+            for solver in names:
+                for rollout in range(rollouts):
+                    for t in found:
+                        n += 1
+                        render.err.print(f"[{n}/{total}] {solver} r{rollout} {t['task_id']}",
+                                         highlight=False)
+                        # The key makes a re-run of the same run id resume, not duplicate.
+                        key = f"{run_id}:{solver}:{rollout}:{t['task_id']}"
+                        r = c.run_solver(t["task_id"], solver, run_id=run_id, rollout=rollout,
+                                         idempotency_key=key)
+                        receipts.append(r)
+                        if not as_json:
+                            render.receipt_line(r)
+            rows = c.frontier(suite)["rows"]
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit({"run_id": run_id, "receipts": receipts, "frontier": rows})
+    else:
+        render.frontier_table(rows)
+
+
+@app.command()
+def frontier(
+    suite: Suite = "",
+    axis: Annotated[str, typer.Option(help="Cost axis: joules, usd or wall.")] = "joules",
+    export: Annotated[
+        Path | None, typer.Option("--from-export", help="Compute offline from an export file.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Resolution vs energy (or dollars, or wall time) per suite, solver and model."""
+    try:
+        if export is not None:
+            from jouled import frontier as frontier_fn
+
+            rows = frontier_fn.frontier_rows(_export_results(export), suite=suite or None,
+                                             axis=axis)
+        else:
+            with _client() as c:
+                rows = c.frontier(suite, axis)["rows"]
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit({"rows": rows})
+    else:
+        render.frontier_table(rows)
+
+
+def _export_results(path: Path) -> list[dict[str, Any]]:
+    import base64
+
+    bodies = []
+    for line in _read(path).decode("utf-8").splitlines():
+        if line.strip():
+            doc = json.loads(base64.b64decode(json.loads(line)["payload"]))
+            if doc["kind"] == "result":
+                bodies.append(doc["body"])
+    return bodies
+
+
+@app.command()
+def bestofk(suite: Suite = "", as_json: Json = False) -> None:
+    """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
+    try:
+        with _client() as c:
+            rows = c.best_of_k(suite)["rows"]
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit({"rows": rows})
+    else:
+        render.bestofk_table(rows)
+
+
+@app.command()
+def export(
+    out: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
+    as_json: Json = False,
+) -> None:
+    """Export the ledger (JSONL entries, plus the checkpoint history beside it)."""
+    try:
+        with _client() as c:
+            summary = c.export(out)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(summary)
+    else:
+        render.err.print(f"{summary['entries']} entries -> {out}; {summary['checkpoints']} "
+                         f"checkpoints -> {summary['checkpoint_history']}")
+
+
+@app.command()
+def verify(
+    file: Annotated[Path, typer.Argument(help="An export written by `jb-client export`.")],
+    pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="A checkpoint note you saved earlier.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Verify an export offline: signatures, seq, prev chain, Merkle root vs checkpoints."""
+    from jouled.ledger.signing import load_public_key
+    from jouled.ledger.verify import split_notes, verify_export
+
+    try:
+        keys = [load_public_key(p) for p in pubkey]
+        notes = []
+        history = checkpoint_history_path(file)
+        if history.is_file():
+            notes += split_notes(history.read_text(encoding="utf-8"))
+        if checkpoint is not None:
+            notes.append(_read(checkpoint).decode("utf-8"))
+        with file.open(encoding="utf-8") as fh:
+            report = verify_export(fh, keys, notes)
+    except OSError as err:
+        render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except JouledError as err:
+        if as_json and isinstance(err, VerificationError):
+            _emit({"ok": False, "seq": err.seq, "error": err.message})
+        _fail(err)
+    if as_json:
+        _emit(report.to_json())
+    else:
+        render.out.print(
+            f"[green]ok[/] {report.entries} entries, root {report.root[:16]}…, "
+            f"{len(report.checkpoints)} checkpoint(s) consistent, signed by "
+            + ", ".join(k[:16] for k in report.keyids)
+        )
+
+
+@app.command("checkpoint")
+def checkpoint_cmd(as_json: Json = False) -> None:
+    """The daemon's latest signed checkpoint (size, root, note)."""
+    try:
+        with _client() as c:
+            cp = c.checkpoint()
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(cp)
+    else:
+        sys.stdout.write(cp["note"])
+
+
+@app.command()
+def proof(
+    seq: Annotated[int, typer.Option("--seq", help="Ledger entry.")],
+    tree_size: Annotated[int, typer.Option(help="Tree size (0: latest).")] = 0,
+    as_json: Json = False,
+) -> None:
+    """An inclusion proof of one entry in the ledger's Merkle tree."""
+    try:
+        with _client() as c:
+            p = c.proof(seq, tree_size)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(p)
+    else:
+        render.kv(f"inclusion proof of entry {seq}", {**p, "hashes": len(p["hashes"])})
+
+
+@app.command()
+def meter(as_json: Json = False) -> None:
+    """Energy sources, domains, idle calibration, floors and attribution policy."""
+    try:
+        with _client() as c:
+            status = c.meter()
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(status)
+    else:
+        render.kv("meter", status)
+
+
+def main() -> None:
+    app()

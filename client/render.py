@@ -1,0 +1,95 @@
+"""Tables for people on a terminal; `--json` output bypasses all of this."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _joules(value: float | None, reliable: bool = True) -> str:
+    if value is None:
+        return "-"
+    if value == float("inf"):
+        return "inf"
+    text = f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+    return text if reliable else f"~{text}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
+    table = Table(title=f"{len(tasks)} tasks")
+    for col in ("task", "kind", "digest", "timeout", "prompt"):
+        table.add_column(col)
+    for t in tasks:
+        first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
+        table.add_row(t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s",
+                      first[:70])
+    out.print(table)
+
+
+def receipt_line(r: dict[str, Any]) -> None:
+    grade = r.get("energy", {}).get("grade", {})
+    tests = r.get("tests", {})
+    joules = grade.get("gross_mj")
+    j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
+    mark = "[green]resolved[/]" if r["resolved"] else f"[red]{r['status']}[/]"
+    out.print(
+        f"{r['task_id']:<28} {mark:<22} tests {tests.get('passed', 0)}/{tests.get('expected', 0)}"
+        f"  grade {j} J ({grade.get('source', '?')})  seq {r['seq']}"
+        + ("  (replayed)" if r.get("replayed") else "")
+    )
+
+
+def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
+    table = Table(title="resolution vs energy (~ = energy not reliable; * = Pareto)")
+    cols = ("", "suite", "solver", "model", "attempts", "tasks", "resolved", "resolution",
+            "95% CI", "J total", "J/resolved", "wall med s", "$ claimed", "source", "reliable")
+    for col in cols:
+        table.add_column(col, justify="right" if col not in ("suite", "solver", "model",
+                                                              "source", "") else "left")
+    for r in rows:
+        reliable = r["reliable_share"] == 1
+        table.add_row(
+            "*" if r["pareto"] else "",
+            r["suite"], r["solver"], r["model"] or "-", str(r["attempts"]), str(r["tasks"]),
+            str(r["resolved"]), _pct(r["resolution"]),
+            f"{_pct(r['ci_low'])}-{_pct(r['ci_high'])}",
+            _joules(r["joules_total"], reliable),
+            _joules(r["joules_per_resolved"], reliable),
+            "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
+            f"{r['usd_total']:.4f}",
+            r["energy_source"],
+            _pct(r["reliable_share"]),
+        )
+    out.print(table)
+
+
+def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
+    table = Table(title="best-of-k: resolved within the first k rollouts")
+    for col in ("suite", "solver", "model", "k", "tasks", "resolved<=k", "resolution<=k",
+                "J cumulative", "$ cumulative", "pass@k"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["suite"], r["solver"], r["model"] or "-", str(r["k"]), str(r["tasks"]),
+                      str(r["resolved_within_k"]), _pct(r["resolution_within_k"]),
+                      _joules(r["joules_cumulative"]), f"{r['usd_cumulative']:.4f}",
+                      _pct(r["pass_at_k"]))
+    out.print(table)
+
+
+def kv(title: str, data: dict[str, Any]) -> None:
+    table = Table(title=title, show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    for k, v in data.items():
+        table.add_row(str(k), str(v))
+    out.print(table)

@@ -1,0 +1,3 @@
+from jouled.cli import main
+
+main()

@@ -1,0 +1,174 @@
+"""`jouled`: the daemon's command line. It maps flags onto Config and calls the library."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from jouled.config import Config
+from jouled.errors import JouledError
+
+app = typer.Typer(
+    name="jouled",
+    help="The joule-bench evaluation daemon: grades patches, meters energy, signs a ledger.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
+meter_app = typer.Typer(help="Inspect this host's energy meters.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+app.add_typer(meter_app, name="meter")
+
+EXIT_FAILED_CHECK = 1
+EXIT_USAGE = 2
+EXIT_STARTUP = 3
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Ledger, key and socket (default $JOULED_HOME)."),
+]
+Tasks = Annotated[
+    list[Path] | None, typer.Option("--tasks", help="A tasks/ dir, suite dir or task dir.")
+]
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _fail(err: JouledError, code: int) -> typer.Exit:
+    typer.echo(f"jouled: {err.diagnostics()}", err=True)
+    return typer.Exit(code)
+
+
+@app.command()
+def serve(
+    data_dir: DataDir = None,
+    tasks: Tasks = None,
+    listen: Annotated[str | None, typer.Option(help="unix:PATH or HOST:PORT.")] = None,
+    energy: Annotated[str, typer.Option(help="auto, rapl, nvml or estimator.")] = "auto",
+    calibrate_seconds: Annotated[
+        float, typer.Option(help="Idle calibration at start; 0 reuses the last one.")
+    ] = 10.0,
+    gpus: Annotated[str | None, typer.Option(help="GPU indices or UUIDs, comma separated.")] = None,
+    dram: Annotated[bool, typer.Option(help="Meter DRAM too (RAPL).")] = False,
+    attribution: Annotated[str, typer.Option(help="exclusive or shared.")] = "exclusive",
+    estimator_mode: Annotated[str, typer.Option(help="wall or cpu.")] = "wall",
+    workers: Annotated[int, typer.Option(help="Attempts evaluated at once.")] = 4,
+    grace: Annotated[float, typer.Option(help="Seconds running attempts get on stop.")] = 30.0,
+    insecure: Annotated[bool, typer.Option(help="Allow plaintext TCP off loopback.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Serve the jouled.v1 API until SIGTERM or SIGINT."""
+    from jouled.server import Server
+    from jouled.service import Daemon
+
+    _setup_logging(verbose)
+    try:
+        config = Config.from_env(
+            data_dir=data_dir,
+            task_dirs=tuple(tasks) if tasks else None,
+            listen=listen,
+            energy=energy,
+            calibrate_seconds=calibrate_seconds,
+            gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else None,
+            dram=dram,
+            attribution=attribution,
+            estimator_mode=estimator_mode,
+            workers=workers,
+            grace_s=grace,
+            insecure=insecure,
+        )
+        daemon = Daemon(config)
+        try:
+            server = Server(daemon)
+        except BaseException:
+            daemon.close()
+            raise
+    except JouledError as err:
+        if verbose:
+            raise
+        raise _fail(err, EXIT_STARTUP) from None
+    server.serve_forever()
+
+
+@tasks_app.command("check")
+def tasks_check(
+    tasks: Tasks = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run every task's baseline and reference; report tasks that do not flip."""
+    from jouled.taskcheck import check_tasks
+
+    _setup_logging(False)
+    try:
+        config = Config.from_env(task_dirs=tuple(tasks) if tasks else None)
+        reports = check_tasks(config, progress=lambda m: typer.echo(m, err=True))
+    except JouledError as err:
+        raise _fail(err, EXIT_USAGE) from None
+    if as_json:
+        typer.echo(json.dumps({"tasks": reports}, indent=2))
+    else:
+        _print_reports(reports)
+    if any(not r["ok"] for r in reports):
+        raise typer.Exit(EXIT_FAILED_CHECK)
+
+
+def _print_reports(reports: list[dict[str, Any]]) -> None:
+    for r in reports:
+        mark = "ok " if r["ok"] else "BAD"
+        typer.echo(f"{mark} {r['task_id']}  digest {r['digest'][:16]}")
+        if not r["ok"]:
+            typer.echo(f"    {r['reason']}")
+        typer.echo(f"    fail_to_pass ({len(r['fail_to_pass'])}): "
+                   + ", ".join(r["fail_to_pass"]))
+        typer.echo(f"    pass_to_pass ({len(r['pass_to_pass'])}): "
+                   + ", ".join(r["pass_to_pass"]))
+    bad = sum(not r["ok"] for r in reports)
+    typer.echo(f"{len(reports) - bad} ok, {bad} bad", err=True)
+
+
+@meter_app.command("probe")
+def meter_probe(
+    powercap_root: Annotated[Path | None, typer.Option(help="powercap sysfs root.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """What energy counters this host has, which would be used, and why."""
+    from jouled.meter.probe import probe
+
+    config = Config.from_env(powercap_root=powercap_root)
+    report = probe(config.powercap_root)
+    typer.echo(json.dumps(report, indent=2, default=str) if as_json else _format_probe(report))
+
+
+def _format_probe(report: dict[str, Any], indent: str = "") -> str:
+    lines = []
+    for key, value in report.items():
+        if isinstance(value, dict):
+            lines.append(f"{indent}{key}:")
+            lines.append(_format_probe(value, indent + "  "))
+        elif isinstance(value, list):
+            lines.append(f"{indent}{key}:")
+            for item in value:
+                if isinstance(item, dict):
+                    lines.append(f"{indent}  -")
+                    lines.append(_format_probe(item, indent + "    "))
+                else:
+                    lines.append(f"{indent}  - {item}")
+        else:
+            lines.append(f"{indent}{key}: {value}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    app()

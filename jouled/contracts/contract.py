@@ -1,0 +1,119 @@
+"""The contract: everything the daemon needs to grade a patch for one task.
+
+Local task directories and SWE-bench records both compile to a Contract;
+nothing downstream knows which one it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from jouled.errors import UsageError
+
+# Files that steer how tests are collected and run: restored to their pristine
+# bytes wherever they appear, and deleted when a patch adds them.
+TEST_CONFIG_NAMES = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", ".pytest.ini")
+ROOT_CONFIG_NAMES = ("pyproject.toml",)
+# Never part of a task tree; skipped when seeding and hashing.
+IGNORED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+
+
+@dataclass(frozen=True)
+class Contract:
+    task_id: str  # "suite/name"
+    suite: str
+    name: str
+    kind: str  # "local" or "swebench"
+    prompt: str
+    digest: str  # content hash of everything that defines the task
+    pristine: Path  # the buggy tree the workdir is seeded from
+    test_cmd: tuple[str, ...]
+    test_files: tuple[str, ...]  # globs relative to the tree
+    timeout_s: int
+    fail_to_pass: tuple[str, ...] | None  # None: derived from baseline and reference runs
+    pass_to_pass: tuple[str, ...] | None
+    reference_patch: bytes | None = None  # the known-good fix as a diff, when there is one
+    test_patch: bytes | None = None  # applied after restoring protected paths (SWE-bench)
+    source: str = ""
+    license: str = ""
+
+    @property
+    def has_expected_ids(self) -> bool:
+        return self.fail_to_pass is not None
+
+    def is_protected(self, rel: str) -> bool:
+        """Whether a solver's change to `rel` is undone before grading."""
+        name = rel.rsplit("/", 1)[-1]
+        if name in TEST_CONFIG_NAMES or rel in ROOT_CONFIG_NAMES:
+            return True
+        return any(glob_match(rel, pattern) for pattern in self.test_files)
+
+
+@cache
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(rel: str, pattern: str) -> bool:
+    """Match a POSIX relative path against a glob where `**` spans directories.
+
+    A pattern naming a directory ("tests" or "tests/") covers everything under it.
+    """
+    pattern = pattern.strip("/")
+    if _glob_regex(pattern).match(rel):
+        return True
+    return rel.startswith(pattern + "/") and not any(c in pattern for c in "*?[")
+
+
+def iter_tree(root: Path) -> Iterator[tuple[str, Path]]:
+    """(relative POSIX path, path) of every regular file under root, sorted, caches skipped."""
+    stack = [root]
+    found: list[tuple[str, Path]] = []
+    while stack:
+        d = stack.pop()
+        for entry in d.iterdir():
+            if entry.name in IGNORED_NAMES or entry.suffix == ".pyc":
+                continue
+            if entry.is_symlink():
+                found.append((entry.relative_to(root).as_posix(), entry))
+            elif entry.is_dir():
+                stack.append(entry)
+            elif entry.is_file():
+                found.append((entry.relative_to(root).as_posix(), entry))
+    return iter(sorted(found))
+
+
+def split_task_id(task_id: str) -> tuple[str, str]:
+    suite, sep, name = task_id.partition("/")
+    if not sep or not suite or not name or "/" in name:
+        raise UsageError(
+            f"task id {task_id!r} is not of the form SUITE/NAME",
+            hint="list task ids with `jb-client tasks`",
+        )
+    return suite, name
+
+
+def as_tuple(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)

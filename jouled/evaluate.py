@@ -1,0 +1,380 @@
+"""The evaluation pipeline: seed, baseline, solve, apply, restore, run, grade.
+
+Each phase runs in a fresh workdir seeded from the contract's pristine tree
+and is metered separately. The pipeline knows nothing of gRPC or of the
+ledger: baselines are looked up and recorded through a `BaselineStore`, and
+the caller signs the result body this module returns.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from jouled import __version__
+from jouled.contracts.contract import Contract, iter_tree
+from jouled.errors import JouledError, PatchError, TaskError
+from jouled.meter.metering import Metering
+from jouled.meter.window import PhaseEnergy
+from jouled.patch import Patch, apply_patch, parse_patch
+from jouled.sandbox import Limits, RunResult, run
+from jouled.testreport import PASSED, Grade, grade, parse_junit, parse_ra, pytest_argv
+
+Progress = Callable[[str, str], None]
+DAEMON_SOLVERS = ("reference", "noop")
+
+RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID = (
+    "resolved",
+    "unresolved",
+    "timeout",
+    "error",
+    "invalid",
+)
+
+
+# Reference fixes and SWE-bench test patches come with the task, not from a
+# solver, so they get a far larger bound than submissions.
+TRUSTED_PATCH_BYTES = 64 << 20
+
+
+def _quiet(phase: str, message: str) -> None:
+    pass
+
+
+def parse_trusted(raw: bytes) -> Patch:
+    return parse_patch(raw, max_bytes=TRUSTED_PATCH_BYTES)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What grading a contract checks, fixed once per task digest."""
+
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    valid: bool  # False: the tests did not fail before the fix; attempts are `invalid`
+    reason: str = ""
+    seq: int | None = None  # the baseline ledger entry
+
+
+class BaselineStore(Protocol):
+    def load_baseline(self, contract: Contract) -> Expected | None: ...
+
+    def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int: ...
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    result: RunResult
+    outcomes: dict[str, str]
+    report: str  # "junit", "rA" or "none"
+
+
+@dataclass
+class Attempt:
+    """One (contract, patch, solver identity, run id, rollout) evaluation."""
+
+    contract: Contract
+    patch: Patch | None  # None: a daemon-hosted solver produces it
+    solver: str
+    model: str = ""
+    agent: str = ""
+    run_id: str = ""
+    rollout: int = 0
+    claimed: Mapping[str, int] = field(default_factory=dict)
+    idempotency_key: str = ""
+    attempt_id: str = ""
+
+
+def seed(contract: Contract, dest: Path) -> Path:
+    """A fresh copy of the pristine tree; symlinks are copied as links, never followed."""
+    shutil.copytree(
+        contract.pristine,
+        dest,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"),
+    )
+    return dest
+
+
+def restore_protected(contract: Contract, tree: Path) -> list[str]:
+    """Undo every change to protected paths; returns the paths restored or deleted."""
+    pristine = dict(iter_tree(contract.pristine))
+    touched: list[str] = []
+    for rel, path in iter_tree(tree):
+        if not contract.is_protected(rel):
+            continue
+        original = pristine.get(rel)
+        if original is None:
+            path.unlink()
+            touched.append(rel)
+        elif path.is_symlink() or path.read_bytes() != original.read_bytes():
+            path.unlink()
+            shutil.copy2(original, path)
+            touched.append(rel)
+    for rel, original in pristine.items():
+        target = tree / rel
+        if contract.is_protected(rel) and not target.exists() and not target.is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(original, target)
+            touched.append(rel)
+    return sorted(set(touched))
+
+
+class Evaluator:
+    def __init__(
+        self,
+        metering: Metering,
+        baselines: BaselineStore,
+        work_root: Path,
+        *,
+        sandbox_limits: Callable[[Contract], Limits] | None = None,
+    ) -> None:
+        self.metering = metering
+        self.baselines = baselines
+        self.work_root = work_root
+        self._limits = sandbox_limits or (lambda c: Limits(timeout_s=c.timeout_s))
+        self._baseline_locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._expected: dict[str, Expected] = {}
+
+    # -- running the check -----------------------------------------------------------------
+
+    def run_check(self, contract: Contract, tree: Path) -> CheckRun:
+        """Run the contract's test command in the sandbox and read its test ids."""
+        report_dir = Path(tempfile.mkdtemp(prefix="report-", dir=tree.parent))
+        report = report_dir / "junit.xml"
+        argv = pytest_argv(contract.test_cmd, report)
+        result = run(argv, tree, limits=self._limits(contract), writable=(tree, report_dir))
+        outcomes: dict[str, str] = {}
+        source = "none"
+        if report.is_file():
+            try:
+                outcomes = parse_junit(report.read_bytes())
+                source = "junit"
+            except ValueError:
+                outcomes = {}
+        if not outcomes:
+            outcomes = parse_ra(result.output)
+            source = "rA" if outcomes else "none"
+        return CheckRun(result, outcomes, source)
+
+    # -- baseline --------------------------------------------------------------------------
+
+    def expected(self, contract: Contract, progress: Progress = _quiet) -> tuple[Expected, PhaseEnergy | None]:
+        """The expected test ids, from cache, the ledger, or a fresh metered baseline run."""
+        with self._locks_guard:
+            lock = self._baseline_locks.setdefault(contract.digest, threading.Lock())
+        with lock:
+            cached = self._expected.get(contract.digest) or self.baselines.load_baseline(contract)
+            if cached is not None:
+                self._expected[contract.digest] = cached
+                return cached, None
+            progress("baseline", f"first use of {contract.task_id}: checking the tests fail")
+            expected, energy = self._run_baseline(contract)
+            self._expected[contract.digest] = expected
+            return expected, energy
+
+    def _run_baseline(self, contract: Contract) -> tuple[Expected, PhaseEnergy]:
+        with tempfile.TemporaryDirectory(prefix="baseline-", dir=self._work_dir()) as tmp:
+            with self.metering.phase() as window:
+                before = self.run_check(contract, seed(contract, Path(tmp) / "before"))
+                window.cpu_ns += before.result.cpu_ns
+                after = None
+                if not contract.has_expected_ids:
+                    if contract.reference_patch is None:
+                        raise TaskError(
+                            f"{contract.task_id} names no expected test ids and has no reference",
+                            hint="add fail_to_pass/pass_to_pass to task.toml or a reference/ tree",
+                        )
+                    tree = seed(contract, Path(tmp) / "after")
+                    apply_patch(parse_trusted(contract.reference_patch), tree)
+                    restore_protected(contract, tree)
+                    after = self.run_check(contract, tree)
+                    window.cpu_ns += after.result.cpu_ns
+        assert window.energy is not None
+        expected = derive_expected(contract, before, after)
+        body: dict[str, Any] = {
+            "task_id": contract.task_id,
+            "suite": contract.suite,
+            "task_digest": contract.digest,
+            "valid": expected.valid,
+            "reason": expected.reason,
+            "derived": after is not None,
+            "fail_to_pass": list(expected.fail_to_pass),
+            "pass_to_pass": list(expected.pass_to_pass),
+            "before": _counts(before),
+            "after": _counts(after) if after else None,
+            "energy": {"baseline": window.energy.to_wire()},
+            "sandbox": before.result.level,
+            "version": __version__,
+        }
+        seq = self.baselines.record_baseline(contract, body)
+        return Expected(expected.fail_to_pass, expected.pass_to_pass, expected.valid,
+                        expected.reason, seq), window.energy
+
+    # -- attempts --------------------------------------------------------------------------
+
+    def _work_dir(self) -> Path:
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        return self.work_root
+
+    def prepare(self, attempt: Attempt) -> None:
+        """Check that the patch applies to the pristine tree, before anything is recorded."""
+        if attempt.patch is None:
+            return
+        with tempfile.TemporaryDirectory(prefix="dryrun-", dir=self._work_dir()) as tmp:
+            apply_patch(attempt.patch, seed(attempt.contract, Path(tmp) / "tree"))
+
+    def evaluate(self, attempt: Attempt, progress: Progress = _quiet) -> dict[str, Any]:
+        """Run every phase and return the signed-to-be `result` body."""
+        contract = attempt.contract
+        energy: dict[str, dict[str, Any]] = {}
+        status, grade_info, restored, level = ERROR, None, [], ""
+        patch = attempt.patch
+        error = ""
+        try:
+            expected, baseline_energy = self.expected(contract, progress)
+            if baseline_energy is not None:
+                energy["baseline"] = baseline_energy.to_wire()
+            with tempfile.TemporaryDirectory(prefix="attempt-", dir=self._work_dir()) as tmp:
+                progress("seed", f"seeding {contract.task_id}")
+                tree = seed(contract, Path(tmp) / "tree")
+                if patch is None:
+                    progress("solve", f"running the {attempt.solver} solver")
+                    with self.metering.phase() as window:
+                        patch = self._daemon_solve(attempt)
+                    assert window.energy is not None
+                    energy["solve"] = window.energy.to_wire()
+                progress("grade", "applying the patch and running the tests")
+                with self.metering.phase() as window:
+                    if patch is not None:
+                        apply_patch(patch, tree)
+                    restored = restore_protected(contract, tree)
+                    if contract.test_patch:
+                        apply_patch(parse_trusted(contract.test_patch), tree)
+                    check = self.run_check(contract, tree)
+                    window.cpu_ns += check.result.cpu_ns
+                assert window.energy is not None
+                energy["grade"] = window.energy.to_wire()
+                level = check.result.level
+                grade_info = grade(
+                    check.outcomes, expected.fail_to_pass, expected.pass_to_pass,
+                    check.result.exit_code,
+                )
+                if not expected.valid:
+                    status = INVALID
+                elif check.result.timed_out:
+                    status = TIMEOUT
+                else:
+                    status = RESOLVED if grade_info.resolved else UNRESOLVED
+                progress("grade", f"{status}: {_summary(grade_info)}")
+        except PatchError:
+            raise
+        except (JouledError, OSError) as err:  # infrastructure: recorded as status error
+            error = err.diagnostics() if isinstance(err, JouledError) else str(err)
+            progress("error", error)
+        return self._body(attempt, patch, status, grade_info, energy, restored, level, error)
+
+    def _daemon_solve(self, attempt: Attempt) -> Patch | None:
+        if attempt.solver == "noop":
+            return None
+        if attempt.solver == "reference":
+            if attempt.contract.reference_patch is None:
+                raise TaskError(f"{attempt.contract.task_id} has no reference solution")
+            return parse_trusted(attempt.contract.reference_patch)
+        raise TaskError(f"unknown daemon-hosted solver {attempt.solver!r}")
+
+    def _body(
+        self,
+        attempt: Attempt,
+        patch: Patch | None,
+        status: str,
+        graded: Grade | None,
+        energy: dict[str, dict[str, Any]],
+        restored: list[str],
+        level: str,
+        error: str,
+    ) -> dict[str, Any]:
+        contract = attempt.contract
+        body: dict[str, Any] = {
+            "task_id": contract.task_id,
+            "suite": contract.suite,
+            "task_digest": contract.digest,
+            "patch_sha256": patch.sha256 if patch else _EMPTY_SHA256,
+            "status": status,
+            "resolved": status == RESOLVED,
+            "tests": graded.summary() if graded else {"expected": 0, "passed": 0, "failed": 0,
+                                                       "missing": 0},
+            "solver": attempt.solver,
+            "model": attempt.model,
+            "agent": attempt.agent,
+            "run_id": attempt.run_id,
+            "rollout": attempt.rollout,
+            "energy": energy,
+            "claimed": dict(attempt.claimed),
+            "sandbox": level,
+            "restored": restored,
+            "idempotency_key": attempt.idempotency_key,
+            "attempt_id": attempt.attempt_id,
+            "version": __version__,
+        }
+        if graded is not None and (graded.failed or graded.missing):
+            body["tests_failed"] = list(graded.failed[:50])
+            body["tests_missing"] = list(graded.missing[:50])
+        if error:
+            body["error"] = error
+        return body
+
+
+_EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def _counts(check: CheckRun) -> dict[str, Any]:
+    values = list(check.outcomes.values())
+    return {
+        "exit_code": check.result.exit_code,
+        "timed_out": check.result.timed_out,
+        "report": check.report,
+        "passed": values.count(PASSED),
+        "failed": len(values) - values.count(PASSED),
+    }
+
+
+def _summary(graded: Grade) -> str:
+    s = graded.summary()
+    return f"{s['passed']}/{s['expected']} expected tests passed, {s['missing']} missing"
+
+
+def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None) -> Expected:
+    """Fix the expected ids: given by the task, or the ids the reference flips."""
+    if before.result.timed_out:
+        return Expected((), (), False, "the baseline run timed out")
+    if contract.fail_to_pass is not None and contract.pass_to_pass is not None:
+        f2p, p2p = contract.fail_to_pass, contract.pass_to_pass
+    else:
+        assert after is not None
+        if after.result.exit_code != 0:
+            return Expected((), (), False, "the reference solution does not pass its tests")
+        f2p = tuple(
+            sorted(t for t, o in after.outcomes.items()
+                   if o == PASSED and before.outcomes.get(t) != PASSED)
+        )
+        p2p = tuple(
+            sorted(t for t, o in after.outcomes.items()
+                   if o == PASSED and before.outcomes.get(t) == PASSED)
+        )
+    if not f2p:
+        return Expected(f2p, p2p, False, "no test fails before the fix")
+    still = grade(before.outcomes, f2p, p2p, before.result.exit_code)
+    if still.resolved:
+        return Expected(f2p, p2p, False, "the tests already pass on the buggy tree")
+    if any(before.outcomes.get(t) == PASSED for t in f2p):
+        return Expected(f2p, p2p, False, "some fail_to_pass tests pass before the fix")
+    if any(before.outcomes.get(t) != PASSED for t in p2p):
+        return Expected(f2p, p2p, False, "some pass_to_pass tests fail before the fix")
+    return Expected(f2p, p2p, True)

@@ -1,0 +1,94 @@
+"""A ledger entry: signed canonical payload, leaf hash, export line."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from jouled import canonical
+from jouled.ledger.merkle import leaf_hash
+from jouled.ledger.signing import PAYLOAD_TYPE, Signer
+
+KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation")
+
+
+def utc_now() -> str:
+    """RFC 3339 UTC with milliseconds, as every payload spells time."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+@dataclass(frozen=True)
+class Signature:
+    keyid: str
+    sig: str  # base64
+
+
+@dataclass(frozen=True)
+class Entry:
+    seq: int
+    payload: bytes  # the signed canonical bytes; what is verified, never re-serialised
+    signatures: tuple[Signature, ...]
+    leaf_hash: bytes
+
+    @cached_property
+    def doc(self) -> dict[str, Any]:
+        value = json.loads(self.payload)
+        assert isinstance(value, dict)
+        return value
+
+    @property
+    def kind(self) -> str:
+        return str(self.doc["kind"])
+
+    @property
+    def body(self) -> dict[str, Any]:
+        body = self.doc["body"]
+        assert isinstance(body, dict)
+        return body
+
+    @property
+    def time(self) -> str:
+        return str(self.doc.get("time", ""))
+
+    def export_record(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "payload": base64.b64encode(self.payload).decode("ascii"),
+            "payload_type": PAYLOAD_TYPE,
+            "signatures": [{"keyid": s.keyid, "sig": s.sig} for s in self.signatures],
+            "leaf_hash": self.leaf_hash.hex(),
+        }
+
+    def export_line(self) -> str:
+        return canonical.dumps(self.export_record())
+
+
+def make_entry(
+    seq: int, kind: str, prev: bytes, body: dict[str, Any], signers: list[Signer], time: str = ""
+) -> Entry:
+    if kind not in KINDS:
+        raise ValueError(f"unknown entry kind {kind!r}")
+    payload = canonical.dumpb(
+        {"seq": seq, "kind": kind, "prev": prev.hex(), "time": time or utc_now(), "body": body}
+    )
+    return Entry(
+        seq=seq,
+        payload=payload,
+        signatures=tuple(Signature(s.keyid, s.sign(payload)) for s in signers),
+        leaf_hash=leaf_hash(payload),
+    )
+
+
+def parse_export_record(record: dict[str, Any]) -> Entry:
+    """An export line back into an Entry; the leaf hash is taken as given (verify recomputes)."""
+    return Entry(
+        seq=int(record["seq"]),
+        payload=base64.b64decode(record["payload"], validate=True),
+        signatures=tuple(Signature(str(s["keyid"]), str(s["sig"])) for s in record["signatures"]),
+        leaf_hash=bytes.fromhex(record["leaf_hash"]),
+    )

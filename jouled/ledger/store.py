@@ -1,0 +1,415 @@
+"""The ledger: a DuckDB file the daemon alone writes, extended as a transparency log.
+
+Each append signs a canonical payload chained to the previous leaf, inserts it
+with its query columns and the new signed checkpoint in one transaction, then
+writes the checkpoint note atomically outside DuckDB. At open (and before each
+append) the stored entries are checked against that note: a ledger behind or
+beside its checkpoint was truncated or rolled back, and is never extended.
+
+Durability: DuckDB writes its WAL on every commit and syncs it before the
+commit returns, so a committed entry survives a crash of the daemon or the
+host; the checkpoint note is written after the commit (temp file, fsync,
+rename, fsync of the directory), so it can lag the ledger by at most one entry
+after a crash but never run ahead of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from jouled.errors import (
+    LedgerError,
+    LedgerIntegrityError,
+    NotFoundError,
+    UsageError,
+    VerificationError,
+)
+from jouled.ledger import merkle
+from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
+from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
+from jouled.ledger.signing import Signer, raw_public
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    seq BIGINT PRIMARY KEY,
+    kind VARCHAR NOT NULL,
+    time VARCHAR NOT NULL,
+    payload BLOB NOT NULL,
+    signatures VARCHAR NOT NULL,
+    leaf_hash VARCHAR NOT NULL,
+    task_id VARCHAR,
+    suite VARCHAR,
+    task_digest VARCHAR,
+    solver VARCHAR,
+    model VARCHAR,
+    status VARCHAR,
+    resolved BOOLEAN,
+    patch_sha256 VARCHAR,
+    idempotency_key VARCHAR,
+    run_id VARCHAR,
+    rollout INTEGER,
+    attempt_id VARCHAR
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    size BIGINT PRIMARY KEY,
+    root VARCHAR NOT NULL,
+    note VARCHAR NOT NULL,
+    time VARCHAR NOT NULL
+);
+CREATE TABLE IF NOT EXISTS journal (
+    attempt_id VARCHAR PRIMARY KEY,
+    idempotency_key VARCHAR,
+    task_id VARCHAR NOT NULL,
+    accepted VARCHAR NOT NULL,
+    request VARCHAR NOT NULL,
+    state VARCHAR NOT NULL,
+    seq BIGINT
+);
+"""
+
+# Query columns copied out of the signed body; `verify` checks they still agree.
+QUERY_COLUMNS = (
+    "task_id",
+    "suite",
+    "task_digest",
+    "solver",
+    "model",
+    "status",
+    "resolved",
+    "patch_sha256",
+    "idempotency_key",
+    "run_id",
+    "rollout",
+    "attempt_id",
+)
+
+
+def query_values(kind: str, body: dict[str, Any]) -> list[Any]:
+    if kind not in ("result", "baseline", "abort"):
+        return [None] * len(QUERY_COLUMNS)
+    return [body.get(c) for c in QUERY_COLUMNS]
+
+
+@dataclass(frozen=True)
+class PendingAttempt:
+    attempt_id: str
+    idempotency_key: str | None
+    task_id: str
+    request: dict[str, Any]
+
+
+class Ledger:
+    def __init__(
+        self,
+        path: Path,
+        signer: Signer,
+        *,
+        origin: str,
+        checkpoint_path: Path,
+        genesis: dict[str, Any],
+    ) -> None:
+        self.path = path
+        self.signer = signer
+        self.origin = origin
+        self.checkpoint_path = checkpoint_path
+        self._lock = threading.RLock()
+        try:
+            self._db = duckdb.connect(str(path))
+        except duckdb.Error as err:
+            raise LedgerError(
+                f"cannot open the ledger {path}: {err}",
+                hint="is another jouled serving this data dir? DuckDB allows one writer",
+            ) from err
+        self._db.execute(SCHEMA)
+        self._leaves: list[bytes] = []
+        self._acc = merkle.MerkleAccumulator()
+        self._note_stat: tuple[int, int] | None = None
+        self._load()
+        self._check_against_note()
+        if not self._leaves:
+            self.append("genesis", {**genesis, **self._key_fields(), "origin": origin})
+
+    # -- opening and integrity -----------------------------------------------------------
+
+    def _key_fields(self) -> dict[str, Any]:
+        return {
+            "public_key": base64.b64encode(raw_public(self.signer.public)).decode("ascii"),
+            "keyid": self.signer.keyid,
+        }
+
+    def _load(self) -> None:
+        rows = self._db.execute("SELECT seq, payload, leaf_hash FROM entries ORDER BY seq").fetchall()
+        for expected, (seq, payload, stored_leaf) in enumerate(rows):
+            if seq != expected:
+                raise LedgerIntegrityError(
+                    f"ledger {self.path}: entry {expected} is missing (next stored is {seq})",
+                    hint="restore the data dir from a backup; never extend a gapped ledger",
+                )
+            leaf = merkle.leaf_hash(bytes(payload))
+            if leaf.hex() != stored_leaf:
+                raise LedgerIntegrityError(
+                    f"ledger {self.path}: entry {seq} does not match its leaf hash "
+                    "(its payload was edited)",
+                    hint="restore the data dir from a backup",
+                )
+            self._leaves.append(leaf)
+            self._acc.append(leaf)
+
+    def _check_against_note(self) -> None:
+        """Refuse a ledger that is behind, or forked from, its own checkpoint file."""
+        try:
+            st = self.checkpoint_path.stat()
+        except FileNotFoundError:
+            if self._leaves:
+                raise LedgerIntegrityError(
+                    f"{self.checkpoint_path} is missing but the ledger has {len(self._leaves)} "
+                    "entries",
+                    hint="restore checkpoint.note from a backup; the daemon will not extend a "
+                    "ledger it cannot check",
+                ) from None
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._note_stat:
+            return
+        try:
+            cp = verify_note(self.checkpoint_path.read_bytes(), [(self.origin, self.signer.public)])
+        except VerificationError as err:
+            raise LedgerIntegrityError(
+                f"{self.checkpoint_path} does not verify with this daemon's key: {err.message}",
+                hint="the checkpoint was replaced, or the key changed without a key_rotation "
+                "entry; restore the data dir from a backup",
+            ) from err
+        size = len(self._leaves)
+        if cp.size > size:
+            raise LedgerIntegrityError(
+                f"ledger behind its checkpoint: {self.checkpoint_path} commits to {cp.size} "
+                f"entries but {self.path} holds {size}",
+                hint="the ledger was truncated or replaced by an older copy (or lost its WAL); "
+                "restore it from a backup - the daemon refuses to append",
+            )
+        if merkle.root_from_leaves(self._leaves[: cp.size]) != cp.root:
+            raise LedgerIntegrityError(
+                f"ledger forked from its checkpoint: the first {cp.size} entries of {self.path} "
+                f"do not hash to the root in {self.checkpoint_path}",
+                hint="entries were edited, reordered or replaced; restore from a backup",
+            )
+        self._note_stat = stamp
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, kind: str, body: dict[str, Any]) -> Entry:
+        return self.append_many([(kind, body)])[0]
+
+    def append_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> list[Entry]:
+        """Sign and commit entries in one transaction, then publish one checkpoint."""
+        with self._lock:
+            self._check_against_note()
+            entries: list[Entry] = []
+            prev = self._leaves[-1] if self._leaves else b""
+            acc = merkle.MerkleAccumulator.from_peaks(self._acc.size, self._acc.peaks)
+            for kind, body in items:
+                entry = make_entry(len(self._leaves) + len(entries), kind, prev, body, [self.signer])
+                entries.append(entry)
+                prev = entry.leaf_hash
+                acc.append(entry.leaf_hash)
+            cp = Checkpoint(origin=self.origin, size=acc.size, root=acc.root())
+            note = sign_note(cp, [(self.origin, self.signer)])
+            try:
+                self._db.execute("BEGIN TRANSACTION")
+                for entry in entries:
+                    self._insert(entry)
+                self._db.execute(
+                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
+                    [cp.size, cp.root.hex(), note, utc_now()],
+                )
+                for entry in entries:
+                    if entry.kind in ("result", "abort") and entry.body.get("attempt_id"):
+                        self._db.execute(
+                            "UPDATE journal SET state = ?, seq = ? WHERE attempt_id = ?",
+                            [entry.kind, entry.seq, entry.body["attempt_id"]],
+                        )
+                self._db.execute("COMMIT")
+            except duckdb.Error as err:
+                self._db.execute("ROLLBACK")
+                raise LedgerError(f"cannot append to {self.path}: {err}") from err
+            for entry in entries:
+                self._leaves.append(entry.leaf_hash)
+            self._acc = acc
+            write_atomic(self.checkpoint_path, note)
+            st = self.checkpoint_path.stat()
+            self._note_stat = (st.st_mtime_ns, st.st_size)
+            return entries
+
+    def _insert(self, entry: Entry) -> None:
+        doc = entry.doc
+        sigs = json.dumps([{"keyid": s.keyid, "sig": s.sig} for s in entry.signatures])
+        self._db.execute(
+            f"INSERT INTO entries VALUES ({', '.join('?' * (6 + len(QUERY_COLUMNS)))})",
+            [entry.seq, doc["kind"], doc["time"], entry.payload, sigs, entry.leaf_hash.hex()]
+            + query_values(doc["kind"], doc["body"]),
+        )
+
+    # -- the attempt journal -------------------------------------------------------------
+
+    def journal_accept(
+        self, attempt_id: str, idempotency_key: str | None, task_id: str, request: dict[str, Any]
+    ) -> None:
+        """Record an attempt before it runs, so a crash leaves a trace to abort."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO journal VALUES (?, ?, ?, ?, ?, 'running', NULL)",
+                [attempt_id, idempotency_key, task_id, utc_now(), json.dumps(request)],
+            )
+
+    def journal_drop(self, attempt_id: str) -> None:
+        """Forget an accepted attempt that was rejected before anything ran."""
+        with self._lock:
+            self._db.execute("DELETE FROM journal WHERE attempt_id = ?", [attempt_id])
+
+    def journal_pending(self) -> list[PendingAttempt]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT attempt_id, idempotency_key, task_id, request FROM journal "
+                "WHERE state = 'running' ORDER BY accepted"
+            ).fetchall()
+        return [PendingAttempt(a, k, t, json.loads(r)) for a, k, t, r in rows]
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return len(self._leaves)
+
+    def root(self, size: int | None = None) -> bytes:
+        with self._lock:
+            if size is None or size == len(self._leaves):
+                return self._acc.root()
+            return merkle.root_from_leaves(self._leaves[:size])
+
+    def _entries(self, where: str = "", params: Sequence[Any] = ()) -> list[Entry]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT seq, payload, signatures, leaf_hash FROM entries {where} ORDER BY seq",
+                list(params),
+            ).fetchall()
+        return [
+            Entry(
+                seq=seq,
+                payload=bytes(payload),
+                signatures=tuple(Signature(s["keyid"], s["sig"]) for s in json.loads(sigs)),
+                leaf_hash=bytes.fromhex(leaf),
+            )
+            for seq, payload, sigs, leaf in rows
+        ]
+
+    def get(self, seq: int) -> Entry:
+        found = self._entries("WHERE seq = ?", [seq])
+        if not found:
+            raise NotFoundError(
+                f"no ledger entry {seq}; the ledger holds entries 0..{self.size - 1}"
+            )
+        return found[0]
+
+    def entries(self, kind: str | None = None) -> list[Entry]:
+        return self._entries("WHERE kind = ?", [kind]) if kind else self._entries()
+
+    def iter_export(self, batch: int = 10_000) -> Iterator[Entry]:
+        """Every entry in seq order, read in batches so an export streams."""
+        start = 0
+        while True:
+            chunk = self._entries("WHERE seq >= ? AND seq < ?", [start, start + batch])
+            if not chunk:
+                return
+            yield from chunk
+            start += batch
+
+    def result_for_key(self, idempotency_key: str) -> Entry | None:
+        found = self._entries(
+            "WHERE kind = 'result' AND idempotency_key = ?", [idempotency_key]
+        )
+        return found[0] if found else None
+
+    def baseline_for(self, task_digest: str) -> Entry | None:
+        found = self._entries("WHERE kind = 'baseline' AND task_digest = ?", [task_digest])
+        return found[-1] if found else None
+
+    def latest(self, kind: str) -> Entry | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT max(seq) FROM entries WHERE kind = ?", [kind]
+            ).fetchone()
+        return None if row is None or row[0] is None else self.get(int(row[0]))
+
+    def result_bodies(self, suite: str = "") -> list[dict[str, Any]]:
+        where, params = ("WHERE kind = 'result' AND suite = ?", [suite]) if suite else (
+            "WHERE kind = 'result'",
+            [],
+        )
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT payload FROM entries {where} ORDER BY seq", params
+            ).fetchall()
+        return [json.loads(bytes(p))["body"] for (p,) in rows]
+
+    # -- checkpoints and proofs ----------------------------------------------------------
+
+    def checkpoint_note(self) -> str:
+        return self.checkpoint_path.read_bytes().decode("utf-8")
+
+    def checkpoint_history(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT note FROM checkpoints ORDER BY size").fetchall()
+        return [r[0] for r in rows]
+
+    def checkpoint(self) -> Checkpoint:
+        cp, _ = parse_note(self.checkpoint_note())
+        return cp
+
+    def inclusion_proof(self, seq: int, tree_size: int = 0) -> dict[str, Any]:
+        with self._lock:
+            size = tree_size or len(self._leaves)
+            if not 0 <= seq < size <= len(self._leaves):
+                raise UsageError(
+                    f"no inclusion proof for entry {seq} in a tree of {size}: the ledger holds "
+                    f"{len(self._leaves)} entries",
+                    hint="pick --seq below the tree size",
+                )
+            hashes = merkle.inclusion_proof(self._leaves, seq, size)
+            root = self.root(size)
+        return {
+            "seq": seq,
+            "leaf_hash": self._leaves[seq].hex(),
+            "tree_size": size,
+            "root": root.hex(),
+            "hashes": [h.hex() for h in hashes],
+        }
+
+    def consistency_proof(self, old_size: int, new_size: int = 0) -> dict[str, Any]:
+        with self._lock:
+            new_size = new_size or len(self._leaves)
+            if not 0 < old_size <= new_size <= len(self._leaves):
+                raise UsageError(
+                    f"no consistency proof from {old_size} to {new_size}: the ledger holds "
+                    f"{len(self._leaves)} entries",
+                    hint="sizes must satisfy 0 < old <= new <= current size",
+                )
+            hashes = merkle.consistency_proof(self._leaves, old_size, new_size)
+            return {
+                "old_size": old_size,
+                "new_size": new_size,
+                "old_root": self.root(old_size).hex(),
+                "new_root": self.root(new_size).hex(),
+                "hashes": [h.hex() for h in hashes],
+            }
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,177 @@
+"""Offline verification of a ledger export with nothing but pinned public keys.
+
+Checks, entry by entry: the export line parses; `seq` is continuous from 0;
+the leaf hash is SHA-256(0x00 || payload); the payload is canonical JSON
+whose `seq` and `prev` agree with its position; at least one DSSE signature
+by a pinned key verifies. Then the Merkle root over the leaves is checked
+against every checkpoint given (a checkpoint larger than the export means
+the export was truncated). The first failure is raised, naming the entry.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from jouled import canonical
+from jouled.errors import VerificationError
+from jouled.ledger import merkle
+from jouled.ledger.checkpoint import Checkpoint, parse_note, verify_note
+from jouled.ledger.entry import Entry, parse_export_record
+from jouled.ledger.signing import PAYLOAD_TYPE, key_id, verify_signature
+
+
+@dataclass
+class Report:
+    entries: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    root: str = ""
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    keyids: list[str] = field(default_factory=list)
+    origin: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "entries": self.entries,
+            "kinds": dict(sorted(self.kinds.items())),
+            "root": self.root,
+            "checkpoints": self.checkpoints,
+            "keyids": self.keyids,
+            "origin": self.origin,
+        }
+
+
+def _entry(line: str, lineno: int) -> Entry:
+    try:
+        record = json.loads(line)
+        if record.get("payload_type") != PAYLOAD_TYPE:
+            raise VerificationError(
+                f"payload type {record.get('payload_type')!r} is not {PAYLOAD_TYPE}",
+                seq=record.get("seq"),
+            )
+        return parse_export_record(record)
+    except VerificationError:
+        raise
+    except (ValueError, KeyError, TypeError, binascii.Error) as err:
+        raise VerificationError(f"export line {lineno} is not a ledger entry: {err}") from err
+
+
+def _check_entry(
+    entry: Entry, expected_seq: int, prev: bytes, keys: dict[str, Ed25519PublicKey]
+) -> dict[str, Any]:
+    seq = expected_seq
+    if entry.seq != expected_seq:
+        if entry.seq > expected_seq:
+            raise VerificationError(
+                f"expected entry {expected_seq} next, found {entry.seq}: "
+                f"{entry.seq - expected_seq} entr{'y' if entry.seq - expected_seq == 1 else 'ies'} "
+                "missing",
+                seq=expected_seq,
+            )
+        raise VerificationError(
+            f"entry {entry.seq} appears again or out of order at position {expected_seq}",
+            seq=expected_seq,
+        )
+    if merkle.leaf_hash(entry.payload) != entry.leaf_hash:
+        raise VerificationError("leaf hash does not match the payload (edited payload)", seq=seq)
+    try:
+        doc = json.loads(entry.payload)
+    except ValueError as err:
+        raise VerificationError(f"payload is not JSON: {err}", seq=seq) from err
+    if not isinstance(doc, dict):
+        raise VerificationError("payload is not a JSON object", seq=seq)
+    try:
+        if canonical.dumpb(doc) != entry.payload:
+            raise VerificationError("payload is not in canonical form", seq=seq)
+    except canonical.CanonicalError as err:
+        raise VerificationError(f"payload is not canonical: {err}", seq=seq) from err
+    if doc.get("seq") != seq:
+        raise VerificationError(f"payload says seq {doc.get('seq')}, export says {seq}", seq=seq)
+    if doc.get("prev") != prev.hex():
+        raise VerificationError(
+            "prev does not match the previous entry's leaf hash (entries reordered, removed "
+            "or replaced)",
+            seq=seq,
+        )
+    signed = [s for s in entry.signatures if s.keyid in keys]
+    if not signed:
+        ids = ", ".join(s.keyid[:16] for s in entry.signatures) or "none"
+        raise VerificationError(
+            f"no signature by a pinned key (signed by {ids})",
+            seq=seq,
+            hint="pin the daemon's public key (jouled.pub) with --pubkey",
+        )
+    for sig in signed:
+        if not verify_signature(keys[sig.keyid], entry.payload, sig.sig):
+            raise VerificationError(
+                f"signature by key {sig.keyid[:16]} does not verify (payload or signature edited)",
+                seq=seq,
+            )
+    return doc
+
+
+def verify_export(
+    lines: Iterable[str],
+    pubkeys: Sequence[Ed25519PublicKey],
+    checkpoints: Sequence[str] = (),
+) -> Report:
+    """Verify an export; raises VerificationError at the first problem."""
+    keys = {key_id(k): k for k in pubkeys}
+    report = Report(keyids=sorted(keys))
+    leaves: list[bytes] = []
+    prev = b""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        entry = _entry(line, lineno)
+        doc = _check_entry(entry, len(leaves), prev, keys)
+        kind = str(doc.get("kind"))
+        if kind == "genesis" and not report.origin:
+            report.origin = str(doc.get("body", {}).get("origin", ""))
+        report.kinds[kind] = report.kinds.get(kind, 0) + 1
+        leaves.append(entry.leaf_hash)
+        prev = entry.leaf_hash
+    report.entries = len(leaves)
+    report.root = merkle.root_from_leaves(leaves).hex()
+    for note in checkpoints:
+        cp = _verified_checkpoint(note, pubkeys, report.origin)
+        check_against(cp, leaves)
+        report.checkpoints.append({"size": cp.size, "root": cp.root.hex()})
+    return report
+
+
+def _verified_checkpoint(note: str, pubkeys: Sequence[Ed25519PublicKey], origin: str) -> Checkpoint:
+    unverified, _ = parse_note(note)
+    if origin and unverified.origin != origin:
+        raise VerificationError(
+            f"checkpoint origin {unverified.origin!r} is not this ledger's {origin!r}"
+        )
+    return verify_note(note, [(unverified.origin, k) for k in pubkeys])
+
+
+def check_against(cp: Checkpoint, leaves: Sequence[bytes]) -> None:
+    if cp.size > len(leaves):
+        raise VerificationError(
+            f"checkpoint commits to {cp.size} entries but the export holds {len(leaves)}: "
+            "the export was truncated (entries deleted from its tail)"
+        )
+    if merkle.root_from_leaves(leaves[: cp.size]) != cp.root:
+        raise VerificationError(
+            f"the first {cp.size} entries do not hash to the checkpoint's root: entries were "
+            "edited, reordered or removed, or the history forked"
+        )
+
+
+def split_notes(text: str) -> list[str]:
+    """Checkpoint notes from a history file: one JSON object {"note": ...} a line."""
+    notes = []
+    for line in text.splitlines():
+        if line.strip():
+            notes.append(str(json.loads(line)["note"]))
+    return notes

@@ -1,0 +1,86 @@
+"""Metered phases: windows over the daemon's meter under an attribution policy.
+
+`exclusive` (default) holds one host-wide lock for the length of every metered
+phase, so a whole-host counter's window belongs to one attempt. `shared` lets
+phases overlap and charges each window the share of the host's busy CPU time
+that its own process tree used (attribution "cpu-share").
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from jouled.meter.base import Calibration, Meter, Snapshot
+from jouled.meter.window import PhaseEnergy, phase_energy
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def host_busy_cpu_ns(stat_path: str = "/proc/stat") -> int | None:
+    """CPU time every core spent not idle since boot, from the kernel's accounting."""
+    try:
+        with open(stat_path, encoding="ascii") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(v) for v in fields[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    # guest time is already counted inside user/nice
+    busy = sum(ticks[:8]) - idle
+    return busy * 1_000_000_000 // _CLK_TCK
+
+
+@dataclass
+class Window:
+    """An open window; `cpu_ns` is set by the phase to the CPU its own processes used."""
+
+    start: Snapshot
+    host_cpu_start: int | None
+    cpu_ns: int = 0
+    energy: PhaseEnergy | None = field(default=None)
+
+
+class Metering:
+    def __init__(self, meter: Meter, calibration: Calibration | None, policy: str) -> None:
+        self.meter = meter
+        self.calibration = calibration
+        self.policy = policy
+        self._host_lock = threading.Lock()
+
+    @contextmanager
+    def phase(self) -> Iterator[Window]:
+        """Meter one phase; the window's energy is on `window.energy` after the block."""
+        if self.policy == "exclusive":
+            with self._host_lock:
+                yield from self._window(shared=False)
+        else:
+            yield from self._window(shared=True)
+
+    def _window(self, *, shared: bool) -> Iterator[Window]:
+        window = Window(self.meter.snapshot(), host_busy_cpu_ns() if shared else None)
+        try:
+            yield window
+        finally:
+            end = self.meter.snapshot()
+            share = None
+            if shared:
+                host_end = host_busy_cpu_ns()
+                if window.host_cpu_start is not None and host_end is not None:
+                    busy = host_end - window.host_cpu_start
+                    share = window.cpu_ns / busy if busy > 0 else 0.0
+                else:
+                    share = 0.0
+            window.energy = phase_energy(
+                self.meter.source,
+                self.meter.domains(),
+                window.start,
+                end,
+                self.calibration,
+                share=share,
+            )

@@ -1,0 +1,304 @@
+"""The daemon's library core: tasks, meter, evaluator and ledger behind one object.
+
+`server.py` (gRPC) and the tests drive this class; it knows nothing of gRPC.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from jouled import __version__, frontier
+from jouled.config import Config
+from jouled.contracts import Contract, TaskRegistry
+from jouled.contracts.contract import iter_tree
+from jouled.errors import BusyError, JouledError, UsageError
+from jouled.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
+from jouled.ledger.entry import Entry
+from jouled.ledger.signing import load_or_create_key
+from jouled.ledger.store import Ledger
+from jouled.meter import calibration as calibration_mod
+from jouled.meter.auto import open_meter
+from jouled.meter.base import Calibration, Meter
+from jouled.meter.metering import Metering
+from jouled.patch import parse_patch
+
+log = logging.getLogger("jouled")
+
+CLAIMED_KEYS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a client asks the daemon to grade."""
+
+    task_id: str
+    patch: bytes | None  # None: run a daemon-hosted solver
+    solver: str
+    model: str = ""
+    agent: str = ""
+    run_id: str = ""
+    rollout: int = 0
+    claimed: Mapping[str, int] = field(default_factory=dict)
+    idempotency_key: str = ""
+
+
+class Daemon:
+    def __init__(self, config: Config, *, meter: Meter | None = None) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(config.data_dir, 0o700)
+        signer, created = load_or_create_key(config.key_path, config.pub_path)
+        if created:
+            log.info("created signing key %s (key id %s)", config.key_path, signer.keyid[:16])
+        self.registry = TaskRegistry.from_dirs(config.task_dirs)
+        self.meter = meter or open_meter(
+            config.energy,
+            powercap_root=config.powercap_root,
+            gpus=config.gpus,
+            dram=config.dram,
+            active_watts=config.active_watts,
+            watts_per_core=config.watts_per_core,
+            estimator_mode=config.estimator_mode,
+        )
+        try:
+            self.ledger = Ledger(
+                config.ledger_path,
+                signer,
+                origin=config.origin or f"jouled/{config.hostname}/{signer.keyid[:8]}",
+                checkpoint_path=config.checkpoint_path,
+                genesis={"version": __version__, "host": config.hostname},
+            )
+        except BaseException:
+            self.meter.close()
+            raise
+        self._abort_unfinished()
+        self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
+        self.evaluator = Evaluator(self.metering, self, config.work_root)
+        self._inflight: dict[str, Future[dict[str, Any]]] = {}
+        self._inflight_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(config.queue_limit)
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def _abort_unfinished(self) -> None:
+        """Close every attempt a crash cut off, so the log says what happened to it."""
+        pending = self.ledger.journal_pending()
+        for p in pending:
+            log.warning("attempt %s on %s never finished: recording abort", p.attempt_id,
+                        p.task_id)
+        if pending:
+            self.ledger.append_many([
+                ("abort", {
+                    "attempt_id": p.attempt_id,
+                    "idempotency_key": p.idempotency_key or "",
+                    "task_id": p.task_id,
+                    "suite": p.task_id.partition("/")[0],
+                    "solver": str(p.request.get("solver", "")),
+                    "reason": "the daemon stopped before the attempt finished",
+                    "version": __version__,
+                })
+                for p in pending
+            ])
+
+    def _initial_calibration(self) -> Calibration | None:
+        if self.config.calibrate_seconds > 0:
+            return self.calibrate(self.config.calibrate_seconds)
+        entry = self.ledger.latest("calibration")
+        if entry is not None and entry.body.get("source") == self.meter.source:
+            return Calibration.from_body(entry.body, seq=entry.seq, time=entry.time)
+        return None
+
+    def calibrate(self, seconds: float) -> Calibration:
+        """Measure idle power now and record it as a signed calibration entry."""
+        if seconds <= 0:
+            raise UsageError("calibration needs a positive number of seconds")
+        log.info("calibrating idle power for %.0f s (%s)", seconds, self.meter.source)
+        cal = calibration_mod.calibrate(self.meter, seconds)
+        entry = self.ledger.append("calibration", cal.body())
+        cal = Calibration.from_body(entry.body, seq=entry.seq, time=entry.time)
+        if hasattr(self, "metering"):
+            self.metering.calibration = cal
+        return cal
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def tasks(self, suite: str = "") -> list[Contract]:
+        return self.registry.list(suite)
+
+    def task(self, task_id: str) -> Contract:
+        return self.registry.get(task_id)
+
+    def task_files(self, task_id: str) -> Iterator[tuple[str, bytes, int]]:
+        """(path, bytes, mode) of each file of the pristine tree a remote agent works on."""
+        for rel, path in iter_tree(self.task(task_id).pristine):
+            if path.is_symlink():
+                continue
+            yield rel, path.read_bytes(), path.stat().st_mode & 0o777
+
+    # -- baselines (the evaluator's BaselineStore) -----------------------------------------
+
+    def load_baseline(self, contract: Contract) -> Expected | None:
+        entry = self.ledger.baseline_for(contract.digest)
+        if entry is None:
+            return None
+        b = entry.body
+        return Expected(
+            tuple(b["fail_to_pass"]), tuple(b["pass_to_pass"]), bool(b["valid"]),
+            str(b.get("reason", "")), entry.seq,
+        )
+
+    def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:
+        return self.ledger.append("baseline", body).seq
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def submit(self, sub: Submission, progress: Progress | None = None) -> dict[str, Any]:
+        """Validate, journal, evaluate, sign; the receipt. Idempotent on `idempotency_key`."""
+        progress = progress or (lambda phase, message: None)
+        attempt = self._attempt(sub)
+        key = sub.idempotency_key
+        if key:
+            previous = self.ledger.result_for_key(key)
+            if previous is not None:
+                self._check_same(previous, attempt)
+                progress("replay", f"idempotency key seen before: entry {previous.seq}")
+                return self.receipt(previous, replayed=True)
+            with self._inflight_lock:
+                running = self._inflight.get(key)
+                if running is None:
+                    mine: Future[dict[str, Any]] = Future()
+                    self._inflight[key] = mine
+            if running is not None:
+                progress("replay", "the same submission is being evaluated; waiting for it")
+                receipt = running.result()
+                return {**receipt, "replayed": True}
+        try:
+            receipt = self._run(attempt, progress)
+        except BaseException as err:
+            if key:
+                mine.set_exception(err)
+            raise
+        finally:
+            if key:
+                with self._inflight_lock:
+                    self._inflight.pop(key, None)
+        if key:
+            mine.set_result(receipt)
+        return receipt
+
+    def _attempt(self, sub: Submission) -> Attempt:
+        contract = self.registry.get(sub.task_id)
+        if sub.patch is None and sub.solver not in DAEMON_SOLVERS:
+            raise UsageError(
+                f"solver {sub.solver!r} cannot run in the daemon",
+                hint=f"daemon-hosted solvers are {', '.join(DAEMON_SOLVERS)}; "
+                "other solvers submit patches",
+            )
+        claimed = {k: int(v) for k, v in sub.claimed.items() if k in CLAIMED_KEYS and v}
+        patch = None
+        if sub.patch is not None:
+            patch = parse_patch(sub.patch, max_bytes=self.config.max_patch_bytes)
+        return Attempt(
+            contract=contract,
+            patch=patch,
+            solver=sub.solver or ("remote" if sub.patch is not None else ""),
+            model=sub.model,
+            agent=sub.agent,
+            run_id=sub.run_id,
+            rollout=sub.rollout,
+            claimed=claimed,
+            idempotency_key=sub.idempotency_key,
+            attempt_id=uuid.uuid4().hex,
+        )
+
+    @staticmethod
+    def _check_same(previous: Entry, attempt: Attempt) -> None:
+        body = previous.body
+        same_patch = attempt.patch is None or body["patch_sha256"] == attempt.patch.sha256
+        if body["task_id"] != attempt.contract.task_id or not same_patch:
+            raise UsageError(
+                f"idempotency key {attempt.idempotency_key!r} was already used for a different "
+                f"submission (entry {previous.seq}, {body['task_id']})",
+                hint="use a fresh idempotency key for each distinct submission",
+            )
+
+    def _run(self, attempt: Attempt, progress: Progress) -> dict[str, Any]:
+        if not self._slots.acquire(blocking=False):
+            raise BusyError(
+                f"{self.config.queue_limit} attempts are already queued or running",
+                hint="retry later with the same idempotency key",
+            )
+        try:
+            self.evaluator.prepare(attempt)
+            self.ledger.journal_accept(
+                attempt.attempt_id, attempt.idempotency_key or None, attempt.contract.task_id,
+                {"solver": attempt.solver, "run_id": attempt.run_id, "rollout": attempt.rollout},
+            )
+            try:
+                body = self.evaluator.evaluate(attempt, progress)
+            except JouledError:
+                self.ledger.journal_drop(attempt.attempt_id)
+                raise
+            entry = self.ledger.append("result", body)
+            progress("signed", f"ledger entry {entry.seq}")
+            return self.receipt(entry)
+        finally:
+            self._slots.release()
+
+    def receipt(self, entry: Entry, *, replayed: bool = False) -> dict[str, Any]:
+        """Everything needed to check one result alone: entry, proof, checkpoint."""
+        note = self.ledger.checkpoint_note()
+        size = int(note.split("\n")[1])
+        body = entry.body
+        return {
+            "seq": entry.seq,
+            "task_id": body["task_id"],
+            "patch_sha256": body["patch_sha256"],
+            "status": body["status"],
+            "resolved": body["resolved"],
+            "tests": body["tests"],
+            "energy": body["energy"],
+            "solver": body["solver"],
+            "leaf_hash": entry.leaf_hash.hex(),
+            "replayed": replayed,
+            "entry": entry.export_record(),
+            "proof": self.ledger.inclusion_proof(entry.seq, size),
+            "checkpoint": note,
+        }
+
+    # -- reading the ledger ---------------------------------------------------------------
+
+    def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
+        if axis not in ("joules", "usd", "wall"):
+            raise UsageError(f"axis {axis!r} is not one of joules, usd, wall")
+        return {"rows": frontier.frontier_rows(self.ledger.result_bodies(suite), suite=suite or None,
+                                               axis=axis)}
+
+    def best_of_k(self, suite: str = "") -> dict[str, Any]:
+        return {"rows": frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None)}
+
+    def export(self) -> Iterator[str]:
+        for entry in self.ledger.iter_export():
+            yield entry.export_line()
+
+    def meter_status(self) -> dict[str, Any]:
+        cal = self.metering.calibration
+        return {
+            **self.meter.describe(),
+            "policy": self.metering.policy,
+            "calibration": None if cal is None else {
+                **cal.body(), "seq": cal.seq, "time": cal.time,
+            },
+        }
+
+    def close(self) -> None:
+        self.meter.close()
+        self.ledger.close()
+

@@ -1,0 +1,69 @@
+"""`jouled tasks check`: every task's tests must fail before and pass with the reference."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jouled.config import Config
+from jouled.contracts import Contract, TaskRegistry
+from jouled.evaluate import Evaluator, derive_expected, parse_trusted, restore_protected, seed
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.patch import apply_patch
+from jouled.testreport import grade
+
+
+class _NoStore:
+    """Checking records nothing: the daemon records baselines when it first grades a task."""
+
+    def load_baseline(self, contract: Contract) -> None:
+        return None
+
+    def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:
+        return -1
+
+
+def check_task(evaluator: Evaluator, contract: Contract, work: Path) -> dict[str, Any]:
+    before = evaluator.run_check(contract, seed(contract, work / "before"))
+    after = None
+    if contract.reference_patch is not None:
+        tree = seed(contract, work / "after")
+        apply_patch(parse_trusted(contract.reference_patch), tree)
+        restore_protected(contract, tree)
+        after = evaluator.run_check(contract, tree)
+    report: dict[str, Any] = {"task_id": contract.task_id, "digest": contract.digest}
+    if after is None and not contract.has_expected_ids:
+        return {**report, "ok": False, "reason": "no reference/ and no expected test ids",
+                "fail_to_pass": [], "pass_to_pass": []}
+    expected = derive_expected(contract, before, after)
+    ok, reason = expected.valid, expected.reason
+    if ok and after is not None:
+        graded = grade(after.outcomes, expected.fail_to_pass, expected.pass_to_pass,
+                       after.result.exit_code)
+        if not graded.resolved:
+            ok = False
+            reason = (f"the reference does not resolve: {len(graded.failed)} failed, "
+                      f"{len(graded.missing)} missing")
+    return {
+        **report,
+        "ok": ok,
+        "reason": reason,
+        "fail_to_pass": list(expected.fail_to_pass),
+        "pass_to_pass": list(expected.pass_to_pass),
+    }
+
+
+def check_tasks(config: Config, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    registry = TaskRegistry.from_dirs(config.task_dirs)
+    metering = Metering(EstimatorMeter(), None, "exclusive")
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="jouled-check-") as tmp:
+        evaluator = Evaluator(metering, _NoStore(), Path(tmp))
+        for i, contract in enumerate(registry.list(), 1):
+            progress(f"[{i}/{len(registry)}] {contract.task_id}")
+            with tempfile.TemporaryDirectory(dir=tmp) as work:
+                reports.append(check_task(evaluator, contract, Path(work)))
+    return reports

@@ -1,0 +1,107 @@
+"""A real `jouled serve` subprocess on a Unix socket, driven by the real `jb-client`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = REPO / "tasks"
+
+
+@dataclass
+class Daemon:
+    data_dir: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        return f"unix:{self.data_dir / 'jouled.sock'}"
+
+    @property
+    def pubkey(self) -> Path:
+        return self.data_dir / "jouled.pub"
+
+    def client(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jb_client", "--target", self.target, *args],
+            capture_output=True, text=True, timeout=300, input=None if input is None else
+            input.decode(), env={**os.environ, **self.extra_env},
+        )
+
+    def client_json(self, *args: str) -> Any:
+        done = self.client(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def ledger_size(self) -> int:
+        return int(self.client_json("checkpoint")["size"])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path,
+                 timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"jouled exited {proc.returncode}:\n{log.read_text()}")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise AssertionError(f"jouled did not start serving:\n{log.read_text()}")
+
+
+def start_daemon(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                 tasks: Path = TASKS) -> Daemon:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = data_dir.parent / f"{data_dir.name}.log"
+    argv = [
+        sys.executable, "-m", "jouled", "serve", "--data-dir", str(data_dir),
+        "--tasks", str(tasks), "--energy", "estimator", "--calibrate-seconds", "0",
+        "--grace", "20", *extra,
+    ]
+    with log.open("ab") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})
+    daemon = Daemon(data_dir, proc, log)
+    wait_serving(daemon.target, proc, log)
+    return daemon
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path_factory.mktemp("jouled") / "data")
+    yield d
+    assert d.stop() == 0, d.log.read_text()
+
+
+@pytest.fixture
+def fresh_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path / "data")
+    yield d
+    if d.proc.poll() is None:
+        d.stop(signal.SIGKILL)

@@ -1,0 +1,231 @@
+"""End to end: a real daemon, real gRPC over a Unix socket, real pytest runs, real DuckDB."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from jouled.patch import diff_trees
+
+from .conftest import TASKS, Daemon
+
+LRU = TASKS / "smoke" / "lrucache"
+SMOKE = sorted(p.name for p in (TASKS / "smoke").iterdir() if (p / "task.toml").is_file())
+
+
+def make_patch(tmp_path: Path, task: Path, edits: dict[str, str | None],
+               reference: bool = False) -> Path:
+    """A git-style diff from the task's before/ tree to a copy with `edits` applied."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(new, ignore_errors=True)
+    shutil.copytree(task / "before", old)
+    shutil.copytree(task / "before", new)
+    if reference:
+        shutil.copytree(task / "reference", new, dirs_exist_ok=True)
+    for rel, content in edits.items():
+        target = new / rel
+        if content is None:
+            target.unlink()
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+    out = tmp_path / "change.patch"
+    out.write_bytes(diff_trees(old, new))
+    return out
+
+
+def submit(daemon: Daemon, patch: Path, task: str = "smoke/lrucache", *extra: str) -> dict:
+    return daemon.client_json("submit", "--task", task, "--patch", str(patch), *extra)
+
+
+def test_lists_the_smoke_suite(daemon: Daemon) -> None:
+    tasks = daemon.client_json("tasks", "--suite", "smoke")["tasks"]
+    assert sorted(t["name"] for t in tasks) == SMOKE
+    assert all(len(t["digest"]) == 64 for t in tasks)
+
+
+def test_fetch_writes_the_buggy_tree(daemon: Daemon, tmp_path: Path) -> None:
+    out = tmp_path / "work"
+    done = daemon.client("fetch", "--task", "smoke/lrucache", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert (out / "lrucache" / "cache.py").read_bytes() == (
+        LRU / "before" / "lrucache" / "cache.py"
+    ).read_bytes()
+    assert "evicts entries" in (out / "PROMPT.md").read_text()
+
+
+def test_reference_resolves_every_smoke_task_and_noop_none(daemon: Daemon) -> None:
+    report = daemon.client_json("run", "--suite", "smoke", "--solvers", "reference,noop")
+    by_solver: dict[str, list[dict]] = {}
+    for r in report["receipts"]:
+        by_solver.setdefault(r["solver"], []).append(r)
+    assert sorted(r["task_id"] for r in by_solver["reference"]) == [f"smoke/{n}" for n in SMOKE]
+    assert all(r["status"] == "resolved" for r in by_solver["reference"])
+    assert all(r["status"] == "unresolved" for r in by_solver["noop"])
+    rows = {r["solver"]: r for r in report["frontier"] if r["suite"] == "smoke"}
+    assert rows["reference"]["resolution"] == 1.0
+    assert rows["noop"]["resolution"] == 0.0
+    assert rows["noop"]["joules_per_resolved"] is None
+    assert rows["reference"]["energy_source"] == "estimator"
+    for r in by_solver["reference"]:
+        grade = r["energy"]["grade"]
+        assert grade["source"] == "estimator" and grade["gross_mj"] >= 0
+        assert set(grade) >= {"gross_mj", "marginal_mj", "idle_mj", "source", "reliable",
+                              "attribution", "wall_ms"}
+
+
+def test_a_patch_that_only_rewrites_the_tests_does_not_resolve(daemon: Daemon,
+                                                                  tmp_path: Path) -> None:
+    patch = make_patch(tmp_path, LRU, {"tests/test_cache.py": "def test_ok():\n    pass\n"})
+    receipt = submit(daemon, patch)
+    assert receipt["status"] == "unresolved"
+    assert receipt["resolved"] is False
+
+
+def test_a_fix_that_also_edits_the_tests_resolves(daemon: Daemon, tmp_path: Path) -> None:
+    patch = make_patch(tmp_path, LRU, {"tests/test_cache.py": "def test_ok():\n    pass\n",
+                                       "tests/test_extra.py": "def test_x():\n    pass\n"},
+                       reference=True)
+    receipt = submit(daemon, patch)
+    assert receipt["status"] == "resolved", receipt
+    entry = json.loads(base64.b64decode(receipt["entry"]["payload"]))
+    assert set(entry["body"]["restored"]) == {"tests/test_cache.py", "tests/test_extra.py"}
+
+
+CONFTEST_FORCE_PASS = '''
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+'''
+
+
+@pytest.mark.parametrize("where", ["conftest.py", "lrucache/conftest.py"])
+def test_an_added_conftest_forcing_passes_does_not_resolve(daemon: Daemon, tmp_path: Path,
+                                                           where: str) -> None:
+    receipt = submit(daemon, make_patch(tmp_path, LRU, {where: CONFTEST_FORCE_PASS}))
+    assert receipt["status"] == "unresolved"
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        {"pytest.ini": "[pytest]\npythonpath = .\naddopts = -k 'not recently_used'\n"},
+        {"pytest.ini": "[pytest]\npythonpath = .\npython_functions = nothing_matches\n"},
+        {"tox.ini": "[pytest]\npythonpath = .\naddopts = -k 'not recently_used'\n"},
+        {"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-k not recently_used'\n"},
+    ],
+    ids=["deselect", "collect-nothing", "tox-ini", "pyproject"],
+)
+def test_pytest_config_that_deselects_tests_does_not_resolve(daemon: Daemon, tmp_path: Path,
+                                                             edits: dict[str, str]) -> None:
+    receipt = submit(daemon, make_patch(tmp_path, LRU, edits))
+    assert receipt["status"] == "unresolved"
+
+
+def test_a_fake_pytest_module_cannot_shadow_the_runner(daemon: Daemon, tmp_path: Path) -> None:
+    fake = "import sys\nprint('PASSED tests/test_cache.py::test_get_marks_entry_as_recently_used')\nsys.exit(0)\n"
+    receipt = submit(daemon, make_patch(tmp_path, LRU, {"pytest.py": fake}))
+    assert receipt["status"] == "unresolved"
+
+
+def test_idempotent_retry_returns_the_original_receipt(daemon: Daemon, tmp_path: Path) -> None:
+    patch = make_patch(tmp_path, LRU, {}, reference=True)
+    first = submit(daemon, patch, "smoke/lrucache", "--idempotency-key", "retry-me-1")
+    size = daemon.ledger_size()
+    again = submit(daemon, patch, "smoke/lrucache", "--idempotency-key", "retry-me-1")
+    assert again["seq"] == first["seq"] and again["replayed"] is True
+    assert daemon.ledger_size() == size
+
+
+BAD_PATCHES = {
+    "absolute": ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "absolute"),
+    "dotdot": ("--- a/../x.py\n+++ b/../x.py\n@@ -1 +1 @@\n-a\n+b\n", ".."),
+    "malformed": ("--- a/lrucache/cache.py\n+++ b/lrucache/cache.py\n@@ -1,3 +1,3 @@\n-x\n",
+                  "lrucache/cache.py"),
+    "does-not-apply": ("--- a/lrucache/cache.py\n+++ b/lrucache/cache.py\n@@ -1,1 +1,1 @@\n"
+                       "-this line is not in the file\n+x\n", "lrucache/cache.py"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_PATCHES))
+def test_bad_patches_are_rejected_without_a_ledger_entry(daemon: Daemon, tmp_path: Path,
+                                                         name: str) -> None:
+    text, expect = BAD_PATCHES[name]
+    patch = tmp_path / "bad.patch"
+    patch.write_text(text)
+    before = daemon.ledger_size()
+    done = daemon.client("submit", "--task", "smoke/lrucache", "--patch", str(patch))
+    assert done.returncode == 2, done.stderr
+    assert expect in done.stderr
+    assert daemon.ledger_size() == before
+    assert daemon.client_json("tasks")["tasks"]  # still serving
+
+
+def test_an_oversized_patch_is_rejected(daemon: Daemon, tmp_path: Path) -> None:
+    body = "".join(f"+line {i} {'x' * 60}\n" for i in range(20_000))
+    patch = tmp_path / "big.patch"
+    patch.write_text(f"--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1,20000 @@\n{body}")
+    before = daemon.ledger_size()
+    done = daemon.client("submit", "--task", "smoke/lrucache", "--patch", str(patch))
+    assert done.returncode == 2
+    assert "bound" in done.stderr or "MiB" in done.stderr or "bytes" in done.stderr
+    assert daemon.ledger_size() == before
+
+
+def test_an_unknown_task_is_not_found(daemon: Daemon, tmp_path: Path) -> None:
+    patch = make_patch(tmp_path, LRU, {}, reference=True)
+    before = daemon.ledger_size()
+    done = daemon.client("submit", "--task", "smoke/nope", "--patch", str(patch))
+    assert done.returncode == 2
+    assert "unknown task 'smoke/nope'" in done.stderr
+    assert daemon.ledger_size() == before
+
+
+def test_export_verifies_and_an_edited_export_fails(daemon: Daemon, tmp_path: Path) -> None:
+    daemon.client_json("run", "--suite", "smoke", "--solvers", "reference")
+    out = tmp_path / "ledger.jsonl"
+    assert daemon.client("export", "--out", str(out)).returncode == 0
+    ok = daemon.client("verify", str(out), "--pubkey", str(daemon.pubkey), "--json")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["ok"] is True and report["entries"] == len(out.read_text().splitlines())
+    assert report["kinds"]["genesis"] == 1
+
+    lines = out.read_text().splitlines()
+    victim = next(i for i, line in enumerate(lines) if json.loads(line)["seq"] > 0 and
+                  json.loads(base64.b64decode(json.loads(line)["payload"]))["kind"] == "result")
+    record = json.loads(lines[victim])
+    doc = json.loads(base64.b64decode(record["payload"]))
+    doc["body"]["resolved"] = not doc["body"]["resolved"]
+    record["payload"] = base64.b64encode(
+        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).decode()
+    lines[victim] = json.dumps(record)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("\n".join(lines) + "\n")
+    bad = daemon.client("verify", str(tampered), "--pubkey", str(daemon.pubkey), "--json")
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["seq"] == record["seq"]
+    assert f"entry {record['seq']}" in bad.stderr
+
+
+def test_sigterm_stops_cleanly_and_the_ledger_reopens(fresh_daemon: Daemon) -> None:
+    fresh_daemon.client_json("run", "--suite", "smoke", "--solvers", "noop")
+    size = fresh_daemon.ledger_size()
+    assert fresh_daemon.stop(signal.SIGTERM) == 0
+    from .conftest import start_daemon
+
+    again = start_daemon(fresh_daemon.data_dir)
+    try:
+        assert again.ledger_size() == size
+    finally:
+        assert again.stop() == 0

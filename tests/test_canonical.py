@@ -1,0 +1,26 @@
+import json
+
+import pytest
+
+from jouled import canonical
+
+
+def test_keys_sorted_by_utf16_code_units_and_no_whitespace() -> None:
+    # U+E000 sorts before U+1F600 in UTF-16 (surrogates are 0xD83D...) but after it in UTF-32.
+    doc = {"b": 1, "a": [True, None, "x"], "\U0001f600": 0, "\ue000": 0}
+    assert canonical.dumps(doc) == '{"a":[true,null,"x"],"b":1,"\U0001f600":0,"\ue000":0}'
+
+
+def test_strings_escape_minimally() -> None:
+    assert canonical.dumps("é\n\"\\\x1f") == '"é\\n\\"\\\\\\u001f"'
+
+
+def test_round_trips_through_json() -> None:
+    doc = {"seq": 3, "body": {"nested": {"z": -5, "y": ""}}, "kind": "result"}
+    assert json.loads(canonical.dumpb(doc)) == doc
+
+
+@pytest.mark.parametrize("bad", [1.5, 2**53, {1: "x"}, b"bytes", object()])
+def test_refuses_what_has_no_single_canonical_form(bad: object) -> None:
+    with pytest.raises(canonical.CanonicalError):
+        canonical.dumps({"v": bad})

@@ -1,0 +1,35 @@
+from pathlib import Path
+
+import pytest
+
+from jouled.config import Config, bundled_tasks
+from jouled.errors import ConfigError
+
+
+def test_environment_is_read_in_one_place(tmp_path: Path) -> None:
+    env = {"JOULED_HOME": str(tmp_path / "home"), "JOULED_ACTIVE_WATTS": "42.5"}
+    config = Config.from_env(env)
+    assert config.data_dir == (tmp_path / "home").resolve()
+    assert config.active_watts == 42.5
+    assert config.task_dirs == (bundled_tasks(),)
+    assert config.listen_address == f"unix:{config.data_dir / 'jouled.sock'}"
+
+
+def test_overrides_win_and_none_means_unset(tmp_path: Path) -> None:
+    config = Config.from_env({}, data_dir=tmp_path, energy="estimator", listen=None)
+    assert config.energy == "estimator"
+    assert config.listen == ""
+
+
+@pytest.mark.parametrize(
+    ("env", "overrides", "message"),
+    [
+        ({"JOULED_ACTIVE_WATTS": "lots"}, {}, "JOULED_ACTIVE_WATTS='lots' is not a number"),
+        ({}, {"energy": "magic"}, "--energy 'magic' is not one of"),
+        ({}, {"attribution": "fair"}, "attribution 'fair'"),
+        ({}, {"calibrate_seconds": -1}, "--calibrate-seconds"),
+    ],
+)
+def test_bad_values_say_what_is_wrong(env: dict, overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        Config.from_env(env, **overrides)
