@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Self
 
 ESTIMATOR = "estimator"
 
@@ -90,7 +91,7 @@ class Meter(ABC):
             ],
         }
 
-    def __enter__(self) -> Meter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -125,8 +126,9 @@ class Calibration:
         }
 
     @classmethod
-    def from_body(cls, body: Mapping[str, object], *, seq: int | None = None,
-                  time: str = "") -> Calibration:
+    def from_body(
+        cls, body: Mapping[str, object], *, seq: int | None = None, time: str = ""
+    ) -> Calibration:
         raw = body.get("domains", {})
         assert isinstance(raw, Mapping)
         return cls(

@@ -1,0 +1,91 @@
+"""Idle calibration: what the quiet host draws, per domain, and how much that wobbles.
+
+A window's marginal energy is gross minus idle power x wall time, and it only
+counts as signal above the idle noise (`jouled.meter.window`), so both the mean
+and the spread are measured here, on the same meter the windows will use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from jouled.errors import ConfigError, MeterError
+from jouled.meter.base import Calibration, DomainIdle, Meter, Snapshot
+
+
+def calibrate(
+    meter: Meter,
+    seconds: float,
+    *,
+    interval_s: float = 0.1,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Calibration:
+    """Sample the quiet host for `seconds` in sub-intervals of about `interval_s`.
+
+    A domain's idle power is its energy over every good sub-interval divided by
+    their wall time; its spread is the standard deviation of the sub-intervals'
+    powers. Sub-intervals that hold a failed read are left out; if none is left,
+    calibration fails rather than guess.
+
+    Estimator domains get idle 0 and spread 0 without sampling: the estimator
+    models active power only (its coefficient is already the cost of working),
+    so it has no idle draw to subtract and no noise to measure.
+    """
+    if not seconds > 0:
+        raise ConfigError(f"calibration needs a positive duration, got {seconds} s")
+    if not interval_s > 0:
+        raise ConfigError(f"calibration interval must be positive, got {interval_s} s")
+    idle = {d.name: DomainIdle(0, 0) for d in meter.domains() if not d.measured}
+    measured = [d.name for d in meter.domains() if d.measured]
+    if not measured:
+        return Calibration(source=meter.source, seconds=0, domains=idle, time=_now())
+
+    count = max(1, round(seconds / interval_s))
+    snaps = [meter.snapshot()]
+    for _ in range(count):
+        sleep(seconds / count)
+        snaps.append(meter.snapshot())
+
+    energy_uj = dict.fromkeys(measured, 0)
+    powers_mw: dict[str, list[float]] = {name: [] for name in measured}
+    good_ns = 0
+    for a, b in itertools.pairwise(snaps):
+        dt_ns = b.t_ns - a.t_ns
+        if not _good(a, b, measured) or dt_ns <= 0:
+            continue
+        good_ns += dt_ns
+        for name in measured:
+            delta = b.totals_uj[name] - a.totals_uj[name]
+            energy_uj[name] += delta
+            # uJ / ns = kW; x 1e6 -> mW
+            powers_mw[name].append(delta * 1e6 / dt_ns)
+    if good_ns == 0:
+        raise MeterError(
+            f"calibration failed: every sample of {meter.source} held a failed read",
+            hint="run `jouled meter probe` to see which domain fails",
+        )
+    for name in measured:
+        spread = statistics.stdev(powers_mw[name]) if len(powers_mw[name]) > 1 else 0.0
+        idle[name] = DomainIdle(
+            idle_mw=round(energy_uj[name] * 1e6 / good_ns), stddev_mw=round(spread)
+        )
+    wall_s = (snaps[-1].t_ns - snaps[0].t_ns) / 1e9
+    return Calibration(source=meter.source, seconds=round(wall_s), domains=idle, time=_now())
+
+
+def _good(a: Snapshot, b: Snapshot, names: list[str]) -> bool:
+    if a.faults != b.faults:
+        return False
+    for name in names:
+        start, end = a.totals_uj.get(name), b.totals_uj.get(name)
+        if start is None or end is None or end < start:
+            return False
+    return True
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

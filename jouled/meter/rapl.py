@@ -1,0 +1,395 @@
+"""RAPL energy read straight from Linux powercap sysfs.
+
+Zone selection is where RAPL readers usually go wrong, so it is explicit and
+explained (`plan_zones`, shown by `jouled meter probe`):
+
+- top-level `package-N` zones are summed across sockets by default;
+- `psys` (the whole platform, packages and DRAM included) is an alternative,
+  selected with `zones="psys"`, never added to packages;
+- `dram` subzones are outside the package and opt-in;
+- `core` and `uncore` are inside the package and never added to it;
+- `intel-rapl-mmio:N` re-exposes an MSR package zone: the MSR one is kept;
+- on multi-die parts every die can expose the same socket counter; zones
+  whose deltas are identical over a short probe are read once.
+
+Counters wrap at `max_energy_range_uj`; the sampler reads often enough that at
+most one wrap falls between reads. Since CVE-2020-8694 `energy_uj` is readable
+by root only; `deploy/99-jouled-powercap.rules` makes it group-readable.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from jouled.errors import ConfigError, MeterPermissionError, MeterUnavailableError
+from jouled.meter.base import Domain, Meter, Snapshot
+from jouled.meter.sampler import CounterChannel, Sampler, poll_interval
+
+SOURCE = "rapl"
+DEFAULT_ROOT = Path("/sys/class/powercap")
+# Far above any socket's power, far below what a misread wrap implies.
+CEILING_W = 5000.0
+MIRROR_PROBE_S = 0.1
+# The common RAPL energy status unit is 2^-14 J; sysfs scales it away but the
+# counter cannot show finer steps.
+RESOLUTION_UJ = 61
+MIN_WINDOW_MS = 10
+ZONE_CHOICES = ("package", "psys")
+
+PERMISSION_HINT = (
+    "energy_uj is root-only since CVE-2020-8694; install deploy/99-jouled-powercap.rules "
+    "(a udev rule making it readable by the `jouled` group, then add the daemon's user to "
+    "that group) or run jouled with CAP_DAC_READ_SEARCH"
+)
+MISSING_HINT = (
+    "needs the intel_rapl powercap driver (Intel, or AMD on Linux >= 5.8); in a container, "
+    "mount the host's /sys/class/powercap read-only and pass that path as the powercap root"
+)
+
+_ZONE_ID = re.compile(r"^intel-rapl(-mmio)?:(\d+)(?::(\d+))?$")
+
+Reader = Callable[[Path], str]
+
+
+def read_text(path: Path) -> str:
+    return path.read_text()
+
+
+@dataclass(frozen=True)
+class Zone:
+    """One powercap zone directory."""
+
+    id: str  # "intel-rapl:0", "intel-rapl:0:2", "intel-rapl-mmio:0"
+    path: Path
+    name: str  # the zone's name file: "package-0", "psys", "dram", "core", ...
+    parent: str  # the parent zone's name for a subzone, "" for a top-level zone
+    mmio: bool
+    max_range_uj: int | None  # None: the wrap point is unknown
+
+    @property
+    def energy_path(self) -> Path:
+        return self.path / "energy_uj"
+
+    @property
+    def kind(self) -> str:
+        for kind in ("package", "psys", "dram", "core", "uncore"):
+            if self.name == kind or self.name.startswith(f"{kind}-"):
+                return kind
+        return "other"
+
+
+@dataclass(frozen=True)
+class ZonePlan:
+    """Whether a zone is metered, as which domain, and why."""
+
+    zone: Zone
+    domain: str
+    selected: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.zone.id,
+            "path": str(self.zone.path),
+            "name": self.zone.name,
+            "kind": self.zone.kind,
+            "domain": self.domain,
+            "selected": self.selected,
+            "reason": self.reason,
+            "max_energy_range_uj": self.zone.max_range_uj,
+        }
+
+
+def _sort_key(zone_id: str) -> tuple[int, int, int]:
+    m = _ZONE_ID.match(zone_id)
+    assert m is not None
+    return (1 if m.group(1) else 0, int(m.group(2)), int(m.group(3) or -1))
+
+
+def discover(root: Path, reader: Reader = read_text) -> list[Zone]:
+    """Every RAPL zone under `root`, MSR before MMIO, sockets in order.
+
+    `/sys/class/powercap` lists subzones flat (as links) while the device tree
+    nests them; both layouts are walked and each zone id is kept once.
+    """
+    found: dict[str, Path] = {}
+
+    def walk(directory: Path, depth: int) -> None:
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError:
+            return
+        for entry in entries:
+            if _ZONE_ID.match(entry.name) and entry.is_dir():
+                found.setdefault(entry.name, entry)
+                if depth < 2:
+                    walk(entry, depth + 1)
+            elif entry.name in ("intel-rapl", "intel-rapl-mmio") and depth == 0:
+                walk(entry, depth + 1)
+
+    walk(root, 0)
+    names: dict[str, str] = {}
+    for zone_id, path in found.items():
+        try:
+            names[zone_id] = reader(path / "name").strip()
+        except (OSError, ValueError):
+            names[zone_id] = ""
+    zones = []
+    for zone_id in sorted(found, key=_sort_key):
+        path = found[zone_id]
+        parent_id = zone_id.rsplit(":", 1)[0] if zone_id.count(":") == 2 else ""
+        zones.append(
+            Zone(
+                id=zone_id,
+                path=path,
+                name=names[zone_id],
+                parent=names.get(parent_id, "") if parent_id else "",
+                mmio=zone_id.startswith("intel-rapl-mmio"),
+                max_range_uj=_read_max(reader, path),
+            )
+        )
+    return zones
+
+
+def _read_max(reader: Reader, path: Path) -> int | None:
+    try:
+        value = int(reader(path / "max_energy_range_uj").strip())
+    except (OSError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def _domain_name(zone: Zone) -> str:
+    if zone.parent:
+        # dram under package-0 -> dram-0; under package-0-die-1 -> dram-0-die-1
+        suffix = zone.parent.removeprefix("package")
+        return f"{zone.name}{suffix}" if suffix else f"{zone.name}-{zone.id.split(':')[1]}"
+    return zone.name or zone.id
+
+
+def plan_zones(
+    zones: Sequence[Zone], *, select: str = "package", dram: bool = False
+) -> list[ZonePlan]:
+    """Decide, without reading counters, which zones to meter and why."""
+    if select not in ZONE_CHOICES:
+        raise ConfigError(f"RAPL zones {select!r} is not one of {', '.join(ZONE_CHOICES)}")
+    msr_names = {z.name for z in zones if not z.mmio and not z.parent}
+    plans: list[ZonePlan] = []
+    skipped_parent: dict[str, str] = {}
+    for z in zones:
+        domain = _domain_name(z)
+        if z.mmio and not z.parent and z.name in msr_names:
+            reason = f"duplicate of the MSR zone named {z.name} (the same counter read via MMIO)"
+            skipped_parent[z.id] = reason
+            plans.append(ZonePlan(z, domain, False, reason))
+            continue
+        parent_id = z.id.rsplit(":", 1)[0] if z.parent else ""
+        if parent_id in skipped_parent:
+            plans.append(ZonePlan(z, domain, False, skipped_parent[parent_id]))
+            continue
+        selected, reason = _choose(z, select=select, dram=dram)
+        plans.append(ZonePlan(z, domain, selected, reason))
+    return _unique_domains(plans)
+
+
+def _choose(z: Zone, *, select: str, dram: bool) -> tuple[bool, str]:
+    kind = z.kind
+    if kind == "package" and not z.parent:
+        if select == "psys":
+            return False, "psys selected: package energy is already inside psys"
+        return True, "top-level package zone (summed across sockets)"
+    if kind == "psys" and not z.parent:
+        if select == "psys":
+            return True, "psys selected: the whole platform, instead of packages"
+        return False, "psys is an alternative to package zones, never added (zones='psys')"
+    if kind == "dram":
+        if select == "psys":
+            return False, "dram is already inside psys"
+        if dram:
+            return True, "dram opted in (outside the package)"
+        return False, "dram is opt-in (dram=True)"
+    if kind in ("core", "uncore"):
+        return False, f"{kind} is inside its package zone, never added to it"
+    return False, f"unrecognised zone name {z.name!r}"
+
+
+def _unique_domains(plans: list[ZonePlan]) -> list[ZonePlan]:
+    seen: set[str] = set()
+    out = []
+    for p in plans:
+        domain = p.domain
+        if p.selected and domain in seen:
+            domain = f"{domain}@{p.zone.id}"
+        if p.selected:
+            seen.add(domain)
+        out.append(replace(p, domain=domain))
+    return out
+
+
+def read_energy(reader: Reader, path: Path) -> int:
+    """One counter read; a permission failure says how to fix it."""
+    try:
+        return int(reader(path).strip())
+    except PermissionError as err:
+        raise MeterPermissionError(
+            f"cannot read {path}: permission denied", hint=PERMISSION_HINT
+        ) from err
+
+
+def find_mirrors(
+    plans: Sequence[ZonePlan],
+    reader: Reader,
+    *,
+    probe_s: float = MIRROR_PROBE_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ZonePlan]:
+    """Skip selected zones that mirror an earlier one of the same kind.
+
+    Two zones whose counters advance by the same non-zero amount over the probe
+    are one counter exposed twice (one per die of a multi-die socket); summing
+    them would multiply the energy by the die count. Idle zones (zero delta)
+    prove nothing and are kept.
+    """
+    chosen = [p for p in plans if p.selected]
+    kinds = [p.zone.kind for p in chosen]
+    if all(kinds.count(k) < 2 for k in kinds):
+        return list(plans)
+    first = {p.zone.id: _read_open(reader, p.zone) for p in chosen}
+    sleep(probe_s)
+    second = {p.zone.id: _read_open(reader, p.zone) for p in chosen}
+    deltas: dict[str, int] = {}
+    for p in chosen:
+        a, b = first[p.zone.id], second[p.zone.id]
+        wrap = (p.zone.max_range_uj or 0) + 1
+        deltas[p.zone.id] = (b - a) % wrap if b < a and p.zone.max_range_uj else b - a
+    mirrored: dict[str, ZonePlan] = {}
+    kept: list[ZonePlan] = []
+    for p in chosen:
+        twin = next(
+            (
+                k
+                for k in kept
+                if k.zone.kind == p.zone.kind
+                and deltas[p.zone.id] != 0
+                and deltas[k.zone.id] == deltas[p.zone.id]
+            ),
+            None,
+        )
+        if twin is None:
+            kept.append(p)
+            continue
+        mirrored[p.zone.id] = replace(
+            p,
+            selected=False,
+            reason=f"mirrors {twin.zone.name} ({twin.zone.id}): identical deltas over a "
+            f"{probe_s * 1000:.0f} ms probe, one counter exposed per die",
+        )
+    return [mirrored.get(p.zone.id, p) for p in plans]
+
+
+def _read_open(reader: Reader, zone: Zone) -> int:
+    """A read while opening the meter: any failure means the meter cannot open."""
+    try:
+        return read_energy(reader, zone.energy_path)
+    except MeterPermissionError:
+        raise
+    except (OSError, ValueError) as err:
+        raise MeterUnavailableError(f"cannot read {zone.energy_path}: {err}") from err
+
+
+class RaplMeter(Meter):
+    """Selected RAPL zones as domains, polled by a sampler thread.
+
+    `interval_s` overrides the poll interval derived from the counters' range
+    and `ceiling_w`; `clock` and `sleep` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        root: Path = DEFAULT_ROOT,
+        *,
+        zones: str = "package",
+        dram: bool = False,
+        reader: Reader = read_text,
+        ceiling_w: float = CEILING_W,
+        mirror_probe_s: float = MIRROR_PROBE_S,
+        interval_s: float | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if zones not in ZONE_CHOICES:
+            raise ConfigError(f"RAPL zones {zones!r} is not one of {', '.join(ZONE_CHOICES)}")
+        self.root = Path(root)
+        found = discover(self.root, reader)
+        if not found:
+            raise MeterUnavailableError(f"no RAPL zones under {self.root}", hint=MISSING_HINT)
+        plans = plan_zones(found, select=zones, dram=dram)
+        if not any(p.selected for p in plans):
+            names = ", ".join(z.name or z.id for z in found)
+            raise MeterUnavailableError(
+                f"no RAPL {zones} zone under {self.root} (found: {names})", hint=MISSING_HINT
+            )
+        self.plans = find_mirrors(plans, reader, probe_s=mirror_probe_s, sleep=sleep)
+        selected = [p for p in self.plans if p.selected]
+        # Every selected zone must read once before the meter claims it.
+        for p in selected:
+            _read_open(reader, p.zone)
+        self._domains = tuple(
+            Domain(
+                name=p.domain,
+                source=SOURCE,
+                kind=p.zone.kind,
+                resolution_uj=RESOLUTION_UJ,
+                min_window_ms=MIN_WINDOW_MS,
+            )
+            for p in selected
+        )
+        channels = [
+            CounterChannel(
+                p.domain,
+                _energy_reader(reader, p.zone.energy_path),
+                ceiling_w=ceiling_w,
+                modulus=p.zone.max_range_uj + 1 if p.zone.max_range_uj else None,
+                backwards="went backwards and max_energy_range_uj is missing, so a wrap "
+                "cannot be told from a reset",
+            )
+            for p in selected
+        ]
+        if interval_s is None:
+            interval_s = min(poll_interval(p.zone.max_range_uj, ceiling_w) for p in selected)
+        self._sampler = Sampler(channels, interval_s=interval_s, clock=clock, name="jouled-rapl")
+
+    @property
+    def source(self) -> str:
+        return SOURCE
+
+    @property
+    def interval_s(self) -> float:
+        return self._sampler.interval_s
+
+    def domains(self) -> Sequence[Domain]:
+        return self._domains
+
+    def snapshot(self) -> Snapshot:
+        return self._sampler.snapshot()
+
+    def close(self) -> None:
+        self._sampler.close()
+
+    def describe(self) -> dict[str, object]:
+        info = super().describe()
+        info["rapl"] = {
+            "root": str(self.root),
+            "interval_s": self.interval_s,
+            "zones": [p.to_dict() for p in self.plans],
+        }
+        return info
+
+
+def _energy_reader(reader: Reader, path: Path) -> Callable[[], int]:
+    # Permission errors after open are faults like any other failed read.
+    return lambda: int(reader(path).strip())

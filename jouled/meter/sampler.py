@@ -1,0 +1,278 @@
+"""One polling thread per counter-based meter.
+
+Windows are pairs of snapshots that may be minutes apart, but hardware
+counters wrap (RAPL) or restart (an NVML driver reload), and some sources only
+report instantaneous power. Reading at the window edges alone would let wraps
+hide, so a sampler reads every channel often enough that at most one wrap can
+fall between two reads, and keeps unbounded per-domain totals that never wrap.
+
+A read that fails or is implausible is a *fault*: it is counted, the channel is
+rebased, and the energy around it is not guessed. Any window that contains a
+fault sees the count change and is invalid (see `jouled.meter.window`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from jouled.errors import MeterError
+from jouled.meter.base import Snapshot
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 1.0
+# Without a known range nothing bounds the wrap period; poll often enough that
+# a counter reset is seen soon after it happens.
+UNKNOWN_RANGE_INTERVAL_S = 0.1
+# Reading four times per range-crossing at the ceiling leaves room for a thread
+# that wakes up late.
+READS_PER_WRAP = 4
+
+
+def poll_interval(
+    range_uj: int | None,
+    ceiling_w: float,
+    *,
+    lo: float = MIN_INTERVAL_S,
+    hi: float = MAX_INTERVAL_S,
+) -> float:
+    """Seconds between reads so that two wraps of a `range_uj` counter cannot
+    fall between consecutive reads while power stays under `ceiling_w`.
+
+    Clamped to [lo, hi]; a result of `lo` for a tiny range means the guarantee
+    is weaker than asked, and the channel's gap check turns a too-long gap into
+    a fault rather than a wrong total.
+    """
+    if range_uj is None:
+        return min(hi, max(lo, UNKNOWN_RANGE_INTERVAL_S))
+    safe = range_uj / (ceiling_w * 1e6) / READS_PER_WRAP
+    return min(hi, max(lo, safe))
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one read of a channel contributed."""
+
+    delta_uj: int = 0
+    fault: str = ""  # non-empty: the read failed or was implausible, and why
+
+
+class Channel(ABC):
+    """One domain's raw source, turned into energy increments read by read."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abstractmethod
+    def step(self, t_ns: int) -> Step:
+        """Read once at `t_ns`; return the energy since the previous read."""
+
+
+class CounterChannel(Channel):
+    """A cumulative hardware counter.
+
+    With a `modulus` (a RAPL counter with a known `max_energy_range_uj`) a
+    backwards step is a wrap. Without one it cannot be told from a reset, so it
+    is a fault and the channel rebases; `backwards` names the likely cause for
+    the window's reasons (e.g. an NVML driver reload).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        read: Callable[[], int],
+        *,
+        ceiling_w: float,
+        modulus: int | None = None,
+        unit_uj: int = 1,
+        slack_s: float = MIN_INTERVAL_S,
+        backwards: str = "counter went backwards",
+    ) -> None:
+        super().__init__(name)
+        self._read = read
+        self._modulus = modulus
+        self._unit_uj = unit_uj
+        self._ceiling_uw = ceiling_w * 1e6
+        # A counter that updates in chunks can show a chunk between two reads
+        # microseconds apart; judge power over at least one update period.
+        self._slack_ns = int(slack_s * 1e9)
+        # At the ceiling the counter crosses its whole range in this time: reads
+        # further apart than this could hide a second wrap.
+        self._wrap_ns = (
+            int(modulus * unit_uj / self._ceiling_uw * 1e9) if modulus is not None else None
+        )
+        self._backwards = backwards
+        self._last: tuple[int, int] | None = None
+        self._gap = False
+
+    def step(self, t_ns: int) -> Step:
+        try:
+            raw = int(self._read())
+        except Exception as err:
+            return self._lost(f"read failed: {type(err).__name__}: {err}")
+        if raw < 0 or (self._modulus is not None and raw >= self._modulus):
+            return self._lost(f"read {raw} is outside the counter's range")
+        last, self._last = self._last, (raw, t_ns)
+        if last is None:
+            if self._gap:
+                self._gap = False
+                return Step(fault="resumed after a failed read; the gap is not counted")
+            return Step()
+        raw0, t0 = last
+        dt = t_ns - t0
+        if raw >= raw0:
+            delta = raw - raw0
+        elif self._modulus is not None:
+            delta = (raw - raw0) % self._modulus
+        else:
+            return Step(fault=f"{self._backwards} ({raw0} -> {raw}); rebased")
+        delta_uj = delta * self._unit_uj
+        if self._wrap_ns is not None and dt > self._wrap_ns:
+            return Step(fault=f"reads {dt / 1e6:.0f} ms apart: a second wrap could hide")
+        if delta_uj > self._ceiling_uw * max(dt, self._slack_ns) / 1e9:
+            return Step(
+                fault=f"implausible: {delta_uj} uJ in {dt / 1e6:.1f} ms is above "
+                f"{self._ceiling_uw / 1e6:.0f} W; rebased"
+            )
+        return Step(delta_uj=delta_uj)
+
+    def _lost(self, reason: str) -> Step:
+        # The next good read starts afresh and is itself a fault, so a window
+        # that begins at this failed read cannot look valid either.
+        self._last = None
+        self._gap = True
+        return Step(fault=reason)
+
+
+class PowerChannel(Channel):
+    """Sampled power in milliwatts, integrated by trapezoids between reads."""
+
+    def __init__(self, name: str, read_mw: Callable[[], int], *, ceiling_w: float) -> None:
+        super().__init__(name)
+        self._read_mw = read_mw
+        self._ceiling_mw = ceiling_w * 1000
+        self._last: tuple[int, int] | None = None
+        self._gap = False
+        self._rem_pj = 0  # sub-microjoule remainder carried so rounding never drifts
+
+    def step(self, t_ns: int) -> Step:
+        try:
+            mw = int(self._read_mw())
+        except Exception as err:
+            return self._lost(f"read failed: {type(err).__name__}: {err}")
+        if mw < 0 or mw > self._ceiling_mw:
+            return self._lost(f"implausible power {mw} mW")
+        last, self._last = self._last, (mw, t_ns)
+        if last is None:
+            if self._gap:
+                self._gap = False
+                return Step(fault="resumed after a failed read; the gap is not counted")
+            return Step()
+        mw0, t0 = last
+        # mW x ns = pJ
+        pj = (mw0 + mw) * max(0, t_ns - t0) // 2 + self._rem_pj
+        delta_uj, self._rem_pj = divmod(pj, 1_000_000)
+        return Step(delta_uj=delta_uj)
+
+    def _lost(self, reason: str) -> Step:
+        self._last = None
+        self._gap = True
+        return Step(fault=reason)
+
+
+class Sampler:
+    """Polls its channels on a daemon thread; `snapshot()` reads fresh under a lock.
+
+    The first read happens in the constructor, so totals start at zero at open.
+    `close()` stops and joins the thread; a closed sampler refuses snapshots,
+    because without polling a wrap could hide.
+    """
+
+    def __init__(
+        self,
+        channels: Sequence[Channel],
+        *,
+        interval_s: float,
+        clock: Callable[[], int] = time.monotonic_ns,
+        name: str = "jouled-sampler",
+    ) -> None:
+        names = [c.name for c in channels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"channel names must be unique: {names}")
+        self.interval_s = interval_s
+        self._channels = tuple(channels)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._totals = dict.fromkeys(names, 0)
+        self._notes: dict[str, str] = {}
+        self._faults = 0
+        self._failing: set[str] = set()
+        self._closed = False
+        self._poll()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def faults(self) -> int:
+        return self._faults
+
+    @property
+    def running(self) -> bool:
+        """The polling thread is alive (False once closed)."""
+        return self._thread.is_alive()
+
+    def poll(self) -> int:
+        """Read every channel now; returns the time of the read."""
+        with self._lock:
+            return self._poll()
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            if self._closed:
+                raise MeterError("the meter is closed; open a new one to keep metering")
+            t_ns = self._poll()
+            return Snapshot(
+                t_ns=t_ns,
+                totals_uj=dict(self._totals),
+                faults=self._faults,
+                notes=dict(self._notes),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(5.0, 2 * self.interval_s))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.poll()
+
+    def _poll(self) -> int:
+        t_ns = self._clock()
+        for channel in self._channels:
+            try:
+                step = channel.step(t_ns)
+            except Exception as err:  # a polling thread that dies would hide every later wrap
+                step = Step(fault=f"{type(err).__name__}: {err}")
+            if step.fault:
+                self._faults += 1
+                # Numbered, so a window spanning a new fault sees the note change.
+                self._notes[channel.name] = f"{step.fault} (fault {self._faults})"
+                if channel.name not in self._failing:
+                    self._failing.add(channel.name)
+                    log.warning("energy domain %s: %s", channel.name, step.fault)
+                continue
+            if channel.name in self._failing:
+                self._failing.discard(channel.name)
+                log.info("energy domain %s reads again", channel.name)
+            self._totals[channel.name] += step.delta_uj
+        return t_ns

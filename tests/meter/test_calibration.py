@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jouled.errors import ConfigError, MeterError
+from jouled.meter.base import Calibration, DomainIdle
+from jouled.meter.calibration import calibrate
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.rapl import RaplMeter, read_text
+
+from .fakes import FakeClock, FakePowercap
+
+IDLE = 3600.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakePowercap:
+    fake = FakePowercap(tmp_path / "powercap")
+    fake.package(0)
+    fake.package(1)
+    return fake
+
+
+def open_rapl(fake: FakePowercap, clock: FakeClock, **kw: Any) -> RaplMeter:
+    return RaplMeter(fake.root, clock=clock, sleep=clock.sleep, interval_s=IDLE, **kw)
+
+
+def test_constant_power_gives_its_mean_and_no_spread(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.drive(clock, {"intel-rapl:0": 12.5, "intel-rapl:1": 7.25})
+    with open_rapl(fake, clock) as m:
+        cal = calibrate(m, 5.0, interval_s=0.1, sleep=clock.sleep)
+    assert cal.source == "rapl"
+    assert cal.seconds == 5
+    assert {n: (d.idle_mw, d.stddev_mw) for n, d in cal.domains.items()} == {
+        "package-0": (12_500, 0),
+        "package-1": (7_250, 0),
+    }
+    assert cal.time.endswith("Z")
+
+
+def test_varying_power_gives_its_standard_deviation(fake: FakePowercap, clock: FakeClock) -> None:
+    # 10 W and 20 W in turn, one sub-interval each.
+    flip = [0]
+
+    def advance(seconds: float) -> None:
+        watts = 10.0 if flip[0] % 2 == 0 else 20.0
+        flip[0] += 1
+        for zone in ("intel-rapl:0", "intel-rapl:1"):
+            fake.add(zone, round(watts * seconds * 1e6))
+
+    with open_rapl(fake, clock) as m:
+        clock.on_advance(advance)  # after the mirror probe: the packages are distinct
+        cal = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep)
+    d = cal.domains["package-0"]
+    assert d.idle_mw == 15_000
+    # sample standard deviation of ten values, five at each of +-5 W
+    assert d.stddev_mw == round(5_000 * math.sqrt(10 / 9))
+
+
+def test_estimator_has_no_idle_and_does_not_sample() -> None:
+    slept: list[float] = []
+    m = EstimatorMeter(active_watts=30.0)
+    cal = calibrate(m, 10.0, sleep=slept.append)
+    assert slept == []
+    assert cal.source == "estimator"
+    assert cal.seconds == 0
+    assert {n: (d.idle_mw, d.stddev_mw) for n, d in cal.domains.items()} == {"estimated": (0, 0)}
+
+
+def test_sub_intervals_with_a_failed_read_are_left_out(tmp_path: Path, clock: FakeClock) -> None:
+    fake = FakePowercap(tmp_path / "one")
+    fake.package(0)
+    fake.drive(clock, {"intel-rapl:0": 8.0})
+    reads = [0]
+
+    def reader(path: Path) -> str:
+        if path.name == "energy_uj":
+            reads[0] += 1
+            if reads[0] == 5:
+                raise OSError(5, "Input/output error")
+        return read_text(path)
+
+    with open_rapl(fake, clock, reader=reader) as m:
+        cal = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep)
+    # Counting the sub-intervals around the failure would have pulled the mean down.
+    assert cal.domains["package-0"] == DomainIdle(8_000, 0)
+
+
+def test_calibration_that_never_reads_fails(tmp_path: Path, clock: FakeClock) -> None:
+    fake = FakePowercap(tmp_path / "one")
+    fake.package(0)
+    broken = [False]
+
+    def reader(path: Path) -> str:
+        if broken[0] and path.name == "energy_uj":
+            raise OSError(5, "Input/output error")
+        return read_text(path)
+
+    with open_rapl(fake, clock, reader=reader) as m:
+        broken[0] = True
+        with pytest.raises(MeterError, match="calibration failed"):
+            calibrate(m, 0.5, interval_s=0.1, sleep=clock.sleep)
+
+
+def test_bad_durations_are_config_errors() -> None:
+    m = EstimatorMeter()
+    with pytest.raises(ConfigError):
+        calibrate(m, 0)
+    with pytest.raises(ConfigError):
+        calibrate(m, 1, interval_s=0)
+
+
+def test_calibration_round_trips_as_a_ledger_body(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.drive(clock, {"intel-rapl:0": 5.0, "intel-rapl:1": 6.0})
+    with open_rapl(fake, clock) as m:
+        cal = calibrate(m, 1.0, sleep=clock.sleep)
+    again = Calibration.from_body(cal.body())
+    assert again.domains == cal.domains and again.source == cal.source

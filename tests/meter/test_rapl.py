@@ -1,0 +1,327 @@
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jouled.errors import ConfigError, MeterPermissionError, MeterUnavailableError
+from jouled.meter.rapl import RaplMeter, read_text
+from jouled.meter.window import PhaseEnergy, phase_energy
+
+from .fakes import FakeClock, FakePowercap
+
+IDLE = 3600.0  # the polling thread never wakes inside a test: snapshots drive reads
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakePowercap:
+    return FakePowercap(tmp_path / "powercap")
+
+
+def open_rapl(fake: FakePowercap, clock: FakeClock, **kw: Any) -> RaplMeter:
+    return RaplMeter(fake.root, clock=clock, sleep=clock.sleep, interval_s=IDLE, **kw)
+
+
+def window(meter: RaplMeter, clock: FakeClock, seconds: float) -> PhaseEnergy:
+    start = meter.snapshot()
+    clock.sleep(seconds)
+    end = meter.snapshot()
+    return phase_energy(meter.source, meter.domains(), start, end, None)
+
+
+def names(meter: RaplMeter) -> list[str]:
+    return [d.name for d in meter.domains()]
+
+
+def reasons(meter: RaplMeter) -> dict[str, str]:
+    return {p.zone.id: p.reason for p in meter.plans}
+
+
+@pytest.fixture
+def two_sockets(fake: FakePowercap, clock: FakeClock) -> FakePowercap:
+    """package + core/uncore/dram on socket 0, package + dram on socket 1."""
+    for n in (0, 1):
+        fake.package(n)
+    fake.subzone("intel-rapl:0", 0, "core")
+    fake.subzone("intel-rapl:0", 1, "uncore")
+    fake.subzone("intel-rapl:0", 2, "dram")
+    fake.subzone("intel-rapl:1", 0, "dram")
+    fake.drive(
+        clock,
+        {
+            "intel-rapl:0": 30.0,
+            "intel-rapl:0:0": 20.0,
+            "intel-rapl:0:1": 5.0,
+            "intel-rapl:0:2": 4.0,
+            "intel-rapl:1": 25.0,
+            "intel-rapl:1:0": 3.0,
+        },
+    )
+    return fake
+
+
+def test_packages_are_summed_and_core_uncore_never_added(
+    two_sockets: FakePowercap, clock: FakeClock
+) -> None:
+    with open_rapl(two_sockets, clock) as m:
+        assert m.source == "rapl"
+        assert names(m) == ["package-0", "package-1"]
+        assert {d.kind for d in m.domains()} == {"package"}
+        pe = window(m, clock, 2.0)
+        why = reasons(m)
+    assert pe.valid
+    assert pe.domains == {"package-0": 60_000, "package-1": 50_000}
+    assert pe.gross_mj == 110_000
+    assert "inside its package" in why["intel-rapl:0:0"]
+    assert "inside its package" in why["intel-rapl:0:1"]
+    assert "opt-in" in why["intel-rapl:0:2"]
+
+
+def test_dram_is_opt_in(two_sockets: FakePowercap, clock: FakeClock) -> None:
+    with open_rapl(two_sockets, clock, dram=True) as m:
+        assert names(m) == ["package-0", "dram-0", "package-1", "dram-1"]
+        pe = window(m, clock, 1.0)
+    assert pe.domains == {
+        "package-0": 30_000,
+        "dram-0": 4_000,
+        "package-1": 25_000,
+        "dram-1": 3_000,
+    }
+
+
+def test_psys_is_an_alternative_never_an_addition(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0)
+    fake.subzone("intel-rapl:0", 0, "dram")
+    fake.psys(1)
+    fake.drive(clock, {"intel-rapl:0": 10.0, "intel-rapl:0:0": 2.0, "intel-rapl:1": 18.0})
+    with open_rapl(fake, clock, dram=True) as m:
+        assert names(m) == ["package-0", "dram-0"]
+        assert "alternative" in reasons(m)["intel-rapl:1"]
+    with open_rapl(fake, clock, zones="psys", dram=True) as m:
+        assert names(m) == ["psys"]
+        assert [d.kind for d in m.domains()] == ["psys"]
+        assert "inside psys" in reasons(m)["intel-rapl:0"]
+        assert "inside psys" in reasons(m)["intel-rapl:0:0"]
+        pe = window(m, clock, 1.0)
+    assert pe.gross_mj == 18_000
+
+
+def test_psys_asked_for_but_absent_is_unavailable(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0)
+    with pytest.raises(MeterUnavailableError, match="psys"):
+        open_rapl(fake, clock, zones="psys")
+
+
+def test_unknown_zone_choice_is_a_config_error(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0)
+    with pytest.raises(ConfigError):
+        open_rapl(fake, clock, zones="core")
+
+
+def test_mmio_duplicate_of_a_package_is_ignored(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0)
+    fake.mmio_package(0)
+    fake.drive(clock, {"intel-rapl:0": 15.0, "intel-rapl-mmio:0": 15.0})
+    with open_rapl(fake, clock) as m:
+        assert names(m) == ["package-0"]
+        assert "MMIO" in reasons(m)["intel-rapl-mmio:0"]
+        pe = window(m, clock, 1.0)
+    assert pe.gross_mj == 15_000
+
+
+def test_mmio_zone_is_used_when_no_msr_zone_shows_that_package(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    fake.mmio_package(0)
+    fake.drive(clock, {"intel-rapl-mmio:0": 9.0})
+    with open_rapl(fake, clock) as m:
+        assert names(m) == ["package-0"]
+        assert window(m, clock, 1.0).gross_mj == 9_000
+
+
+def test_mirrored_dies_are_read_once(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0, name="package-0-die-0", energy_uj=123_456)
+    fake.package(1, name="package-0-die-1")
+    fake.mirror("intel-rapl:1", of="intel-rapl:0")
+    fake.drive(clock, {"intel-rapl:0": 68.0})
+    with open_rapl(fake, clock, mirror_probe_s=0.05) as m:
+        assert names(m) == ["package-0-die-0"]
+        assert "mirrors package-0-die-0" in reasons(m)["intel-rapl:1"]
+        pe = window(m, clock, 1.0)
+    assert pe.gross_mj == 68_000
+
+
+def test_distinct_packages_and_idle_packages_are_both_kept(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    fake.package(0)
+    fake.package(1)
+    fake.package(2)
+    fake.package(3)
+    # 2 and 3 are idle: equal (zero) deltas prove nothing.
+    fake.drive(clock, {"intel-rapl:0": 40.0, "intel-rapl:1": 41.0})
+    with open_rapl(fake, clock) as m:
+        assert names(m) == ["package-0", "package-1", "package-2", "package-3"]
+
+
+def test_flat_sysfs_links_list_each_zone_once(two_sockets: FakePowercap, clock: FakeClock) -> None:
+    two_sockets.flat_links()
+    with open_rapl(two_sockets, clock, dram=True) as m:
+        assert names(m) == ["package-0", "dram-0", "package-1", "dram-1"]
+        assert window(m, clock, 1.0).gross_mj == 62_000
+
+
+def test_single_wrap_is_counted_through_the_top(fake: FakePowercap, clock: FakeClock) -> None:
+    top = 10**9  # a 1 kJ counter, crossed in 200 ms at the 5 kW ceiling
+    fake.package(0, energy_uj=top - 1_000_000, max_uj=top)
+    fake.drive(clock, {"intel-rapl:0": 20.0})
+    with open_rapl(fake, clock) as m:
+        before = fake.read("intel-rapl:0")
+        pe = window(m, clock, 0.1)
+        assert fake.read("intel-rapl:0") < before  # it did wrap
+    assert pe.valid and pe.gross_mj == 2_000
+
+
+def test_missing_max_file_makes_a_backwards_step_a_fault(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    fake.package(0, energy_uj=50_000_000, max_uj=None)
+    fake.drive(clock, {"intel-rapl:0": 10.0})
+    with open_rapl(fake, clock) as m:
+        assert window(m, clock, 1.0).gross_mj == 10_000
+        start = m.snapshot()
+        fake.set("intel-rapl:0", 1_000)  # a wrap or a reset: nothing can tell
+        clock.sleep(1.0)
+        end = m.snapshot()
+        broken = phase_energy(m.source, m.domains(), start, end, None)
+        after = window(m, clock, 1.0)
+    assert not broken.valid and broken.gross_mj is None
+    assert any("max_energy_range_uj" in r for r in broken.reasons)
+    assert after.valid and after.gross_mj == 10_000
+
+
+def test_permission_error_at_open_says_how_to_fix_it(
+    two_sockets: FakePowercap, clock: FakeClock
+) -> None:
+    def reader(path: Path) -> str:
+        if path.name == "energy_uj":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    with pytest.raises(MeterPermissionError) as info:
+        open_rapl(two_sockets, clock, reader=reader)
+    err = info.value
+    assert "\n" not in err.message and "energy_uj" in err.message
+    assert "CVE-2020-8694" in err.hint
+    assert "deploy/99-jouled-powercap.rules" in err.hint
+    assert "jouled" in err.hint and "CAP_DAC_READ_SEARCH" in err.hint
+
+
+def test_permission_lost_after_open_is_a_fault(two_sockets: FakePowercap, clock: FakeClock) -> None:
+    denied = False
+
+    def reader(path: Path) -> str:
+        if denied and path.name == "energy_uj":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    with open_rapl(two_sockets, clock, reader=reader) as m:
+        start = m.snapshot()
+        denied = True
+        clock.sleep(1.0)
+        end = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    assert not pe.valid and pe.gross_mj is None
+
+
+def test_implausible_spike_is_a_fault_and_the_window_invalid(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    fake.package(0)
+    fake.drive(clock, {"intel-rapl:0": 20.0})
+    with open_rapl(fake, clock) as m:
+        start = m.snapshot()
+        clock.sleep(1.0)
+        fake.add("intel-rapl:0", 10**10)  # 10 kJ more in that second: 10 kW, not a CPU
+        end = m.snapshot()
+        pe = phase_energy(m.source, m.domains(), start, end, None)
+        after = window(m, clock, 1.0)
+    assert end.faults == start.faults + 1
+    assert not pe.valid and pe.gross_mj is None and pe.marginal_mj is None
+    assert any("implausible" in r for r in pe.reasons)
+    assert after.valid and after.gross_mj == 20_000
+
+
+def test_non_integer_content_is_a_fault_never_zero(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0, energy_uj=1_000)
+    with open_rapl(fake, clock) as m:
+        start = m.snapshot()
+        fake.write_raw("intel-rapl:0", "")
+        end = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    assert not pe.valid and pe.gross_mj is None
+
+
+def test_no_rapl_zones_is_unavailable(tmp_path: Path, clock: FakeClock) -> None:
+    with pytest.raises(MeterUnavailableError, match="no RAPL zones") as info:
+        RaplMeter(tmp_path / "absent", clock=clock, sleep=clock.sleep)
+    assert "\n" not in info.value.message
+
+
+def test_poll_interval_follows_the_counter_range(fake: FakePowercap, clock: FakeClock) -> None:
+    fake.package(0, max_uj=5_000_000)
+    with RaplMeter(fake.root, ceiling_w=100.0, clock=clock, sleep=clock.sleep) as m:
+        # 5 J at 100 W is crossed in 50 ms; at most a quarter of that between reads.
+        assert m.interval_s * 100.0 * 1e6 <= 5_000_000 / 4
+        assert m.describe()["rapl"]["interval_s"] == m.interval_s  # type: ignore[index]
+
+
+@pytest.fixture
+def helper_stop() -> Iterator[threading.Event]:
+    stop = threading.Event()
+    yield stop
+    stop.set()
+
+
+def test_real_time_window_over_several_wraps_is_within_two_percent(
+    fake: FakePowercap, helper_stop: threading.Event
+) -> None:
+    """A counter advancing in real time at 20 W through a 6 J range wraps every
+    300 ms; only the sampler's reads between the window's edges see them all."""
+    top, watts = 6_000_000, 20.0
+    fake.package(0, max_uj=top)
+    written = [0]
+
+    def advance() -> None:
+        t0 = time.monotonic_ns()
+        while not helper_stop.is_set():
+            total = round(watts * (time.monotonic_ns() - t0) / 1000)  # W x ns / 1000 = uJ
+            fake.set("intel-rapl:0", total % (top + 1))
+            written[0] = total
+            time.sleep(0.001)
+
+    with RaplMeter(fake.root, ceiling_w=150.0) as m:
+        start = m.snapshot()
+        helper = threading.Thread(target=advance, name="fake-rapl", daemon=True)
+        helper.start()
+        try:
+            time.sleep(1.5)
+        finally:
+            helper_stop.set()
+            helper.join()
+        end = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    truth_mj = written[0] / 1000
+    assert truth_mj > 4 * top / 1000  # it wrapped several times
+    assert pe.valid, pe.reasons
+    assert pe.gross_mj is not None
+    assert abs(pe.gross_mj - truth_mj) <= 0.02 * truth_mj

@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from jouled.errors import MeterError
+from jouled.meter.base import Domain
+from jouled.meter.sampler import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    Channel,
+    CounterChannel,
+    PowerChannel,
+    Sampler,
+    Step,
+    poll_interval,
+)
+from jouled.meter.window import phase_energy
+
+from .fakes import FakeClock
+
+IDLE = 3600.0  # a polling thread that never wakes inside a test: snapshots drive reads
+
+
+class Scripted:
+    """A raw counter whose next reads a test scripts."""
+
+    def __init__(self, value: int = 0) -> None:
+        self.value: int | Exception = value
+
+    def __call__(self) -> int:
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+def domain(name: str = "c") -> Domain:
+    return Domain(name=name, source="rapl", kind="package", resolution_uj=1, min_window_ms=0)
+
+
+def test_poll_interval_is_a_quarter_of_the_fastest_range_crossing() -> None:
+    # 5 J at 100 W is crossed in 50 ms: read every 12.5 ms.
+    assert poll_interval(5_000_000, 100.0) == pytest.approx(0.0125)
+    # A real package counter (262 kJ at 5 kW) would allow 13 s: capped.
+    assert poll_interval(262_143_328_850, 5000.0) == MAX_INTERVAL_S
+    assert poll_interval(1000, 5000.0) == MIN_INTERVAL_S
+    assert MIN_INTERVAL_S <= poll_interval(None, 5000.0) <= MAX_INTERVAL_S
+
+
+def test_counter_single_wrap_counts_the_distance_through_the_top() -> None:
+    raw = Scripted(900_000_000)
+    ch = CounterChannel("c", raw, ceiling_w=100.0, modulus=10**9)
+    assert ch.step(0) == Step()
+    raw.value = 100_000_000  # 200 J in 5 s: 40 W, through the top of a 1 kJ counter
+    assert ch.step(5_000_000_000) == Step(delta_uj=200_000_000)
+
+
+def test_sampler_interval_keeps_many_wraps_between_snapshots_exact() -> None:
+    modulus, ceiling_w, watts = 5_000_000, 100.0, 90.0
+    clock = FakeClock()
+    t0 = clock.now_ns
+
+    def counter() -> int:  # a counter near the ceiling, wrapping every ~56 ms
+        return round(watts * (clock.now_ns - t0) / 1000) % modulus
+
+    interval = poll_interval(modulus - 1, ceiling_w)
+    ch = CounterChannel("c", counter, ceiling_w=ceiling_w, modulus=modulus)
+    sampler = Sampler([ch], interval_s=IDLE, clock=clock)
+    try:
+        start = sampler.snapshot()
+        for _ in range(160):  # 2 s of polls at the derived interval: ~36 wraps
+            clock.sleep(interval)
+            sampler.poll()
+        end = sampler.snapshot()
+    finally:
+        sampler.close()
+    assert end.faults == start.faults == 0
+    truth = round(watts * (end.t_ns - start.t_ns) / 1000)
+    assert end.totals_uj["c"] - start.totals_uj["c"] == truth
+    assert truth > 30 * modulus
+
+
+def test_reads_too_far_apart_for_the_range_are_a_fault_not_a_wrong_total() -> None:
+    modulus = 5_000_000
+    clock = FakeClock()
+    raw = Scripted(0)
+    sampler = Sampler(
+        [CounterChannel("c", raw, ceiling_w=100.0, modulus=modulus)], interval_s=IDLE, clock=clock
+    )
+    try:
+        start = sampler.snapshot()
+        clock.sleep(0.2)  # 100 W crosses 5 J in 50 ms: two wraps could hide in 200 ms
+        raw.value = 1_000
+        end = sampler.snapshot()
+    finally:
+        sampler.close()
+    pe = phase_energy("rapl", [domain()], start, end, None)
+    assert end.faults == 1
+    assert not pe.valid and pe.gross_mj is None
+    assert any("could hide" in r for r in pe.reasons)
+
+
+def test_backwards_without_a_range_is_a_fault_and_rebases() -> None:
+    raw = Scripted(5_000)
+    ch = CounterChannel("c", raw, ceiling_w=1e6, backwards="driver reload")
+    ch.step(0)
+    raw.value = 10
+    step = ch.step(1_000_000_000)
+    assert step.delta_uj == 0 and "driver reload" in step.fault
+    raw.value = 30
+    assert ch.step(2_000_000_000) == Step(delta_uj=20)
+
+
+def test_implausible_jump_is_a_fault_never_a_spike() -> None:
+    raw = Scripted(0)
+    ch = CounterChannel("c", raw, ceiling_w=5000.0, modulus=10**12)
+    ch.step(0)
+    raw.value = 10**11  # 100 kJ in 1 s
+    step = ch.step(1_000_000_000)
+    assert step.delta_uj == 0 and "implausible" in step.fault
+    raw.value = 10**11 + 7
+    assert ch.step(2_000_000_000) == Step(delta_uj=7)
+
+
+def test_counter_chunk_inside_the_slack_is_plausible() -> None:
+    raw = Scripted(0)
+    ch = CounterChannel("c", raw, ceiling_w=1000.0, slack_s=1.0, unit_uj=1000)
+    ch.step(0)
+    raw.value = 70_000  # 70 J appearing between reads 1 ms apart: one chunk update
+    assert ch.step(1_000_000) == Step(delta_uj=70_000_000)
+
+
+def test_failed_read_faults_and_so_does_the_resume() -> None:
+    raw = Scripted(100)
+    ch = CounterChannel("c", raw, ceiling_w=1e6, modulus=10**9)
+    ch.step(0)
+    raw.value = OSError(5, "Input/output error")
+    assert "read failed" in ch.step(1).fault
+    raw.value = 900
+    assert "resumed" in ch.step(2).fault
+    raw.value = 950
+    assert ch.step(3) == Step(delta_uj=50)
+
+
+def test_non_integer_content_is_a_fault() -> None:
+    def garbage() -> int:
+        return int("")
+
+    assert "ValueError" in CounterChannel("c", garbage, ceiling_w=1.0).step(0).fault
+
+
+def test_power_channel_integrates_trapezoids() -> None:
+    mw = Scripted(10_000)
+    ch = PowerChannel("p", mw, ceiling_w=1000.0)
+    ch.step(0)
+    mw.value = 30_000
+    # (10 W + 30 W) / 2 x 2 s = 40 J
+    assert ch.step(2_000_000_000) == Step(delta_uj=40_000_000)
+
+
+def test_power_channel_carries_sub_microjoule_remainders() -> None:
+    ch = PowerChannel("p", lambda: 7, ceiling_w=1000.0)
+    ch.step(0)
+    # 7 mW for 3 us is 0.021 uJ a read; 10,000 reads are 210 uJ, not 0.
+    total = sum(ch.step(i * 3000).delta_uj for i in range(1, 10_001))
+    assert total == 210
+
+
+def test_power_above_the_ceiling_is_a_fault() -> None:
+    ch = PowerChannel("p", lambda: 9_000_000, ceiling_w=5000.0)
+    assert "implausible" in ch.step(0).fault
+
+
+def test_fault_changes_the_note_so_the_window_says_why() -> None:
+    clock = FakeClock()
+    raw = Scripted(0)
+    sampler = Sampler([CounterChannel("c", raw, ceiling_w=1e6)], interval_s=IDLE, clock=clock)
+    try:
+        a = sampler.snapshot()
+        raw.value = PermissionError(13, "Permission denied")
+        b = sampler.snapshot()
+        raw.value = 10
+        c = sampler.snapshot()
+        raw.value = 25
+        clock.sleep(1)
+        d = sampler.snapshot()
+    finally:
+        sampler.close()
+    assert (a.faults, b.faults, c.faults, d.faults) == (0, 1, 2, 2)
+    assert "PermissionError" in b.notes["c"]
+    across = phase_energy("rapl", [domain()], a, b, None)
+    assert not across.valid and any("PermissionError" in r for r in across.reasons)
+    # A window starting at the failed read cannot look valid either.
+    assert not phase_energy("rapl", [domain()], b, d, None).valid
+    after = phase_energy("rapl", [domain()], c, d, None)
+    assert after.valid and after.domains == {"c": 0}
+    assert d.totals_uj["c"] - c.totals_uj["c"] == 15
+
+
+class Counting(Channel):
+    def __init__(self, boom_after: int = -1) -> None:
+        super().__init__("n")
+        self.reads = 0
+        self.boom_after = boom_after
+        self.polled = threading.Event()
+
+    def step(self, t_ns: int) -> Step:
+        self.reads += 1
+        if self.reads >= 3:
+            self.polled.set()
+        if self.boom_after >= 0 and self.reads > self.boom_after:
+            raise RuntimeError("driver exploded")
+        return Step(delta_uj=1)
+
+
+def test_thread_polls_in_the_background_and_close_joins_it() -> None:
+    ch = Counting()
+    sampler = Sampler([ch], interval_s=0.01)
+    try:
+        assert sampler.running
+        assert ch.polled.wait(10)
+    finally:
+        sampler.close()
+    assert not sampler.running
+    with pytest.raises(MeterError):
+        sampler.snapshot()
+    sampler.close()  # idempotent
+
+
+def test_thread_survives_a_channel_that_raises() -> None:
+    ch = Counting(boom_after=1)
+    sampler = Sampler([ch], interval_s=0.01)
+    try:
+        assert ch.polled.wait(10)
+        snap = sampler.snapshot()
+    finally:
+        sampler.close()
+    assert snap.faults >= 2
+    assert "driver exploded" in snap.notes["n"]
+
+
+def test_channel_names_must_be_unique() -> None:
+    with pytest.raises(ValueError):
+        Sampler([Counting(), Counting()], interval_s=IDLE)
