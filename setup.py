@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent
 
 
 def generate_stubs() -> None:
-    from grpc_tools import protoc  # build-time dependency, see [build-system]
     import grpc_tools
+    from grpc_tools import protoc  # build-time dependency, see [build-system]
 
     include = Path(grpc_tools.__file__).resolve().parent / "_proto"
     protos = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "proto").rglob("*.proto"))

@@ -60,8 +60,10 @@ class Client:
         self.timeout_s = timeout_s
         self._channel = grpc.insecure_channel(
             self.target,
-            options=[("grpc.max_receive_message_length", 16 << 20),
-                     ("grpc.max_send_message_length", 16 << 20)],
+            options=[
+                ("grpc.max_receive_message_length", 16 << 20),
+                ("grpc.max_send_message_length", 16 << 20),
+            ],
         )
         self._stub = pb_grpc.JouledStub(self._channel)
 
@@ -107,8 +109,9 @@ class Client:
         """Write a task's pristine tree into dest; returns the relative paths written."""
         written = []
         try:
-            for f in self._stub.FetchTask(pb.FetchTaskRequest(task_id=task_id),
-                                          timeout=self.timeout_s):
+            for f in self._stub.FetchTask(
+                pb.FetchTaskRequest(task_id=task_id), timeout=self.timeout_s
+            ):
                 target = dest / f.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(f.content)
@@ -135,8 +138,14 @@ class Client:
         progress: Progress | None = None,
     ) -> dict[str, Any]:
         request = pb.SubmitRequest(
-            task_id=task_id, patch=patch, solver=solver, model=model, agent=agent,
-            run_id=run_id, rollout=rollout, claimed=pb.Claimed(**dict(claimed or {})),
+            task_id=task_id,
+            patch=patch,
+            solver=solver,
+            model=model,
+            agent=agent,
+            run_id=run_id,
+            rollout=rollout,
+            claimed=pb.Claimed(**dict(claimed or {})),
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
         return self._attempt(self._stub.Submit, request, progress)
@@ -152,13 +161,17 @@ class Client:
         progress: Progress | None = None,
     ) -> dict[str, Any]:
         request = pb.RunSolverRequest(
-            task_id=task_id, solver=solver, run_id=run_id, rollout=rollout,
+            task_id=task_id,
+            solver=solver,
+            run_id=run_id,
+            rollout=rollout,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
         return self._attempt(self._stub.RunSolver, request, progress)
 
-    def _attempt(self, method: Callable[..., Any], request: Any,
-                 progress: Progress | None) -> dict[str, Any]:
+    def _attempt(
+        self, method: Callable[..., Any], request: Any, progress: Progress | None
+    ) -> dict[str, Any]:
         receipt: dict[str, Any] | None = None
         try:
             for event in method(request, timeout=self.timeout_s):
@@ -169,8 +182,11 @@ class Client:
         except grpc.RpcError as err:
             raise self._error(err) from None
         if receipt is None:
-            raise ClientError("the daemon closed the stream without a receipt", Kind.INTERNAL,
-                              hint="retry with the same idempotency key")
+            raise ClientError(
+                "the daemon closed the stream without a receipt",
+                Kind.INTERNAL,
+                hint="retry with the same idempotency key",
+            )
         return receipt
 
     # -- reading ----------------------------------------------------------------------------
@@ -193,7 +209,10 @@ class Client:
     def export(self, out: Path) -> dict[str, Any]:
         """Write the entries to `out` (JSONL) and the checkpoint history beside it."""
         history = checkpoint_history_path(out)
-        tmp_out, tmp_hist = out.with_name(out.name + ".tmp"), history.with_name(history.name + ".tmp")
+        tmp_out, tmp_hist = (
+            out.with_name(out.name + ".tmp"),
+            history.with_name(history.name + ".tmp"),
+        )
         entries = notes = 0
         with tmp_out.open("w", encoding="utf-8") as fo, tmp_hist.open("w", encoding="utf-8") as fh:
             for kind, value in self.export_stream():
@@ -205,19 +224,30 @@ class Client:
                     notes += 1
         os.replace(tmp_out, out)
         os.replace(tmp_hist, history)
-        return {"out": str(out), "entries": entries, "checkpoints": notes,
-                "checkpoint_history": str(history)}
+        return {
+            "out": str(out),
+            "entries": entries,
+            "checkpoints": notes,
+            "checkpoint_history": str(history),
+        }
 
     def checkpoint(self) -> dict[str, Any]:
         return dict(self._doc(self._stub.Checkpoint, pb.CheckpointRequest()))
 
     def proof(self, seq: int, tree_size: int = 0) -> dict[str, Any]:
-        return dict(self._doc(self._stub.InclusionProof,
-                              pb.InclusionProofRequest(seq=seq, tree_size=tree_size)))
+        return dict(
+            self._doc(
+                self._stub.InclusionProof, pb.InclusionProofRequest(seq=seq, tree_size=tree_size)
+            )
+        )
 
     def consistency(self, old_size: int, new_size: int = 0) -> dict[str, Any]:
-        return dict(self._doc(self._stub.ConsistencyProof,
-                              pb.ConsistencyProofRequest(old_size=old_size, new_size=new_size)))
+        return dict(
+            self._doc(
+                self._stub.ConsistencyProof,
+                pb.ConsistencyProofRequest(old_size=old_size, new_size=new_size),
+            )
+        )
 
     def meter(self) -> dict[str, Any]:
         return dict(self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-
 from jb_client import render
 from jb_client.api import Client, checkpoint_history_path
+
 from jouled.errors import JouledError, Kind, VerificationError
 
 EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -45,8 +45,11 @@ state = State()
 def main_options(
     target: Annotated[
         str | None,
-        typer.Option("--target", help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
-                     "daemon's socket in $JOULED_HOME)."),
+        typer.Option(
+            "--target",
+            help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
+            "daemon's socket in $JOULED_HOME).",
+        ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks.")] = False,
 ) -> None:
@@ -131,13 +134,24 @@ def submit(
 ) -> None:
     """Grade a patch. An unresolved result is an answer, not a failure (exit 0)."""
     raw = sys.stdin.buffer.read() if str(patch) == "-" else _read(patch)
-    claimed = {"tokens_in": tokens_in, "tokens_out": tokens_out, "usd_micros": usd_micros,
-               "joules_mj": claimed_joules_mj}
+    claimed = {
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "usd_micros": usd_micros,
+        "joules_mj": claimed_joules_mj,
+    }
     try:
         with _client() as c:
             receipt = c.submit(
-                task, raw, solver=solver, model=model, agent=agent, run_id=run_id,
-                rollout=rollout, claimed=claimed, idempotency_key=idempotency_key,
+                task,
+                raw,
+                solver=solver,
+                model=model,
+                agent=agent,
+                run_id=run_id,
+                rollout=rollout,
+                claimed=claimed,
+                idempotency_key=idempotency_key,
                 progress=_progress,
             )
     except JouledError as err:
@@ -159,8 +173,9 @@ def _read(path: Path) -> bytes:
 @app.command()
 def run(
     suite: Annotated[str, typer.Option("--suite", help="The suite to run.")],
-    solvers: Annotated[str, typer.Option(help="Daemon-hosted solvers, comma separated.")] =
-        "reference,noop",
+    solvers: Annotated[
+        str, typer.Option(help="Daemon-hosted solvers, comma separated.")
+    ] = "reference,noop",
     rollouts: Annotated[int, typer.Option(min=1, help="Attempts per task and solver.")] = 1,
     run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
     as_json: Json = False,
@@ -181,12 +196,18 @@ def run(
                 for rollout in range(rollouts):
                     for t in found:
                         n += 1
-                        render.err.print(f"[{n}/{total}] {solver} r{rollout} {t['task_id']}",
-                                         highlight=False)
+                        render.err.print(
+                            f"[{n}/{total}] {solver} r{rollout} {t['task_id']}", highlight=False
+                        )
                         # The key makes a re-run of the same run id resume, not duplicate.
                         key = f"{run_id}:{solver}:{rollout}:{t['task_id']}"
-                        r = c.run_solver(t["task_id"], solver, run_id=run_id, rollout=rollout,
-                                         idempotency_key=key)
+                        r = c.run_solver(
+                            t["task_id"],
+                            solver,
+                            run_id=run_id,
+                            rollout=rollout,
+                            idempotency_key=key,
+                        )
                         receipts.append(r)
                         if not as_json:
                             render.receipt_line(r)
@@ -213,8 +234,9 @@ def frontier(
         if export is not None:
             from jouled import frontier as frontier_fn
 
-            rows = frontier_fn.frontier_rows(_export_results(export), suite=suite or None,
-                                             axis=axis)
+            rows = frontier_fn.frontier_rows(
+                _export_results(export), suite=suite or None, axis=axis
+            )
         else:
             with _client() as c:
                 rows = c.frontier(suite, axis)["rows"]
@@ -266,8 +288,10 @@ def export(
     if as_json:
         _emit(summary)
     else:
-        render.err.print(f"{summary['entries']} entries -> {out}; {summary['checkpoints']} "
-                         f"checkpoints -> {summary['checkpoint_history']}")
+        render.err.print(
+            f"{summary['entries']} entries -> {out}; {summary['checkpoints']} "
+            f"checkpoints -> {summary['checkpoint_history']}"
+        )
 
 
 @app.command()

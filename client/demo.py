@@ -29,8 +29,7 @@ def say(text: str) -> None:
 
 def jb(target: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     print(f"$ jb-client {' '.join(shlex.quote(a) for a in args)}", flush=True)
-    done = subprocess.run([sys.executable, "-m", "jb_client", "--target", target, *args],
-                          text=True)
+    done = subprocess.run([sys.executable, "-m", "jb_client", "--target", target, *args], text=True)
     if check and done.returncode != 0:
         raise SystemExit(f"demo: jb-client {args[0]} exited {done.returncode}")
     return done
@@ -57,8 +56,18 @@ def main() -> None:
     target = f"unix:{data / 'jouled.sock'}"
     tasks = bundled_tasks()
     say(f"Starting jouled on {target} (data dir {data})")
-    argv = [sys.executable, "-m", "jouled", "serve", "--data-dir", str(data), "--tasks",
-            str(tasks), "--calibrate-seconds", os.environ.get("DEMO_CALIBRATE_SECONDS", "3")]
+    argv = [
+        sys.executable,
+        "-m",
+        "jouled",
+        "serve",
+        "--data-dir",
+        str(data),
+        "--tasks",
+        str(tasks),
+        "--calibrate-seconds",
+        os.environ.get("DEMO_CALIBRATE_SECONDS", "3"),
+    ]
     print("$ jouled " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
     daemon = subprocess.Popen(argv)
     try:
@@ -77,8 +86,20 @@ def main() -> None:
         shutil.copytree(tasks / "smoke" / "lrucache" / "reference", work / "b", dirs_exist_ok=True)
         patch = subprocess.run(["diff", "-ruN", "a", "b"], cwd=work, capture_output=True)
         (work / "fix.patch").write_bytes(patch.stdout)
-        jb(target, "submit", "--task", "smoke/lrucache", "--patch", str(work / "fix.patch"),
-           "--solver", "demo-agent", "--model", "hand-written", "--usd-micros", "1200")
+        jb(
+            target,
+            "submit",
+            "--task",
+            "smoke/lrucache",
+            "--patch",
+            str(work / "fix.patch"),
+            "--solver",
+            "demo-agent",
+            "--model",
+            "hand-written",
+            "--usd-micros",
+            "1200",
+        )
 
         say("The frontier: resolution vs energy per solver")
         jb(target, "frontier", "--suite", "smoke")

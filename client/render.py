@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+# Piped output keeps whole rows rather than wrapping at rich's default 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _joules(value: float | None, reliable: bool = True) -> str:
@@ -31,8 +33,7 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
         table.add_column(col)
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
-        table.add_row(t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s",
-                      first[:70])
+        table.add_row(t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", first[:70])
     out.print(table)
 
 
@@ -41,9 +42,10 @@ def receipt_line(r: dict[str, Any]) -> None:
     tests = r.get("tests", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
-    mark = "[green]resolved[/]" if r["resolved"] else f"[red]{r['status']}[/]"
+    status = f"{r['status']:<10}"
+    mark = f"[green]{status}[/]" if r["resolved"] else f"[red]{status}[/]"
     out.print(
-        f"{r['task_id']:<28} {mark:<22} tests {tests.get('passed', 0)}/{tests.get('expected', 0)}"
+        f"{r['task_id']:<28} {mark} tests {tests.get('passed', 0)}/{tests.get('expected', 0)}"
         f"  grade {j} J ({grade.get('source', '?')})  seq {r['seq']}"
         + ("  (replayed)" if r.get("replayed") else "")
     )
@@ -51,17 +53,39 @@ def receipt_line(r: dict[str, Any]) -> None:
 
 def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
     table = Table(title="resolution vs energy (~ = energy not reliable; * = Pareto)")
-    cols = ("", "suite", "solver", "model", "attempts", "tasks", "resolved", "resolution",
-            "95% CI", "J total", "J/resolved", "wall med s", "$ claimed", "source", "reliable")
+    cols = (
+        "",
+        "suite",
+        "solver",
+        "model",
+        "attempts",
+        "tasks",
+        "resolved",
+        "resolution",
+        "95% CI",
+        "J total",
+        "J/resolved",
+        "wall med s",
+        "$ claimed",
+        "source",
+        "reliable",
+    )
     for col in cols:
-        table.add_column(col, justify="right" if col not in ("suite", "solver", "model",
-                                                              "source", "") else "left")
+        table.add_column(
+            col,
+            justify="right" if col not in ("suite", "solver", "model", "source", "") else "left",
+        )
     for r in rows:
         reliable = r["reliable_share"] == 1
         table.add_row(
             "*" if r["pareto"] else "",
-            r["suite"], r["solver"], r["model"] or "-", str(r["attempts"]), str(r["tasks"]),
-            str(r["resolved"]), _pct(r["resolution"]),
+            r["suite"],
+            r["solver"],
+            r["model"] or "-",
+            str(r["attempts"]),
+            str(r["tasks"]),
+            str(r["resolved"]),
+            _pct(r["resolution"]),
             f"{_pct(r['ci_low'])}-{_pct(r['ci_high'])}",
             _joules(r["joules_total"], reliable),
             _joules(r["joules_per_resolved"], reliable),
@@ -75,14 +99,32 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
 
 def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
     table = Table(title="best-of-k: resolved within the first k rollouts")
-    for col in ("suite", "solver", "model", "k", "tasks", "resolved<=k", "resolution<=k",
-                "J cumulative", "$ cumulative", "pass@k"):
+    for col in (
+        "suite",
+        "solver",
+        "model",
+        "k",
+        "tasks",
+        "resolved<=k",
+        "resolution<=k",
+        "J cumulative",
+        "$ cumulative",
+        "pass@k",
+    ):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["suite"], r["solver"], r["model"] or "-", str(r["k"]), str(r["tasks"]),
-                      str(r["resolved_within_k"]), _pct(r["resolution_within_k"]),
-                      _joules(r["joules_cumulative"]), f"{r['usd_cumulative']:.4f}",
-                      _pct(r["pass_at_k"]))
+        table.add_row(
+            r["suite"],
+            r["solver"],
+            r["model"] or "-",
+            str(r["k"]),
+            str(r["tasks"]),
+            str(r["resolved_within_k"]),
+            _pct(r["resolution_within_k"]),
+            _joules(r["joules_cumulative"]),
+            f"{r['usd_cumulative']:.4f}",
+            _pct(r["pass_at_k"]),
+        )
     out.print(table)
 
 

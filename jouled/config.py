@@ -80,9 +80,7 @@ class Config:
 
     def validated(self) -> Config:
         if self.energy not in ENERGY_KINDS:
-            raise ConfigError(
-                f"--energy {self.energy!r} is not one of {', '.join(ENERGY_KINDS)}"
-            )
+            raise ConfigError(f"--energy {self.energy!r} is not one of {', '.join(ENERGY_KINDS)}")
         if self.attribution not in ATTRIBUTION_POLICIES:
             raise ConfigError(
                 f"attribution {self.attribution!r} is not one of {', '.join(ATTRIBUTION_POLICIES)}"
@@ -94,7 +92,7 @@ class Config:
         config = self
         if not config.task_dirs:
             config = replace(config, task_dirs=(bundled_tasks(),))
-        return replace(config, data_dir=config.data_dir.expanduser().resolve())
+        return replace(config, data_dir=Path(config.data_dir).expanduser().resolve())
 
     @property
     def ledger_path(self) -> Path:

@@ -8,10 +8,10 @@ are wrapped where they first appear (`raise ... from err`).
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     INVALID_ARGUMENT = "invalid_argument"
     NOT_FOUND = "not_found"
     FAILED_PRECONDITION = "failed_precondition"

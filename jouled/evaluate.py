@@ -8,6 +8,7 @@ the caller signs the result body this module returns.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -23,7 +24,14 @@ from jouled.meter.metering import Metering
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, parse_patch
 from jouled.sandbox import Limits, RunResult, run
-from jouled.testreport import PASSED, Grade, grade, parse_junit, parse_ra, pytest_argv
+from jouled.testreport import (
+    PASSED,
+    Grade,
+    grade,
+    parse_ra,
+    pytest_argv,
+    read_junit,
+)
 
 Progress = Callable[[str, str], None]
 DAEMON_SOLVERS = ("reference", "noop")
@@ -152,12 +160,12 @@ class Evaluator:
         result = run(argv, tree, limits=self._limits(contract), writable=(tree, report_dir))
         outcomes: dict[str, str] = {}
         source = "none"
-        if report.is_file():
-            try:
-                outcomes = parse_junit(report.read_bytes())
-                source = "junit"
-            except ValueError:
-                outcomes = {}
+        try:
+            # The tests could swap the report for a symlink, FIFO or huge file.
+            outcomes = read_junit(report)
+            source = "junit"
+        except (ValueError, OSError):
+            outcomes = {}
         if not outcomes:
             outcomes = parse_ra(result.output)
             source = "rA" if outcomes else "none"
@@ -165,7 +173,9 @@ class Evaluator:
 
     # -- baseline --------------------------------------------------------------------------
 
-    def expected(self, contract: Contract, progress: Progress = _quiet) -> tuple[Expected, PhaseEnergy | None]:
+    def expected(
+        self, contract: Contract, progress: Progress = _quiet
+    ) -> tuple[Expected, PhaseEnergy | None]:
         """The expected test ids, from cache, the ledger, or a fresh metered baseline run."""
         with self._locks_guard:
             lock = self._baseline_locks.setdefault(contract.digest, threading.Lock())
@@ -180,22 +190,21 @@ class Evaluator:
             return expected, energy
 
     def _run_baseline(self, contract: Contract) -> tuple[Expected, PhaseEnergy]:
-        with tempfile.TemporaryDirectory(prefix="baseline-", dir=self._work_dir()) as tmp:
-            with self.metering.phase() as window:
-                before = self.run_check(contract, seed(contract, Path(tmp) / "before"))
-                window.cpu_ns += before.result.cpu_ns
-                after = None
-                if not contract.has_expected_ids:
-                    if contract.reference_patch is None:
-                        raise TaskError(
-                            f"{contract.task_id} names no expected test ids and has no reference",
-                            hint="add fail_to_pass/pass_to_pass to task.toml or a reference/ tree",
-                        )
-                    tree = seed(contract, Path(tmp) / "after")
-                    apply_patch(parse_trusted(contract.reference_patch), tree)
-                    restore_protected(contract, tree)
-                    after = self.run_check(contract, tree)
-                    window.cpu_ns += after.result.cpu_ns
+        with self._scratch("baseline-") as tmp, self.metering.phase() as window:
+            before = self.run_check(contract, seed(contract, Path(tmp) / "before"))
+            window.cpu_ns += before.result.cpu_ns
+            after = None
+            if not contract.has_expected_ids:
+                if contract.reference_patch is None:
+                    raise TaskError(
+                        f"{contract.task_id} names no expected test ids and has no reference",
+                        hint="add fail_to_pass/pass_to_pass to task.toml or a reference/ tree",
+                    )
+                tree = seed(contract, Path(tmp) / "after")
+                apply_patch(parse_trusted(contract.reference_patch), tree)
+                restore_protected(contract, tree)
+                after = self.run_check(contract, tree)
+                window.cpu_ns += after.result.cpu_ns
         assert window.energy is not None
         expected = derive_expected(contract, before, after)
         body: dict[str, Any] = {
@@ -214,8 +223,9 @@ class Evaluator:
             "version": __version__,
         }
         seq = self.baselines.record_baseline(contract, body)
-        return Expected(expected.fail_to_pass, expected.pass_to_pass, expected.valid,
-                        expected.reason, seq), window.energy
+        return Expected(
+            expected.fail_to_pass, expected.pass_to_pass, expected.valid, expected.reason, seq
+        ), window.energy
 
     # -- attempts --------------------------------------------------------------------------
 
@@ -223,11 +233,17 @@ class Evaluator:
         self.work_root.mkdir(parents=True, exist_ok=True)
         return self.work_root
 
+    def _scratch(self, prefix: str) -> tempfile.TemporaryDirectory[str]:
+        """A private scratch dir the sandbox's unprivileged user can enter (not list)."""
+        tmp = tempfile.TemporaryDirectory(prefix=prefix, dir=self._work_dir())
+        os.chmod(tmp.name, 0o711)
+        return tmp
+
     def prepare(self, attempt: Attempt) -> None:
         """Check that the patch applies to the pristine tree, before anything is recorded."""
         if attempt.patch is None:
             return
-        with tempfile.TemporaryDirectory(prefix="dryrun-", dir=self._work_dir()) as tmp:
+        with self._scratch("dryrun-") as tmp:
             apply_patch(attempt.patch, seed(attempt.contract, Path(tmp) / "tree"))
 
     def evaluate(self, attempt: Attempt, progress: Progress = _quiet) -> dict[str, Any]:
@@ -241,7 +257,7 @@ class Evaluator:
             expected, baseline_energy = self.expected(contract, progress)
             if baseline_energy is not None:
                 energy["baseline"] = baseline_energy.to_wire()
-            with tempfile.TemporaryDirectory(prefix="attempt-", dir=self._work_dir()) as tmp:
+            with self._scratch("attempt-") as tmp:
                 progress("seed", f"seeding {contract.task_id}")
                 tree = seed(contract, Path(tmp) / "tree")
                 if patch is None:
@@ -263,7 +279,9 @@ class Evaluator:
                 energy["grade"] = window.energy.to_wire()
                 level = check.result.level
                 grade_info = grade(
-                    check.outcomes, expected.fail_to_pass, expected.pass_to_pass,
+                    check.outcomes,
+                    expected.fail_to_pass,
+                    expected.pass_to_pass,
                     check.result.exit_code,
                 )
                 if not expected.valid:
@@ -308,8 +326,9 @@ class Evaluator:
             "patch_sha256": patch.sha256 if patch else _EMPTY_SHA256,
             "status": status,
             "resolved": status == RESOLVED,
-            "tests": graded.summary() if graded else {"expected": 0, "passed": 0, "failed": 0,
-                                                       "missing": 0},
+            "tests": graded.summary()
+            if graded
+            else {"expected": 0, "passed": 0, "failed": 0, "missing": 0},
             "solver": attempt.solver,
             "model": attempt.model,
             "agent": attempt.agent,
@@ -361,12 +380,18 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
         if after.result.exit_code != 0:
             return Expected((), (), False, "the reference solution does not pass its tests")
         f2p = tuple(
-            sorted(t for t, o in after.outcomes.items()
-                   if o == PASSED and before.outcomes.get(t) != PASSED)
+            sorted(
+                t
+                for t, o in after.outcomes.items()
+                if o == PASSED and before.outcomes.get(t) != PASSED
+            )
         )
         p2p = tuple(
-            sorted(t for t, o in after.outcomes.items()
-                   if o == PASSED and before.outcomes.get(t) == PASSED)
+            sorted(
+                t
+                for t, o in after.outcomes.items()
+                if o == PASSED and before.outcomes.get(t) == PASSED
+            )
         )
     if not f2p:
         return Expected(f2p, p2p, False, "no test fails before the fix")

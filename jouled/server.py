@@ -46,7 +46,7 @@ T = TypeVar("T")
 def _abort(context: grpc.ServicerContext, err: BaseException) -> None:
     if isinstance(err, JouledError):
         context.abort(STATUS[err.kind], err.diagnostics())
-    log.exception("unexpected error serving a request")
+    log.error("unexpected error serving a request", exc_info=err)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err}; see the daemon's log")
 
 
@@ -54,7 +54,7 @@ def _unary(fn: Callable[..., T]) -> Callable[..., T]:
     def wrapper(self: Servicer, request: Any, context: grpc.ServicerContext) -> T:
         try:
             return fn(self, request, context)
-        except Exception as err:  # noqa: BLE001 - translated at the boundary
+        except Exception as err:
             _abort(context, err)
             raise  # unreachable: abort raises
 
@@ -68,17 +68,31 @@ def _doc(value: Any) -> pb.Document:
 
 def _task(c: Contract) -> pb.Task:
     return pb.Task(
-        task_id=c.task_id, suite=c.suite, name=c.name, prompt=c.prompt, digest=c.digest,
-        test_cmd=list(c.test_cmd), test_files=list(c.test_files), timeout_s=c.timeout_s,
-        fail_to_pass=list(c.fail_to_pass or ()), pass_to_pass=list(c.pass_to_pass or ()),
-        source=c.source, license=c.license, kind=c.kind,
+        task_id=c.task_id,
+        suite=c.suite,
+        name=c.name,
+        prompt=c.prompt,
+        digest=c.digest,
+        test_cmd=list(c.test_cmd),
+        test_files=list(c.test_files),
+        timeout_s=c.timeout_s,
+        fail_to_pass=list(c.fail_to_pass or ()),
+        pass_to_pass=list(c.pass_to_pass or ()),
+        source=c.source,
+        license=c.license,
+        kind=c.kind,
     )
 
 
 def _receipt(r: dict[str, Any]) -> pb.Receipt:
     return pb.Receipt(
-        seq=r["seq"], task_id=r["task_id"], patch_sha256=r["patch_sha256"], status=r["status"],
-        resolved=r["resolved"], leaf_hash=r["leaf_hash"], json=json.dumps(r, sort_keys=True),
+        seq=r["seq"],
+        task_id=r["task_id"],
+        patch_sha256=r["patch_sha256"],
+        status=r["status"],
+        resolved=r["resolved"],
+        leaf_hash=r["leaf_hash"],
+        json=json.dumps(r, sort_keys=True),
     )
 
 
@@ -98,24 +112,35 @@ class Servicer(pb_grpc.JouledServicer):
         try:
             for path, content, mode in self.daemon.task_files(request.task_id):
                 yield pb.TaskFile(path=path, content=content, mode=mode)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             _abort(context, err)
 
     def Submit(self, request: pb.SubmitRequest, context: Any) -> Iterator[pb.AttemptEvent]:
         claimed = request.claimed
         sub = Submission(
-            task_id=request.task_id, patch=bytes(request.patch), solver=request.solver,
-            model=request.model, agent=request.agent, run_id=request.run_id,
-            rollout=request.rollout, idempotency_key=request.idempotency_key,
-            claimed={k: getattr(claimed, k) for k in
-                     ("tokens_in", "tokens_out", "usd_micros", "joules_mj")},
+            task_id=request.task_id,
+            patch=bytes(request.patch),
+            solver=request.solver,
+            model=request.model,
+            agent=request.agent,
+            run_id=request.run_id,
+            rollout=request.rollout,
+            idempotency_key=request.idempotency_key,
+            claimed={
+                k: getattr(claimed, k)
+                for k in ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
+            },
         )
         yield from self._attempt(sub, context)
 
     def RunSolver(self, request: pb.RunSolverRequest, context: Any) -> Iterator[pb.AttemptEvent]:
         sub = Submission(
-            task_id=request.task_id, patch=None, solver=request.solver, run_id=request.run_id,
-            rollout=request.rollout, idempotency_key=request.idempotency_key,
+            task_id=request.task_id,
+            patch=None,
+            solver=request.solver,
+            run_id=request.run_id,
+            rollout=request.rollout,
+            idempotency_key=request.idempotency_key,
         )
         yield from self._attempt(sub, context)
 
@@ -131,7 +156,7 @@ class Servicer(pb_grpc.JouledServicer):
                 receipt = self.daemon.submit(sub, progress)
                 events.put(pb.AttemptEvent(receipt=_receipt(receipt)))
                 events.put(None)
-            except BaseException as err:  # noqa: BLE001 - handed to the RPC thread
+            except BaseException as err:
                 events.put(err)
 
         # The attempt goes on if the client disconnects: its result is still
@@ -160,14 +185,20 @@ class Servicer(pb_grpc.JouledServicer):
                 yield pb.ExportChunk(entry=line)
             for note in self.daemon.ledger.checkpoint_history():
                 yield pb.ExportChunk(checkpoint=note)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             _abort(context, err)
 
     @_unary
     def Checkpoint(self, request: pb.CheckpointRequest, context: Any) -> pb.Document:
         cp = self.daemon.ledger.checkpoint()
-        return _doc({"size": cp.size, "root": cp.root.hex(), "origin": cp.origin,
-                     "note": self.daemon.ledger.checkpoint_note()})
+        return _doc(
+            {
+                "size": cp.size,
+                "root": cp.root.hex(),
+                "origin": cp.origin,
+                "note": self.daemon.ledger.checkpoint_note(),
+            }
+        )
 
     @_unary
     def InclusionProof(self, request: pb.InclusionProofRequest, context: Any) -> pb.Document:
@@ -190,7 +221,7 @@ class Servicer(pb_grpc.JouledServicer):
 def _check_listen(config: Config) -> str:
     address = config.listen_address
     if address.startswith("unix:"):
-        path = address[len("unix:"):].removeprefix("//")
+        path = address[len("unix:") :].removeprefix("//")
         from pathlib import Path
 
         sock = Path(path)
@@ -216,8 +247,9 @@ class Server:
         config = daemon.config
         self.address = _check_listen(config)
         self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers * 2 + 8,
-                                       thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(
+                max_workers=config.workers * 2 + 8, thread_name_prefix="rpc"
+            ),
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE),
                 ("grpc.max_send_message_length", MAX_MESSAGE),
@@ -234,8 +266,10 @@ class Server:
         reflection.enable_server_reflection(names, self.grpc)
         self.port = self.grpc.add_insecure_port(self.address)
         if self.port == 0:
-            raise ConfigError(f"cannot listen on {self.address}",
-                              hint="is another jouled already listening there?")
+            raise ConfigError(
+                f"cannot listen on {self.address}",
+                hint="is another jouled already listening there?",
+            )
         self._stopped = threading.Event()
 
     def start(self) -> None:

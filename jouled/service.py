@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,21 +91,25 @@ class Daemon:
         """Close every attempt a crash cut off, so the log says what happened to it."""
         pending = self.ledger.journal_pending()
         for p in pending:
-            log.warning("attempt %s on %s never finished: recording abort", p.attempt_id,
-                        p.task_id)
+            log.warning("attempt %s on %s never finished: recording abort", p.attempt_id, p.task_id)
         if pending:
-            self.ledger.append_many([
-                ("abort", {
-                    "attempt_id": p.attempt_id,
-                    "idempotency_key": p.idempotency_key or "",
-                    "task_id": p.task_id,
-                    "suite": p.task_id.partition("/")[0],
-                    "solver": str(p.request.get("solver", "")),
-                    "reason": "the daemon stopped before the attempt finished",
-                    "version": __version__,
-                })
-                for p in pending
-            ])
+            self.ledger.append_many(
+                [
+                    (
+                        "abort",
+                        {
+                            "attempt_id": p.attempt_id,
+                            "idempotency_key": p.idempotency_key or "",
+                            "task_id": p.task_id,
+                            "suite": p.task_id.partition("/")[0],
+                            "solver": str(p.request.get("solver", "")),
+                            "reason": "the daemon stopped before the attempt finished",
+                            "version": __version__,
+                        },
+                    )
+                    for p in pending
+                ]
+            )
 
     def _initial_calibration(self) -> Calibration | None:
         if self.config.calibrate_seconds > 0:
@@ -150,8 +154,11 @@ class Daemon:
             return None
         b = entry.body
         return Expected(
-            tuple(b["fail_to_pass"]), tuple(b["pass_to_pass"]), bool(b["valid"]),
-            str(b.get("reason", "")), entry.seq,
+            tuple(b["fail_to_pass"]),
+            tuple(b["pass_to_pass"]),
+            bool(b["valid"]),
+            str(b.get("reason", "")),
+            entry.seq,
         )
 
     def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:
@@ -238,7 +245,9 @@ class Daemon:
         try:
             self.evaluator.prepare(attempt)
             self.ledger.journal_accept(
-                attempt.attempt_id, attempt.idempotency_key or None, attempt.contract.task_id,
+                attempt.attempt_id,
+                attempt.idempotency_key or None,
+                attempt.contract.task_id,
                 {"solver": attempt.solver, "run_id": attempt.run_id, "rollout": attempt.rollout},
             )
             try:
@@ -278,8 +287,11 @@ class Daemon:
     def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
         if axis not in ("joules", "usd", "wall"):
             raise UsageError(f"axis {axis!r} is not one of joules, usd, wall")
-        return {"rows": frontier.frontier_rows(self.ledger.result_bodies(suite), suite=suite or None,
-                                               axis=axis)}
+        return {
+            "rows": frontier.frontier_rows(
+                self.ledger.result_bodies(suite), suite=suite or None, axis=axis
+            )
+        }
 
     def best_of_k(self, suite: str = "") -> dict[str, Any]:
         return {"rows": frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None)}
@@ -293,12 +305,15 @@ class Daemon:
         return {
             **self.meter.describe(),
             "policy": self.metering.policy,
-            "calibration": None if cal is None else {
-                **cal.body(), "seq": cal.seq, "time": cal.time,
+            "calibration": None
+            if cal is None
+            else {
+                **cal.body(),
+                "seq": cal.seq,
+                "time": cal.time,
             },
         }
 
     def close(self) -> None:
         self.meter.close()
         self.ledger.close()
-

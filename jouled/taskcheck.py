@@ -36,17 +36,25 @@ def check_task(evaluator: Evaluator, contract: Contract, work: Path) -> dict[str
         after = evaluator.run_check(contract, tree)
     report: dict[str, Any] = {"task_id": contract.task_id, "digest": contract.digest}
     if after is None and not contract.has_expected_ids:
-        return {**report, "ok": False, "reason": "no reference/ and no expected test ids",
-                "fail_to_pass": [], "pass_to_pass": []}
+        return {
+            **report,
+            "ok": False,
+            "reason": "no reference/ and no expected test ids",
+            "fail_to_pass": [],
+            "pass_to_pass": [],
+        }
     expected = derive_expected(contract, before, after)
     ok, reason = expected.valid, expected.reason
     if ok and after is not None:
-        graded = grade(after.outcomes, expected.fail_to_pass, expected.pass_to_pass,
-                       after.result.exit_code)
+        graded = grade(
+            after.outcomes, expected.fail_to_pass, expected.pass_to_pass, after.result.exit_code
+        )
         if not graded.resolved:
             ok = False
-            reason = (f"the reference does not resolve: {len(graded.failed)} failed, "
-                      f"{len(graded.missing)} missing")
+            reason = (
+                f"the reference does not resolve: {len(graded.failed)} failed, "
+                f"{len(graded.missing)} missing"
+            )
     return {
         **report,
         "ok": ok,

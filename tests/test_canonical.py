@@ -12,7 +12,7 @@ def test_keys_sorted_by_utf16_code_units_and_no_whitespace() -> None:
 
 
 def test_strings_escape_minimally() -> None:
-    assert canonical.dumps("é\n\"\\\x1f") == '"é\\n\\"\\\\\\u001f"'
+    assert canonical.dumps('é\n"\\\x1f') == '"é\\n\\"\\\\\\u001f"'
 
 
 def test_round_trips_through_json() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,10 +41,10 @@ class TaskRegistry:
                 f"unknown task {task_id!r}", hint="list task ids with `jb-client tasks`"
             ) from None
 
-    def list(self, suite: str = "") -> list[Contract]:
+    def list(self, suite: str = "") -> builtins.list[Contract]:
         return [c for tid, c in sorted(self._by_id.items()) if not suite or c.suite == suite]
 
-    def suites(self) -> list[str]:
+    def suites(self) -> builtins.list[str]:
         return sorted({c.suite for c in self._by_id.values()})
 
     def __len__(self) -> int:

@@ -114,8 +114,10 @@ def discover(root: Path) -> list[Contract]:
         return [load_task(root)]
     if not root.is_dir():
         raise TaskError(f"task directory {root} does not exist")
-    suites = [root] if any((d / "task.toml").is_file() for d in root.iterdir()) else sorted(
-        d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")
+    suites = (
+        [root]
+        if any((d / "task.toml").is_file() for d in root.iterdir())
+        else sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     )
     found = []
     for suite_dir in suites:

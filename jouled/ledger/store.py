@@ -146,7 +146,9 @@ class Ledger:
         }
 
     def _load(self) -> None:
-        rows = self._db.execute("SELECT seq, payload, leaf_hash FROM entries ORDER BY seq").fetchall()
+        rows = self._db.execute(
+            "SELECT seq, payload, leaf_hash FROM entries ORDER BY seq"
+        ).fetchall()
         for expected, (seq, payload, stored_leaf) in enumerate(rows):
             if seq != expected:
                 raise LedgerIntegrityError(
@@ -216,7 +218,9 @@ class Ledger:
             prev = self._leaves[-1] if self._leaves else b""
             acc = merkle.MerkleAccumulator.from_peaks(self._acc.size, self._acc.peaks)
             for kind, body in items:
-                entry = make_entry(len(self._leaves) + len(entries), kind, prev, body, [self.signer])
+                entry = make_entry(
+                    len(self._leaves) + len(entries), kind, prev, body, [self.signer]
+                )
                 entries.append(entry)
                 prev = entry.leaf_hash
                 acc.append(entry.leaf_hash)
@@ -253,8 +257,15 @@ class Ledger:
         sigs = json.dumps([{"keyid": s.keyid, "sig": s.sig} for s in entry.signatures])
         self._db.execute(
             f"INSERT INTO entries VALUES ({', '.join('?' * (6 + len(QUERY_COLUMNS)))})",
-            [entry.seq, doc["kind"], doc["time"], entry.payload, sigs, entry.leaf_hash.hex()]
-            + query_values(doc["kind"], doc["body"]),
+            [
+                entry.seq,
+                doc["kind"],
+                doc["time"],
+                entry.payload,
+                sigs,
+                entry.leaf_hash.hex(),
+                *query_values(doc["kind"], doc["body"]),
+            ],
         )
 
     # -- the attempt journal -------------------------------------------------------------
@@ -332,9 +343,7 @@ class Ledger:
             start += batch
 
     def result_for_key(self, idempotency_key: str) -> Entry | None:
-        found = self._entries(
-            "WHERE kind = 'result' AND idempotency_key = ?", [idempotency_key]
-        )
+        found = self._entries("WHERE kind = 'result' AND idempotency_key = ?", [idempotency_key])
         return found[0] if found else None
 
     def baseline_for(self, task_digest: str) -> Entry | None:
@@ -343,15 +352,17 @@ class Ledger:
 
     def latest(self, kind: str) -> Entry | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT max(seq) FROM entries WHERE kind = ?", [kind]
-            ).fetchone()
+            row = self._db.execute("SELECT max(seq) FROM entries WHERE kind = ?", [kind]).fetchone()
         return None if row is None or row[0] is None else self.get(int(row[0]))
 
     def result_bodies(self, suite: str = "") -> list[dict[str, Any]]:
-        where, params = ("WHERE kind = 'result' AND suite = ?", [suite]) if suite else (
-            "WHERE kind = 'result'",
-            [],
+        where, params = (
+            ("WHERE kind = 'result' AND suite = ?", [suite])
+            if suite
+            else (
+                "WHERE kind = 'result'",
+                [],
+            )
         )
         with self._lock:
             rows = self._db.execute(

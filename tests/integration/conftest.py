@@ -39,8 +39,11 @@ class Daemon:
     def client(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "jb_client", "--target", self.target, *args],
-            capture_output=True, text=True, timeout=300, input=None if input is None else
-            input.decode(), env={**os.environ, **self.extra_env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            input=None if input is None else input.decode(),
+            env={**os.environ, **self.extra_env},
         )
 
     def client_json(self, *args: str) -> Any:
@@ -57,8 +60,9 @@ class Daemon:
         return self.proc.wait(timeout=timeout)
 
 
-def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path,
-                 timeout: float = 60) -> None:
+def wait_serving(
+    target: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -75,18 +79,32 @@ def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path,
     raise AssertionError(f"jouled did not start serving:\n{log.read_text()}")
 
 
-def start_daemon(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
-                 tasks: Path = TASKS) -> Daemon:
+def start_daemon(
+    data_dir: Path, *extra: str, env: dict[str, str] | None = None, tasks: Path = TASKS
+) -> Daemon:
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir.parent / f"{data_dir.name}.log"
     argv = [
-        sys.executable, "-m", "jouled", "serve", "--data-dir", str(data_dir),
-        "--tasks", str(tasks), "--energy", "estimator", "--calibrate-seconds", "0",
-        "--grace", "20", *extra,
+        sys.executable,
+        "-m",
+        "jouled",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--tasks",
+        str(tasks),
+        "--energy",
+        "estimator",
+        "--calibrate-seconds",
+        "0",
+        "--grace",
+        "20",
+        *extra,
     ]
     with log.open("ab") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     daemon = Daemon(data_dir, proc, log)
     wait_serving(daemon.target, proc, log)
     return daemon

@@ -18,8 +18,9 @@ LRU = TASKS / "smoke" / "lrucache"
 SMOKE = sorted(p.name for p in (TASKS / "smoke").iterdir() if (p / "task.toml").is_file())
 
 
-def make_patch(tmp_path: Path, task: Path, edits: dict[str, str | None],
-               reference: bool = False) -> Path:
+def make_patch(
+    tmp_path: Path, task: Path, edits: dict[str, str | None], reference: bool = False
+) -> Path:
     """A git-style diff from the task's before/ tree to a copy with `edits` applied."""
     old, new = tmp_path / "old", tmp_path / "new"
     shutil.rmtree(old, ignore_errors=True)
@@ -76,12 +77,20 @@ def test_reference_resolves_every_smoke_task_and_noop_none(daemon: Daemon) -> No
     for r in by_solver["reference"]:
         grade = r["energy"]["grade"]
         assert grade["source"] == "estimator" and grade["gross_mj"] >= 0
-        assert set(grade) >= {"gross_mj", "marginal_mj", "idle_mj", "source", "reliable",
-                              "attribution", "wall_ms"}
+        assert set(grade) >= {
+            "gross_mj",
+            "marginal_mj",
+            "idle_mj",
+            "source",
+            "reliable",
+            "attribution",
+            "wall_ms",
+        }
 
 
-def test_a_patch_that_only_rewrites_the_tests_does_not_resolve(daemon: Daemon,
-                                                                  tmp_path: Path) -> None:
+def test_a_patch_that_only_rewrites_the_tests_does_not_resolve(
+    daemon: Daemon, tmp_path: Path
+) -> None:
     patch = make_patch(tmp_path, LRU, {"tests/test_cache.py": "def test_ok():\n    pass\n"})
     receipt = submit(daemon, patch)
     assert receipt["status"] == "unresolved"
@@ -89,16 +98,22 @@ def test_a_patch_that_only_rewrites_the_tests_does_not_resolve(daemon: Daemon,
 
 
 def test_a_fix_that_also_edits_the_tests_resolves(daemon: Daemon, tmp_path: Path) -> None:
-    patch = make_patch(tmp_path, LRU, {"tests/test_cache.py": "def test_ok():\n    pass\n",
-                                       "tests/test_extra.py": "def test_x():\n    pass\n"},
-                       reference=True)
+    patch = make_patch(
+        tmp_path,
+        LRU,
+        {
+            "tests/test_cache.py": "def test_ok():\n    pass\n",
+            "tests/test_extra.py": "def test_x():\n    pass\n",
+        },
+        reference=True,
+    )
     receipt = submit(daemon, patch)
     assert receipt["status"] == "resolved", receipt
     entry = json.loads(base64.b64decode(receipt["entry"]["payload"]))
     assert set(entry["body"]["restored"]) == {"tests/test_cache.py", "tests/test_extra.py"}
 
 
-CONFTEST_FORCE_PASS = '''
+CONFTEST_FORCE_PASS = """
 import pytest
 
 @pytest.hookimpl(hookwrapper=True)
@@ -106,12 +121,13 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report.outcome = "passed"
-'''
+"""
 
 
 @pytest.mark.parametrize("where", ["conftest.py", "lrucache/conftest.py"])
-def test_an_added_conftest_forcing_passes_does_not_resolve(daemon: Daemon, tmp_path: Path,
-                                                           where: str) -> None:
+def test_an_added_conftest_forcing_passes_does_not_resolve(
+    daemon: Daemon, tmp_path: Path, where: str
+) -> None:
     receipt = submit(daemon, make_patch(tmp_path, LRU, {where: CONFTEST_FORCE_PASS}))
     assert receipt["status"] == "unresolved"
 
@@ -126,14 +142,19 @@ def test_an_added_conftest_forcing_passes_does_not_resolve(daemon: Daemon, tmp_p
     ],
     ids=["deselect", "collect-nothing", "tox-ini", "pyproject"],
 )
-def test_pytest_config_that_deselects_tests_does_not_resolve(daemon: Daemon, tmp_path: Path,
-                                                             edits: dict[str, str]) -> None:
+def test_pytest_config_that_deselects_tests_does_not_resolve(
+    daemon: Daemon, tmp_path: Path, edits: dict[str, str]
+) -> None:
     receipt = submit(daemon, make_patch(tmp_path, LRU, edits))
     assert receipt["status"] == "unresolved"
 
 
 def test_a_fake_pytest_module_cannot_shadow_the_runner(daemon: Daemon, tmp_path: Path) -> None:
-    fake = "import sys\nprint('PASSED tests/test_cache.py::test_get_marks_entry_as_recently_used')\nsys.exit(0)\n"
+    fake = (
+        "import sys\n"
+        "print('PASSED tests/test_cache.py::test_get_marks_entry_as_recently_used')\n"
+        "sys.exit(0)\n"
+    )
     receipt = submit(daemon, make_patch(tmp_path, LRU, {"pytest.py": fake}))
     assert receipt["status"] == "unresolved"
 
@@ -150,16 +171,22 @@ def test_idempotent_retry_returns_the_original_receipt(daemon: Daemon, tmp_path:
 BAD_PATCHES = {
     "absolute": ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "absolute"),
     "dotdot": ("--- a/../x.py\n+++ b/../x.py\n@@ -1 +1 @@\n-a\n+b\n", ".."),
-    "malformed": ("--- a/lrucache/cache.py\n+++ b/lrucache/cache.py\n@@ -1,3 +1,3 @@\n-x\n",
-                  "lrucache/cache.py"),
-    "does-not-apply": ("--- a/lrucache/cache.py\n+++ b/lrucache/cache.py\n@@ -1,1 +1,1 @@\n"
-                       "-this line is not in the file\n+x\n", "lrucache/cache.py"),
+    "malformed": (
+        "--- a/lrucache/cache.py\n+++ b/lrucache/cache.py\n@@ -1,3 +1,3 @@\n-x\n",
+        "lrucache/cache.py",
+    ),
+    "does-not-apply": (
+        "--- a/lrucache/cache.py\n+++ b/lrucache/cache.py\n@@ -1,1 +1,1 @@\n"
+        "-this line is not in the file\n+x\n",
+        "lrucache/cache.py",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(BAD_PATCHES))
-def test_bad_patches_are_rejected_without_a_ledger_entry(daemon: Daemon, tmp_path: Path,
-                                                         name: str) -> None:
+def test_bad_patches_are_rejected_without_a_ledger_entry(
+    daemon: Daemon, tmp_path: Path, name: str
+) -> None:
     text, expect = BAD_PATCHES[name]
     patch = tmp_path / "bad.patch"
     patch.write_text(text)
@@ -202,13 +229,18 @@ def test_export_verifies_and_an_edited_export_fails(daemon: Daemon, tmp_path: Pa
     assert report["kinds"]["genesis"] == 1
 
     lines = out.read_text().splitlines()
-    victim = next(i for i, line in enumerate(lines) if json.loads(line)["seq"] > 0 and
-                  json.loads(base64.b64decode(json.loads(line)["payload"]))["kind"] == "result")
+    victim = next(
+        i
+        for i, line in enumerate(lines)
+        if json.loads(line)["seq"] > 0
+        and json.loads(base64.b64decode(json.loads(line)["payload"]))["kind"] == "result"
+    )
     record = json.loads(lines[victim])
     doc = json.loads(base64.b64decode(record["payload"]))
     doc["body"]["resolved"] = not doc["body"]["resolved"]
     record["payload"] = base64.b64encode(
-        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).decode()
+        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    ).decode()
     lines[victim] = json.dumps(record)
     tampered = tmp_path / "tampered.jsonl"
     tampered.write_text("\n".join(lines) + "\n")

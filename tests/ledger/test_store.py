@@ -14,8 +14,13 @@ from jouled.ledger.verify import verify_export
 
 def open_ledger(d: Path) -> Ledger:
     signer, _ = load_or_create_key(d / "jouled.key", d / "jouled.pub")
-    return Ledger(d / "ledger.duckdb", signer, origin="jouled/test/0000",
-                  checkpoint_path=d / "checkpoint.note", genesis={"version": "t", "host": "h"})
+    return Ledger(
+        d / "ledger.duckdb",
+        signer,
+        origin="jouled/test/0000",
+        checkpoint_path=d / "checkpoint.note",
+        genesis={"version": "t", "host": "h"},
+    )
 
 
 def test_key_is_created_private_and_a_readable_key_is_refused(tmp_path: Path) -> None:
@@ -40,8 +45,11 @@ def test_genesis_chain_and_reopen(tmp_path: Path) -> None:
     reopened = open_ledger(tmp_path)
     assert reopened.size == 3 and reopened.root() == root
     assert reopened.checkpoint().size == 3
-    report = verify_export((e.export_line() for e in reopened.iter_export()),
-                           [reopened.signer.public], [reopened.checkpoint_note()])
+    report = verify_export(
+        (e.export_line() for e in reopened.iter_export()),
+        [reopened.signer.public],
+        [reopened.checkpoint_note()],
+    )
     assert report.entries == 3
     reopened.close()
 
@@ -51,11 +59,17 @@ def test_inclusion_and_consistency_proofs_verify(tmp_path: Path) -> None:
     for i in range(6):
         ledger.append("result", {"task_id": f"s/{i}"})
     p = ledger.inclusion_proof(4)
-    assert merkle.verify_inclusion(bytes.fromhex(p["leaf_hash"]), 4, p["tree_size"],
-                                   [bytes.fromhex(h) for h in p["hashes"]], ledger.root())
+    assert merkle.verify_inclusion(
+        bytes.fromhex(p["leaf_hash"]),
+        4,
+        p["tree_size"],
+        [bytes.fromhex(h) for h in p["hashes"]],
+        ledger.root(),
+    )
     c = ledger.consistency_proof(3)
-    assert merkle.verify_consistency(3, 7, bytes.fromhex(c["old_root"]), ledger.root(),
-                                     [bytes.fromhex(h) for h in c["hashes"]])
+    assert merkle.verify_consistency(
+        3, 7, bytes.fromhex(c["old_root"]), ledger.root(), [bytes.fromhex(h) for h in c["hashes"]]
+    )
     ledger.close()
 
 
@@ -86,8 +100,10 @@ def test_an_edited_payload_is_refused(tmp_path: Path) -> None:
     ledger.append("result", {"task_id": "s/t", "resolved": False})
     ledger.close()
     with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
-        db.execute("UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
-                   " WHERE seq = 1")
+        db.execute(
+            "UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
+            " WHERE seq = 1"
+        )
     with pytest.raises(LedgerIntegrityError, match="entry 1 does not match its leaf hash"):
         open_ledger(tmp_path)
 
@@ -106,4 +122,3 @@ def test_journal_tracks_unfinished_attempts(tmp_path: Path) -> None:
     ledger.append("result", {"task_id": "s/t", "attempt_id": "a1"})
     assert [p.attempt_id for p in ledger.journal_pending()] == ["a2"]
     ledger.close()
-

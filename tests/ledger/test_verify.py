@@ -43,7 +43,8 @@ def resign_payload(line: str, edit: dict) -> str:
     doc = json.loads(base64.b64decode(record["payload"]))
     doc["body"].update(edit)
     record["payload"] = base64.b64encode(
-        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).decode()
+        json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    ).decode()
     return json.dumps(record)
 
 
@@ -83,7 +84,7 @@ def test_deleted_tail_against_a_saved_checkpoint(exported: tuple) -> None:
 
 
 def test_unknown_key(exported: tuple) -> None:
-    lines, _, note = exported
+    lines, _, _note = exported
     other = [Ed25519PrivateKey.generate().public_key()]
     fails(lines, other, [], "no signature by a pinned key", 0)
 
