@@ -100,3 +100,19 @@ def test_a_checkpoint_from_another_history(exported: tuple, tmp_path: Path) -> N
 def test_garbage_line() -> None:
     with pytest.raises(VerificationError, match="export line 1 is not a ledger entry"):
         verify_export(["{not json"], [])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_signature_checks_on_several_processes_find_the_first_bad_entry(
+    exported: tuple, workers: int
+) -> None:
+    lines, keys, note = exported
+    assert verify_export(lines, keys, [note], workers=workers).entries == 6
+    record = json.loads(lines[4])
+    record["signatures"][0]["sig"] = json.loads(lines[1])["signatures"][0]["sig"]
+    lines[4] = json.dumps(record)
+    with pytest.raises(VerificationError, match="does not verify") as info:
+        verify_export(lines, keys, [note], workers=workers)
+    assert info.value.seq == 4
+    # Merkle-only verification does not look at entry signatures.
+    assert verify_export(lines, keys, [note], signatures=False).entries == 6
