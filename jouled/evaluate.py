@@ -133,6 +133,21 @@ def restore_protected(contract: Contract, tree: Path) -> list[str]:
     return sorted(set(touched))
 
 
+def prepare_tree(contract: Contract, tree: Path, patch: Patch | None) -> list[str]:
+    """Apply a candidate patch, undo its changes to protected paths, add the test patch.
+
+    Every run of the check goes through here (baseline, reference, attempt), so
+    the tests that grade are identical whatever the patch did to them. Returns
+    the protected paths that were restored or deleted.
+    """
+    if patch is not None:
+        apply_patch(patch, tree)
+    restored = restore_protected(contract, tree)
+    if contract.test_patch:
+        apply_patch(parse_trusted(contract.test_patch), tree)
+    return restored
+
+
 class Evaluator:
     def __init__(
         self,
@@ -268,11 +283,7 @@ class Evaluator:
                     energy["solve"] = window.energy.to_wire()
                 progress("grade", "applying the patch and running the tests")
                 with self.metering.phase() as window:
-                    if patch is not None:
-                        apply_patch(patch, tree)
-                    restored = restore_protected(contract, tree)
-                    if contract.test_patch:
-                        apply_patch(parse_trusted(contract.test_patch), tree)
+                    restored = prepare_tree(contract, tree, patch)
                     check = self.run_check(contract, tree)
                     window.cpu_ns += check.result.cpu_ns
                 assert window.energy is not None

@@ -9,10 +9,10 @@ from typing import Any
 
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry
-from jouled.evaluate import Evaluator, derive_expected, parse_trusted, restore_protected, seed
+from jouled.errors import JouledError
+from jouled.evaluate import Evaluator, derive_expected, parse_trusted, prepare_tree, seed
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
-from jouled.patch import apply_patch
 from jouled.testreport import grade
 
 
@@ -27,12 +27,13 @@ class _NoStore:
 
 
 def check_task(evaluator: Evaluator, contract: Contract, work: Path) -> dict[str, Any]:
-    before = evaluator.run_check(contract, seed(contract, work / "before"))
+    tree = seed(contract, work / "before")
+    prepare_tree(contract, tree, None)
+    before = evaluator.run_check(contract, tree)
     after = None
     if contract.reference_patch is not None:
         tree = seed(contract, work / "after")
-        apply_patch(parse_trusted(contract.reference_patch), tree)
-        restore_protected(contract, tree)
+        prepare_tree(contract, tree, parse_trusted(contract.reference_patch))
         after = evaluator.run_check(contract, tree)
     report: dict[str, Any] = {"task_id": contract.task_id, "digest": contract.digest}
     if after is None and not contract.has_expected_ids:
@@ -73,5 +74,17 @@ def check_tasks(config: Config, progress: Callable[[str], None] = print) -> list
         for i, contract in enumerate(registry.list(), 1):
             progress(f"[{i}/{len(registry)}] {contract.task_id}")
             with tempfile.TemporaryDirectory(dir=tmp) as work:
-                reports.append(check_task(evaluator, contract, Path(work)))
+                try:
+                    reports.append(check_task(evaluator, contract, Path(work)))
+                except JouledError as err:  # one broken task must not hide the others
+                    reports.append(
+                        {
+                            "task_id": contract.task_id,
+                            "digest": contract.digest,
+                            "ok": False,
+                            "reason": err.diagnostics(),
+                            "fail_to_pass": [],
+                            "pass_to_pass": [],
+                        }
+                    )
     return reports
