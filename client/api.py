@@ -260,6 +260,10 @@ def checkpoint_history_path(export: Path) -> Path:
     return export.with_name(export.name + ".checkpoints.jsonl")
 
 
+def parquet_path(export: Path) -> Path:
+    return export.with_name(export.name + ".parquet")
+
+
 def _task(t: pb.Task) -> dict[str, Any]:
     return {
         "task_id": t.task_id,

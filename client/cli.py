@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from jb_client import render
-from jb_client.api import Client, checkpoint_history_path
+from jb_client.api import Client, checkpoint_history_path, parquet_path
 
 from jouled.errors import JouledError, Kind, VerificationError
 
@@ -299,11 +299,21 @@ def verify(
     file: Annotated[Path, typer.Argument(help="An export written by `jb-client export`.")],
     pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
     checkpoint: Annotated[
-        Path | None, typer.Option(help="A checkpoint note you saved earlier.")
+        Path | None, typer.Option(help="The daemon's checkpoint note, fetched separately.")
     ] = None,
+    since: Annotated[
+        Path | None,
+        typer.Option(help="A checkpoint you saved earlier: the export must extend it."),
+    ] = None,
+    merkle_only: Annotated[
+        bool, typer.Option(help="Skip entry signatures (chain and Merkle root only).")
+    ] = False,
+    workers: Annotated[int, typer.Option(help="Processes checking signatures.")] = 0,
     as_json: Json = False,
 ) -> None:
     """Verify an export offline: signatures, seq, prev chain, Merkle root vs checkpoints."""
+    import os
+
     from jouled.ledger.signing import load_public_key
     from jouled.ledger.verify import split_notes, verify_export
 
@@ -313,10 +323,19 @@ def verify(
         history = checkpoint_history_path(file)
         if history.is_file():
             notes += split_notes(history.read_text(encoding="utf-8"))
-        if checkpoint is not None:
-            notes.append(_read(checkpoint).decode("utf-8"))
+        for note in (checkpoint, since):
+            if note is not None:
+                notes.append(_read(note).decode("utf-8"))
+        parquet = parquet_path(file)
         with file.open(encoding="utf-8") as fh:
-            report = verify_export(fh, keys, notes)
+            report = verify_export(
+                fh,
+                keys,
+                notes,
+                signatures=not merkle_only,
+                workers=workers or os.cpu_count() or 1,
+                parquet=parquet if parquet.is_file() else None,
+            )
     except OSError as err:
         render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
         raise typer.Exit(EXIT_USAGE) from None
@@ -327,10 +346,42 @@ def verify(
     if as_json:
         _emit(report.to_json())
     else:
+        extra = "" if report.parquet_rows is None else f", Parquet {report.parquet_rows} rows"
         render.out.print(
             f"[green]ok[/] {report.entries} entries, root {report.root[:16]}…, "
-            f"{len(report.checkpoints)} checkpoint(s) consistent, signed by "
+            f"{len(report.checkpoints)} checkpoint(s) consistent{extra}, signed by "
             + ", ".join(k[:16] for k in report.keyids)
+            + (" (signatures not checked)" if merkle_only else "")
+        )
+
+
+@app.command()
+def audit(
+    receipt: Annotated[Path, typer.Argument(help="A receipt from `submit --json`.")],
+    pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
+    as_json: Json = False,
+) -> None:
+    """Check one receipt alone: its signature, its inclusion proof and its checkpoint."""
+    from jouled.ledger.audit import audit_receipt
+    from jouled.ledger.signing import load_public_key
+
+    try:
+        keys = [load_public_key(p) for p in pubkey]
+        doc = json.loads(_read(receipt))
+        result = audit_receipt(doc, keys)
+    except ValueError as err:
+        render.err.print(f"[red]error:[/] {receipt} is not a JSON receipt: {err}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except JouledError as err:
+        if as_json and isinstance(err, VerificationError):
+            _emit({"ok": False, "seq": err.seq, "error": err.message})
+        _fail(err)
+    if as_json:
+        _emit(result)
+    else:
+        render.out.print(
+            f"[green]ok[/] entry {result['seq']} ({result['task_id']}, {result['status']}) is "
+            f"signed and included in the tree of {result['tree_size']} entries"
         )
 
 
@@ -364,6 +415,26 @@ def proof(
         _emit(p)
     else:
         render.kv(f"inclusion proof of entry {seq}", {**p, "hashes": len(p["hashes"])})
+
+
+@app.command()
+def consistency(
+    old: Annotated[int, typer.Option("--old", help="The size you saw before.")],
+    new: Annotated[int, typer.Option("--new", help="The later size (0: latest).")] = 0,
+    as_json: Json = False,
+) -> None:
+    """A consistency proof: the ledger of size --new extends the one of size --old."""
+    try:
+        with _client() as c:
+            p = c.consistency(old, new)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(p)
+    else:
+        render.kv(
+            f"consistency {p['old_size']} -> {p['new_size']}", {**p, "hashes": len(p["hashes"])}
+        )
 
 
 @app.command()

@@ -34,6 +34,7 @@ from jouled.errors import (
 )
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
+from jouled.ledger.columns import NAMES, mismatch_sql, query_values
 from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
 from jouled.ledger.signing import Signer, raw_public
 
@@ -75,28 +76,6 @@ CREATE TABLE IF NOT EXISTS journal (
 );
 """
 
-# Query columns copied out of the signed body; `verify` checks they still agree.
-QUERY_COLUMNS = (
-    "task_id",
-    "suite",
-    "task_digest",
-    "solver",
-    "model",
-    "status",
-    "resolved",
-    "patch_sha256",
-    "idempotency_key",
-    "run_id",
-    "rollout",
-    "attempt_id",
-)
-
-
-def query_values(kind: str, body: dict[str, Any]) -> list[Any]:
-    if kind not in ("result", "baseline", "abort"):
-        return [None] * len(QUERY_COLUMNS)
-    return [body.get(c) for c in QUERY_COLUMNS]
-
 
 @dataclass(frozen=True)
 class PendingAttempt:
@@ -126,14 +105,30 @@ class Ledger:
         except duckdb.Error as err:
             raise LedgerError(
                 f"cannot open the ledger {path}: {err}",
-                hint="is another jouled serving this data dir? DuckDB allows one writer",
+                hint="is another jouled serving this data dir (DuckDB allows one writer), or is "
+                "the file damaged?",
             ) from err
-        self._db.execute(SCHEMA)
         self._leaves: list[bytes] = []
         self._acc = merkle.MerkleAccumulator()
         self._note_stat: tuple[int, int] | None = None
-        self._load()
-        self._check_against_note()
+        try:
+            self._db.execute(SCHEMA)
+            self._load()
+            self._check_columns()
+        except duckdb.Error as err:
+            self._db.close()
+            raise LedgerIntegrityError(
+                f"the ledger {path} is damaged and cannot be read: {err}",
+                hint="the file was truncated or corrupted; restore the data dir from a backup",
+            ) from err
+        except LedgerError:
+            self._db.close()
+            raise
+        try:
+            self._check_against_note()
+        except LedgerError:
+            self._db.close()
+            raise
         if not self._leaves:
             self.append("genesis", {**genesis, **self._key_fields(), "origin": origin})
 
@@ -164,6 +159,16 @@ class Ledger:
                 )
             self._leaves.append(leaf)
             self._acc.append(leaf)
+
+    def _check_columns(self) -> None:
+        """Refuse a ledger whose query columns were edited apart from the signed payload."""
+        bad = self._db.execute(mismatch_sql("entries", "decode(payload)") + " LIMIT 1").fetchone()
+        if bad is not None:
+            raise LedgerIntegrityError(
+                f"ledger {self.path}: entry {bad[0]} column {bad[1]!r} disagrees with its "
+                "signed payload (the column was edited)",
+                hint="restore the data dir from a backup",
+            )
 
     def _check_against_note(self) -> None:
         """Refuse a ledger that is behind, or forked from, its own checkpoint file."""
@@ -256,7 +261,7 @@ class Ledger:
         doc = entry.doc
         sigs = json.dumps([{"keyid": s.keyid, "sig": s.sig} for s in entry.signatures])
         self._db.execute(
-            f"INSERT INTO entries VALUES ({', '.join('?' * (6 + len(QUERY_COLUMNS)))})",
+            f"INSERT INTO entries VALUES ({', '.join('?' * (6 + len(NAMES)))})",
             [
                 entry.seq,
                 doc["kind"],

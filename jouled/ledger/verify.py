@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -25,6 +26,7 @@ from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, verify_note
 from jouled.ledger.entry import Entry, parse_export_record
 from jouled.ledger.signing import PAYLOAD_TYPE, key_id, raw_public, verify_signature
+from jouled.ledger.snapshot import check_parquet
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Report:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     keyids: list[str] = field(default_factory=list)
     origin: str = ""
+    parquet_rows: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +48,7 @@ class Report:
             "checkpoints": self.checkpoints,
             "keyids": self.keyids,
             "origin": self.origin,
+            "parquet_rows": self.parquet_rows,
         }
 
 
@@ -173,6 +177,7 @@ def verify_export(
     *,
     signatures: bool = True,
     workers: int = 1,
+    parquet: Path | None = None,
 ) -> Report:
     """Verify an export; raises VerificationError at the first problem.
 
@@ -219,6 +224,8 @@ def verify_export(
         cp = _verified_checkpoint(note, pubkeys, report.origin)
         check_against(cp, leaves)
         report.checkpoints.append({"size": cp.size, "root": cp.root.hex()})
+    if parquet is not None:
+        report.parquet_rows = check_parquet(parquet, leaves)
     return report
 
 

@@ -261,3 +261,29 @@ def test_sigterm_stops_cleanly_and_the_ledger_reopens(fresh_daemon: Daemon) -> N
         assert again.ledger_size() == size
     finally:
         assert again.stop() == 0
+
+
+def test_a_receipt_is_verifiable_alone(daemon: Daemon, tmp_path: Path) -> None:
+    receipt = submit(daemon, make_patch(tmp_path, LRU, {}, reference=True))
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps(receipt))
+    ok = daemon.client("audit", str(path), "--pubkey", str(daemon.pubkey), "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["seq"] == receipt["seq"]
+
+    proof = daemon.client_json("proof", "--seq", str(receipt["seq"]))
+    assert proof["hashes"] and proof["tree_size"] > receipt["seq"]
+
+    receipt["proof"]["hashes"][0] = "00" * 32
+    path.write_text(json.dumps(receipt))
+    bad = daemon.client("audit", str(path), "--pubkey", str(daemon.pubkey))
+    assert bad.returncode == 1
+    assert "inclusion proof does not lead" in bad.stderr
+
+
+def test_consistency_between_two_sizes(daemon: Daemon) -> None:
+    size = daemon.ledger_size()
+    proof = daemon.client_json("consistency", "--old", "1", "--new", str(size))
+    assert proof["old_size"] == 1 and proof["new_size"] == size
+    done = daemon.client("consistency", "--old", str(size + 5))
+    assert done.returncode == 2 and "no consistency proof" in done.stderr

@@ -122,3 +122,27 @@ def test_journal_tracks_unfinished_attempts(tmp_path: Path) -> None:
     ledger.append("result", {"task_id": "s/t", "attempt_id": "a1"})
     assert [p.attempt_id for p in ledger.journal_pending()] == ["a2"]
     ledger.close()
+
+
+def test_an_edited_query_column_is_refused(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append("result", {"task_id": "s/t", "status": "unresolved", "resolved": False})
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        db.execute("UPDATE entries SET resolved = true, status = 'resolved' WHERE seq = 1")
+    with pytest.raises(LedgerIntegrityError, match="entry 1 column 'resolved' disagrees"):
+        open_ledger(tmp_path)
+
+
+def test_a_truncated_duckdb_file_is_refused(tmp_path: Path) -> None:
+    from jouled.errors import LedgerError
+
+    ledger = open_ledger(tmp_path)
+    for i in range(20):
+        ledger.append("result", {"task_id": f"s/{i}"})
+    ledger.close()
+    path = tmp_path / "ledger.duckdb"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    with pytest.raises(LedgerError):
+        open_ledger(tmp_path)

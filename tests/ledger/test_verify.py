@@ -116,3 +116,29 @@ def test_signature_checks_on_several_processes_find_the_first_bad_entry(
     assert info.value.seq == 4
     # Merkle-only verification does not look at entry signatures.
     assert verify_export(lines, keys, [note], signatures=False).entries == 6
+
+
+def test_since_an_earlier_checkpoint(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append("result", {"task_id": "s/a"})
+    earlier = ledger.checkpoint_note()
+    ledger.append("result", {"task_id": "s/b"})
+    lines = [e.export_line() for e in ledger.iter_export()]
+    keys = [ledger.signer.public]
+    ledger.close()
+    assert verify_export(lines, keys, [earlier]).checkpoints[0]["size"] == 2
+
+
+def test_two_checkpoints_of_one_size_with_different_roots(tmp_path: Path) -> None:
+    from jouled.ledger.checkpoint import Checkpoint, sign_note
+
+    ledger = open_ledger(tmp_path)
+    ledger.append("result", {"task_id": "s/a"})
+    lines = [e.export_line() for e in ledger.iter_export()]
+    honest = ledger.checkpoint_note()
+    cp = ledger.checkpoint()
+    forked = sign_note(Checkpoint(cp.origin, cp.size, bytes(32)), [(cp.origin, ledger.signer)])
+    keys = [ledger.signer.public]
+    ledger.close()
+    with pytest.raises(VerificationError, match="do not hash to the checkpoint's root"):
+        verify_export(lines, keys, [honest, forked])

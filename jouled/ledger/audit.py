@@ -1,0 +1,61 @@
+"""Checking one receipt alone, with nothing but a pinned public key.
+
+A receipt carries its signed entry, an inclusion proof and the checkpoint the
+proof is against: the entry's signature must verify, its leaf hash must be
+the hash of its payload, the checkpoint must be signed by the same key, and
+the proof must place the leaf at `seq` in the checkpoint's tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from jouled.errors import VerificationError
+from jouled.ledger import merkle
+from jouled.ledger.checkpoint import parse_note, verify_note
+from jouled.ledger.entry import parse_export_record
+from jouled.ledger.signing import key_id, verify_signature
+
+
+def audit_receipt(receipt: dict[str, Any], pubkeys: Sequence[Ed25519PublicKey]) -> dict[str, Any]:
+    try:
+        entry = parse_export_record(receipt["entry"])
+        proof = receipt["proof"]
+        note = str(receipt["checkpoint"])
+        hashes = [bytes.fromhex(h) for h in proof["hashes"]]
+        tree_size = int(proof["tree_size"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise VerificationError(f"the receipt lacks its entry, proof or checkpoint: {err}") from err
+    seq = entry.seq
+    if merkle.leaf_hash(entry.payload) != entry.leaf_hash:
+        raise VerificationError("leaf hash does not match the payload", seq=seq)
+    keys = {key_id(k): k for k in pubkeys}
+    signed = [s for s in entry.signatures if s.keyid in keys]
+    if not signed or not all(verify_signature(keys[s.keyid], entry.payload, s.sig) for s in signed):
+        raise VerificationError("the entry is not validly signed by a pinned key", seq=seq)
+    if entry.doc.get("seq") != seq:
+        raise VerificationError("the payload's seq differs from the receipt's", seq=seq)
+    origin = parse_note(note)[0].origin
+    cp = verify_note(note, [(origin, k) for k in pubkeys])
+    if cp.size != tree_size:
+        raise VerificationError(
+            f"the proof is for a tree of {tree_size} entries, the checkpoint has {cp.size}",
+            seq=seq,
+        )
+    if not merkle.verify_inclusion(entry.leaf_hash, seq, cp.size, hashes, cp.root):
+        raise VerificationError(
+            "the inclusion proof does not lead to the checkpoint's root", seq=seq
+        )
+    body = entry.body
+    return {
+        "ok": True,
+        "seq": seq,
+        "task_id": body.get("task_id", ""),
+        "status": body.get("status", ""),
+        "resolved": body.get("resolved"),
+        "tree_size": cp.size,
+        "root": cp.root.hex(),
+    }
