@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from jouled import __version__, frontier
@@ -47,6 +48,14 @@ class Submission:
     rollout: int = 0
     claimed: Mapping[str, int] = field(default_factory=dict)
     idempotency_key: str = ""
+
+
+def _age_s(rfc3339: str) -> int | None:
+    try:
+        then = datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return int((datetime.now(UTC) - then).total_seconds())
 
 
 class Daemon:
@@ -311,6 +320,8 @@ class Daemon:
                 **cal.body(),
                 "seq": cal.seq,
                 "time": cal.time,
+                "age_s": _age_s(cal.time),
+                "idle_w": {name: d.idle_mw / 1000 for name, d in sorted(cal.domains.items())},
             },
         }
 
