@@ -297,7 +297,13 @@ def export(
 @app.command()
 def verify(
     file: Annotated[Path, typer.Argument(help="An export written by `jb-client export`.")],
-    pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
+    pubkey: Annotated[
+        list[Path] | None, typer.Option("--pubkey", help="Pinned public key (PEM), all entries.")
+    ] = None,
+    trust: Annotated[
+        Path | None,
+        typer.Option(help="JSON trust file: pinned keys with the entry range each may sign."),
+    ] = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help="The daemon's checkpoint note, fetched separately.")
     ] = None,
@@ -314,11 +320,11 @@ def verify(
     """Verify an export offline: signatures, seq, prev chain, Merkle root vs checkpoints."""
     import os
 
-    from jouled.ledger.signing import load_public_key
+    from jouled.ledger.trust import load_pinned
     from jouled.ledger.verify import split_notes, verify_export
 
     try:
-        keys = [load_public_key(p) for p in pubkey]
+        keys = load_pinned(pubkey or [], trust)
         notes = []
         history = checkpoint_history_path(file)
         if history.is_file():

@@ -20,10 +20,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+keys_app = typer.Typer(help="Manage the ledger's signing key.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
 meter_app = typer.Typer(help="Inspect this host's energy meters.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(meter_app, name="meter")
+app.add_typer(keys_app, name="keys")
 
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
@@ -134,6 +136,31 @@ def _print_reports(reports: list[dict[str, Any]]) -> None:
         typer.echo(f"    pass_to_pass ({len(r['pass_to_pass'])}): " + ", ".join(r["pass_to_pass"]))
     bad = sum(not r["ok"] for r in reports)
     typer.echo(f"{len(reports) - bad} ok, {bad} bad", err=True)
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    data_dir: DataDir = None,
+    overlap: Annotated[int, typer.Option(help="Entries whose checkpoints both keys sign.")] = 1000,
+) -> None:
+    """Introduce a new signing key, named in a key_rotation entry the old key signs.
+
+    Stop the daemon first. Afterwards give auditors the new jouled.pub with the
+    entry range it signs from (the rotation entry's seq + 1).
+    """
+    from jouled.service import rotate_key
+
+    _setup_logging(False)
+    try:
+        entry = rotate_key(Config.from_env(data_dir=data_dir), overlap)
+    except JouledError as err:
+        raise _fail(err, EXIT_USAGE) from None
+    body = entry.body
+    typer.echo(
+        f"rotated at entry {entry.seq}: {body['old_keyid'][:16]} signs entries up to "
+        f"{entry.seq}, {body['new_keyid'][:16]} from {entry.seq + 1}; checkpoints are "
+        f"signed by both until entry {entry.seq + body['overlap_entries']}"
+    )
 
 
 @meter_app.command("probe")

@@ -21,9 +21,10 @@ from jouled.contracts import Contract, TaskRegistry
 from jouled.contracts.contract import iter_tree
 from jouled.errors import BusyError, JouledError, UsageError
 from jouled.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
+from jouled.ledger import keys
 from jouled.ledger.entry import Entry
-from jouled.ledger.signing import load_or_create_key
-from jouled.ledger.store import Ledger
+from jouled.ledger.keys import KeyPaths
+from jouled.ledger.store import Ledger, current_keyid
 from jouled.meter import calibration as calibration_mod
 from jouled.meter.auto import open_meter
 from jouled.meter.base import Calibration, Meter
@@ -58,14 +59,40 @@ def _age_s(rfc3339: str) -> int | None:
     return int((datetime.now(UTC) - then).total_seconds())
 
 
+def open_ledger(config: Config) -> Ledger:
+    """The data dir's ledger with its keys, finishing a rotation a crash interrupted."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(config.data_dir, 0o700)
+    paths = KeyPaths(config.key_path, config.pub_path)
+    keys.settle(paths, current_keyid(config.ledger_path))
+    signer, retired, created = keys.load_keys(paths)
+    if created:
+        log.info("created signing key %s (key id %s)", config.key_path, signer.keyid[:16])
+    return Ledger(
+        config.ledger_path,
+        signer,
+        origin=config.origin or f"jouled/{config.hostname}/{signer.keyid[:8]}",
+        checkpoint_path=config.checkpoint_path,
+        genesis={"version": __version__, "host": config.hostname},
+        retired=retired,
+    )
+
+
+def rotate_key(config: Config, overlap_entries: int) -> Entry:
+    """Introduce a new signing key (the daemon must be stopped: one DuckDB writer)."""
+    ledger = open_ledger(config)
+    paths = KeyPaths(config.key_path, config.pub_path)
+    try:
+        entry = ledger.rotate(keys.prepare_next(paths), overlap_entries)
+        keys.finish_rotation(paths)
+        return entry
+    finally:
+        ledger.close()
+
+
 class Daemon:
     def __init__(self, config: Config, *, meter: Meter | None = None) -> None:
         self.config = config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(config.data_dir, 0o700)
-        signer, created = load_or_create_key(config.key_path, config.pub_path)
-        if created:
-            log.info("created signing key %s (key id %s)", config.key_path, signer.keyid[:16])
         self.registry = TaskRegistry.from_dirs(config.task_dirs)
         self.meter = meter or open_meter(
             config.energy,
@@ -77,13 +104,7 @@ class Daemon:
             estimator_mode=config.estimator_mode,
         )
         try:
-            self.ledger = Ledger(
-                config.ledger_path,
-                signer,
-                origin=config.origin or f"jouled/{config.hostname}/{signer.keyid[:8]}",
-                checkpoint_path=config.checkpoint_path,
-                genesis={"version": __version__, "host": config.hostname},
-            )
+            self.ledger = open_ledger(config)
         except BaseException:
             self.meter.close()
             raise

@@ -93,6 +93,23 @@ def verify_signature(
     return True
 
 
+def load_private(key_path: Path) -> Signer:
+    """A private key file, refused when group or others can read it."""
+    mode = stat.S_IMODE(key_path.stat().st_mode)
+    if mode & 0o077:
+        raise KeyFileError(
+            f"{key_path} is readable by group or others (mode {mode:o})",
+            hint=f"chmod 600 {key_path}, then consider the key compromised and rotate it",
+        )
+    try:
+        private = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (ValueError, OSError) as err:
+        raise KeyFileError(f"cannot load private key {key_path}: {err}") from err
+    if not isinstance(private, Ed25519PrivateKey):
+        raise KeyFileError(f"{key_path} is not an Ed25519 private key")
+    return Signer(private)
+
+
 def load_or_create_key(key_path: Path, pub_path: Path) -> tuple[Signer, bool]:
     """The daemon's signing key, created 0600 on first start.
 
@@ -100,19 +117,7 @@ def load_or_create_key(key_path: Path, pub_path: Path) -> tuple[Signer, bool]:
     refused: anyone who can read it can forge the ledger.
     """
     if key_path.exists():
-        mode = stat.S_IMODE(key_path.stat().st_mode)
-        if mode & 0o077:
-            raise KeyFileError(
-                f"{key_path} is readable by group or others (mode {mode:o})",
-                hint=f"chmod 600 {key_path}, then consider the key compromised and rotate it",
-            )
-        try:
-            private = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        except (ValueError, OSError) as err:
-            raise KeyFileError(f"cannot load private key {key_path}: {err}") from err
-        if not isinstance(private, Ed25519PrivateKey):
-            raise KeyFileError(f"{key_path} is not an Ed25519 private key")
-        signer = Signer(private)
+        signer = load_private(key_path)
         created = False
     else:
         signer = Signer(Ed25519PrivateKey.generate())

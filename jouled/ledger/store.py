@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from jouled.errors import (
     LedgerError,
@@ -77,6 +78,28 @@ CREATE TABLE IF NOT EXISTS journal (
 """
 
 
+def current_keyid(path: Path) -> str | None:
+    """The key id the ledger says signs next (None for a new ledger), read without writing."""
+    if not path.exists():
+        return None
+    try:
+        with duckdb.connect(str(path), read_only=True) as db:
+            row = db.execute(
+                "SELECT payload FROM entries WHERE kind IN ('genesis', 'key_rotation') "
+                "ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+    except duckdb.Error:
+        return None  # opening it for real reports what is wrong
+    if row is None:
+        return None
+    body = json.loads(bytes(row[0]))["body"]
+    return str(body.get("new_keyid") or body.get("keyid"))
+
+
+def _public(b64: str) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(base64.b64decode(b64))
+
+
 @dataclass(frozen=True)
 class PendingAttempt:
     attempt_id: str
@@ -94,9 +117,11 @@ class Ledger:
         origin: str,
         checkpoint_path: Path,
         genesis: dict[str, Any],
+        retired: Signer | None = None,
     ) -> None:
         self.path = path
         self.signer = signer
+        self.retired = retired  # the previous key, co-signing checkpoints during an overlap
         self.origin = origin
         self.checkpoint_path = checkpoint_path
         self._lock = threading.RLock()
@@ -125,6 +150,7 @@ class Ledger:
             self._db.close()
             raise
         try:
+            self._adopt_history()
             self._check_against_note()
         except LedgerError:
             self._db.close()
@@ -160,6 +186,28 @@ class Ledger:
             self._leaves.append(leaf)
             self._acc.append(leaf)
 
+    def _adopt_history(self) -> None:
+        """Take the origin from genesis and check the key file is the ledger's current key."""
+        self._note_keys = [self.signer.public]
+        self._overlap_until = -1
+        if not self._leaves:
+            return
+        genesis = self.get(0).body
+        self.origin = str(genesis.get("origin", self.origin))
+        expected = str(genesis.get("keyid", ""))
+        for rotation in self.entries("key_rotation"):
+            body = rotation.body
+            self._note_keys.append(_public(body["old_public_key"]))
+            expected = str(body["new_keyid"])
+            self._overlap_until = rotation.seq + int(body.get("overlap_entries", 0))
+        if expected != self.signer.keyid:
+            raise LedgerIntegrityError(
+                f"the signing key (key id {self.signer.keyid[:16]}) is not the ledger's current "
+                f"key ({expected[:16]})",
+                hint="restore the data dir's jouled.key; a new key must be introduced by "
+                "`jouled keys rotate`, never by replacing the file",
+            )
+
     def _check_columns(self) -> None:
         """Refuse a ledger whose query columns were edited apart from the signed payload."""
         bad = self._db.execute(mismatch_sql("entries", "decode(payload)") + " LIMIT 1").fetchone()
@@ -187,7 +235,9 @@ class Ledger:
         if stamp == self._note_stat:
             return
         try:
-            cp = verify_note(self.checkpoint_path.read_bytes(), [(self.origin, self.signer.public)])
+            cp = verify_note(
+                self.checkpoint_path.read_bytes(), [(self.origin, k) for k in self._note_keys]
+            )
         except VerificationError as err:
             raise LedgerIntegrityError(
                 f"{self.checkpoint_path} does not verify with this daemon's key: {err.message}",
@@ -230,7 +280,7 @@ class Ledger:
                 prev = entry.leaf_hash
                 acc.append(entry.leaf_hash)
             cp = Checkpoint(origin=self.origin, size=acc.size, root=acc.root())
-            note = sign_note(cp, [(self.origin, self.signer)])
+            note = sign_note(cp, self._note_signers(cp.size))
             try:
                 self._db.execute("BEGIN TRANSACTION")
                 for entry in entries:
@@ -256,6 +306,38 @@ class Ledger:
             st = self.checkpoint_path.stat()
             self._note_stat = (st.st_mtime_ns, st.st_size)
             return entries
+
+    def _note_signers(self, size: int) -> list[tuple[str, Signer]]:
+        signers = [(self.origin, self.signer)]
+        if self.retired is not None and size - 1 <= self._overlap_until:
+            signers.append((self.origin, self.retired))
+        return signers
+
+    def rotate(self, new: Signer, overlap_entries: int) -> Entry:
+        """Hand signing to `new`: a key_rotation entry signed by the current key names it.
+
+        Checkpoints stay signed by both keys for `overlap_entries` entries, so
+        an auditor who pinned only the old key can follow the switch.
+        """
+        if overlap_entries < 0:
+            raise UsageError("the overlap must be zero or more entries")
+        with self._lock:
+            old = self.signer
+            body = {
+                "old_keyid": old.keyid,
+                "old_public_key": base64.b64encode(raw_public(old.public)).decode("ascii"),
+                "new_keyid": new.keyid,
+                "new_public_key": base64.b64encode(raw_public(new.public)).decode("ascii"),
+                "overlap_entries": overlap_entries,
+            }
+            self._overlap_until = self.size + overlap_entries
+            # The rotation entry is signed by the key handing over, and its
+            # checkpoint by both keys.
+            self.retired = new
+            entry = self.append("key_rotation", body)
+            self.signer, self.retired = new, old
+            self._note_keys.append(new.public)
+            return entry
 
     def _insert(self, entry: Entry) -> None:
         doc = entry.doc

@@ -25,8 +25,9 @@ from jouled.errors import VerificationError
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, verify_note
 from jouled.ledger.entry import Entry, parse_export_record
-from jouled.ledger.signing import PAYLOAD_TYPE, key_id, raw_public, verify_signature
+from jouled.ledger.signing import PAYLOAD_TYPE, raw_public, verify_signature
 from jouled.ledger.snapshot import check_parquet
+from jouled.ledger.trust import PinnedKey, Trust
 
 
 @dataclass
@@ -67,9 +68,7 @@ def _entry(line: str, lineno: int) -> Entry:
         raise VerificationError(f"export line {lineno} is not a ledger entry: {err}") from err
 
 
-def _check_entry(
-    entry: Entry, expected_seq: int, prev: bytes, keys: dict[str, Ed25519PublicKey]
-) -> dict[str, Any]:
+def _check_entry(entry: Entry, expected_seq: int, prev: bytes, trust: Trust) -> dict[str, Any]:
     seq = expected_seq
     if entry.seq != expected_seq:
         if entry.seq > expected_seq:
@@ -99,12 +98,20 @@ def _check_entry(
             "or replaced)",
             seq=seq,
         )
-    if not any(s.keyid in keys for s in entry.signatures):
+    if not any(trust.key_for(s.keyid, seq) for s in entry.signatures):
+        pinned_elsewhere = [s.keyid for s in entry.signatures if s.keyid in trust.by_id]
+        if pinned_elsewhere:
+            raise VerificationError(
+                f"signed only by key {trust.ranges(pinned_elsewhere[0])}, which is not trusted "
+                "for this entry (revoked or rotated out)",
+                seq=seq,
+            )
         ids = ", ".join(s.keyid[:16] for s in entry.signatures) or "none"
         raise VerificationError(
             f"no signature by a pinned key (signed by {ids})",
             seq=seq,
-            hint="pin the daemon's public key (jouled.pub) with --pubkey",
+            hint="pin the daemon's public key (jouled.pub) with --pubkey, or list every key "
+            "with its entry range in a --trust file",
         )
     return doc
 
@@ -126,8 +133,9 @@ def _verify_chunk(
 class _Signatures:
     """Checks signatures in a process pool, a bounded number of chunks in flight."""
 
-    def __init__(self, keys: dict[str, Ed25519PublicKey], workers: int) -> None:
-        self.raw = {k: raw_public(v) for k, v in keys.items()}
+    def __init__(self, trust: Trust, workers: int) -> None:
+        self.trust = trust
+        self.raw = {p.keyid: raw_public(p.key) for p in trust.pinned}
         self.workers = workers
         self.pool = ProcessPoolExecutor(workers) if workers > 1 else None
         self.pending: deque[Future[tuple[int, str] | None]] = deque()
@@ -135,7 +143,7 @@ class _Signatures:
 
     def add(self, entry: Entry) -> None:
         for s in entry.signatures:
-            if s.keyid in self.raw:
+            if self.trust.key_for(s.keyid, entry.seq) is not None:
                 self.chunk.append((entry.seq, s.keyid, entry.payload, s.sig))
         if len(self.chunk) >= SIGNATURE_CHUNK:
             self._flush()
@@ -172,7 +180,7 @@ def _raise(failure: tuple[int, str] | None) -> None:
 
 def verify_export(
     lines: Iterable[str],
-    pubkeys: Sequence[Ed25519PublicKey],
+    pubkeys: Sequence[Ed25519PublicKey | PinnedKey],
     checkpoints: Sequence[str] = (),
     *,
     signatures: bool = True,
@@ -185,18 +193,18 @@ def verify_export(
     checkpoints' own signatures are still checked). `workers` > 1 verifies
     entry signatures on that many processes.
     """
-    keys = {key_id(k): k for k in pubkeys}
-    report = Report(keyids=sorted(keys))
+    trust = Trust(pubkeys)
+    report = Report(keyids=trust.keyids)
     leaves: list[bytes] = []
     prev = b""
-    checker = _Signatures(keys, workers) if signatures else None
+    checker = _Signatures(trust, workers) if signatures else None
     try:
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             entry = _entry(line, lineno)
             try:
-                doc = _check_entry(entry, len(leaves), prev, keys)
+                doc = _check_entry(entry, len(leaves), prev, trust)
             except VerificationError:
                 # Signatures are checked behind the scan: an earlier entry's bad
                 # signature is the first failure, so report it instead.
@@ -221,7 +229,7 @@ def verify_export(
     report.entries = len(leaves)
     report.root = merkle.root_from_leaves(leaves).hex()
     for note in checkpoints:
-        cp = _verified_checkpoint(note, pubkeys, report.origin)
+        cp = _verified_checkpoint(note, trust, report.origin)
         check_against(cp, leaves)
         report.checkpoints.append({"size": cp.size, "root": cp.root.hex()})
     if parquet is not None:
@@ -229,13 +237,21 @@ def verify_export(
     return report
 
 
-def _verified_checkpoint(note: str, pubkeys: Sequence[Ed25519PublicKey], origin: str) -> Checkpoint:
+def _verified_checkpoint(note: str, trust: Trust, origin: str) -> Checkpoint:
+    """A checkpoint signed by a key pinned for its last entry."""
     unverified, _ = parse_note(note)
     if origin and unverified.origin != origin:
         raise VerificationError(
             f"checkpoint origin {unverified.origin!r} is not this ledger's {origin!r}"
         )
-    return verify_note(note, [(unverified.origin, k) for k in pubkeys])
+    last = max(unverified.size - 1, 0)
+    keys = [p.key for p in trust.pinned if p.covers(last)]
+    if not keys:
+        raise VerificationError(
+            f"no pinned key is trusted for entry {last}, the checkpoint's "
+            f"last entry (tree size {unverified.size})"
+        )
+    return verify_note(note, [(unverified.origin, k) for k in keys])
 
 
 def check_against(cp: Checkpoint, leaves: Sequence[bytes]) -> None:

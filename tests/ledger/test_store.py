@@ -111,7 +111,7 @@ def test_an_edited_payload_is_refused(tmp_path: Path) -> None:
 def test_a_replaced_key_cannot_extend_the_ledger(tmp_path: Path) -> None:
     open_ledger(tmp_path).close()
     (tmp_path / "jouled.key").unlink()
-    with pytest.raises(LedgerIntegrityError, match="does not verify with this daemon's key"):
+    with pytest.raises(LedgerIntegrityError, match="is not the ledger's current key"):
         open_ledger(tmp_path)
 
 
