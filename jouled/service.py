@@ -22,6 +22,7 @@ from jouled.contracts.contract import iter_tree
 from jouled.errors import BusyError, JouledError, UsageError
 from jouled.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
 from jouled.ledger import keys
+from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.entry import Entry
 from jouled.ledger.keys import KeyPaths
 from jouled.ledger.store import Ledger, current_keyid
@@ -294,7 +295,7 @@ class Daemon:
     def receipt(self, entry: Entry, *, replayed: bool = False) -> dict[str, Any]:
         """Everything needed to check one result alone: entry, proof, checkpoint."""
         note = self.ledger.checkpoint_note()
-        size = int(note.split("\n")[1])
+        size = parse_note(note)[0].size
         body = entry.body
         return {
             "seq": entry.seq,

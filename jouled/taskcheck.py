@@ -10,7 +10,14 @@ from typing import Any
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry
 from jouled.errors import JouledError
-from jouled.evaluate import Evaluator, derive_expected, parse_trusted, prepare_tree, seed
+from jouled.evaluate import (
+    Evaluator,
+    derive_expected,
+    graded_exit,
+    parse_trusted,
+    prepare_tree,
+    seed,
+)
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.testreport import grade
@@ -48,7 +55,10 @@ def check_task(evaluator: Evaluator, contract: Contract, work: Path) -> dict[str
     ok, reason = expected.valid, expected.reason
     if ok and after is not None:
         graded = grade(
-            after.outcomes, expected.fail_to_pass, expected.pass_to_pass, after.result.exit_code
+            after.outcomes,
+            expected.fail_to_pass,
+            expected.pass_to_pass,
+            graded_exit(contract, after.result.exit_code),
         )
         if not graded.resolved:
             ok = False

@@ -19,7 +19,8 @@ from jouled.errors import UsageError
 TEST_CONFIG_NAMES = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", ".pytest.ini")
 ROOT_CONFIG_NAMES = ("pyproject.toml",)
 # Never part of a task tree; skipped when seeding and hashing.
-IGNORED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+# .git is never needed in a workdir (patches may not touch it) and is large in real checkouts.
+IGNORED_NAMES = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 
 
 @dataclass(frozen=True)

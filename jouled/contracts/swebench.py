@@ -85,8 +85,8 @@ __all__ = [
     "load_predictions",
     "load_records",
     "match_dataset_ids",
-    "read_head",
     "modules_to_run",
+    "read_head",
     "to_contract",
     "unsupported_reason",
 ]
@@ -280,8 +280,8 @@ def _documents(path: Path, what: str) -> Iterator[tuple[str, object]]:
     except json.JSONDecodeError as err:
         # "Extra data" after a complete first value is what JSONL looks like to json.loads.
         if err.msg != "Extra data":
-            line, col = _line_col(text, err.pos)
-            raise TaskError(f"{path}:{line}:{col}: not valid JSON: {err.msg}") from None
+            row, col = _line_col(text, err.pos)
+            raise TaskError(f"{path}:{row}:{col}: not valid JSON: {err.msg}") from None
     else:
         if isinstance(whole, list):
             if not whole:

@@ -204,3 +204,33 @@ def test_a_crash_mid_attempt_is_aborted_and_a_retry_yields_one_result(
         assert verified.returncode == 0, verified.stderr
     finally:
         assert again.stop() == 0
+
+
+def test_sigterm_lets_a_running_attempt_finish(tasks: Path, tmp_path: Path) -> None:
+    slow_fix = "import time\ntime.sleep(3)\n\n" + FIXED
+    patch = make_patch(tmp_path, tasks / "local" / "slow", {"pkg/mod.py": slow_fix})
+    d = start_daemon(tmp_path / "data", tasks=tasks)
+    d.client_json("run", "--suite", "local", "--solvers", "noop")
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jb_client",
+            "--target",
+            d.target,
+            "submit",
+            "--task",
+            "local/slow",
+            "--patch",
+            str(patch),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    assert d.stop(signal.SIGTERM) == 0
+    out, err = client.communicate(timeout=30)
+    assert client.returncode == 0, err
+    assert json.loads(out)["status"] == "resolved"

@@ -1,0 +1,757 @@
+"""The SWE-bench Verified adapter, on a fake instance built here as a real git repository.
+
+Nothing here touches the network, Docker or the dataset: the "repository" is a
+small package with a bug, committed in tmp_path; its gold patch and test patch
+are `git diff` output, as in the dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jouled.contracts import swebench
+from jouled.contracts.contract import Contract
+from jouled.contracts.swebench import (
+    Prediction,
+    SweBenchRecord,
+    contract_digest,
+    dataset_id_forms,
+    load_predictions,
+    load_records,
+    match_dataset_ids,
+    modules_to_run,
+    read_head,
+    to_contract,
+    unsupported_reason,
+)
+from jouled.errors import PatchError, TaskError
+from jouled.evaluate import Attempt, Evaluator, Expected
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.patch import parse_patch
+
+GIT = shutil.which("git")
+needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
+
+INSTANCE = "acme__calc-1"
+REPO = "acme/calc"
+
+OPS = textwrap.dedent(
+    """\
+    def add(a, b):
+        return a - b
+
+
+    def mul(a, b):
+        return a * b
+    """
+)
+TESTS = textwrap.dedent(
+    """\
+    from calc.ops import mul
+
+
+    def test_mul():
+        assert mul(3, 4) == 12
+    """
+)
+# Fails before and after the fix, and is in neither list: the kind of test many
+# real instances' test modules hold (it needs something the environment lacks).
+ENV_FAILURE = textwrap.dedent(
+    """\
+
+
+    def test_needs_the_network():
+        raise OSError("no network in the sandbox")
+    """
+)
+F2P = ["tests/test_ops.py::test_add", "tests/test_add_more.py::test_add_negative"]
+SPACED_TEST = textwrap.dedent(
+    """\
+
+
+    import pytest
+
+
+    @pytest.mark.parametrize(("a", "b"), [(1, 2)], ids=["small numbers"])
+    def test_add_many(a, b):
+        assert add(a, b) == 3
+    """
+)
+# The official log parser keeps the first word of "PASSED <node id>".
+SPACED_ID_AS_RECORDED = "tests/test_ops.py::test_add_many[small"
+P2P = ["tests/test_ops.py::test_mul"]
+
+
+def git(repo: Path, *args: str) -> str:
+    assert GIT is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    config = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    done = subprocess.run(
+        [GIT, *config, "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return done.stdout
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def staged_diff(repo: Path, files: dict[str, str]) -> str:
+    """The diff that `files` make to the committed tree, as `git diff` writes it; tree reset."""
+    write(repo, files)
+    git(repo, "add", "-A")
+    diff = git(repo, "diff", "--cached")
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "clean", "-fdq")
+    return diff
+
+
+def make_instance(
+    checkout_root: Path, instance_id: str = INSTANCE, *, variant: str = ""
+) -> dict[str, Any]:
+    """A checkout at checkout_root/instance_id and the dataset row describing it.
+
+    `variant` adds what real instances have: "env_failure", a test in the graded
+    module that fails before and after the fix; "spaced_id", a new test whose
+    node id has a space, which the dataset records cut at that space.
+    """
+    repo = checkout_root / instance_id
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    tests = TESTS + (ENV_FAILURE if variant == "env_failure" else "")
+    f2p = [*F2P, SPACED_ID_AS_RECORDED] if variant == "spaced_id" else F2P
+    write(
+        repo,
+        {
+            # What a small repository would have: the package importable from the rootdir.
+            "pytest.ini": "[pytest]\npythonpath = .\n",
+            "calc/__init__.py": "",
+            "calc/ops.py": OPS,
+            "tests/test_ops.py": tests,
+        },
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "calc")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    gold = staged_diff(repo, {"calc/ops.py": OPS.replace("a - b", "a + b")})
+    test_patch = staged_diff(
+        repo,
+        {
+            "tests/test_ops.py": tests.replace("import mul", "import add, mul")
+            + "\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+            + (SPACED_TEST if variant == "spaced_id" else ""),
+            "tests/test_add_more.py": "from calc.ops import add\n\n\n"
+            "def test_add_negative():\n    assert add(-2, -3) == -5\n",
+        },
+    )
+    return {
+        "repo": REPO,
+        "instance_id": instance_id,
+        "base_commit": base,
+        "patch": gold,
+        "test_patch": test_patch,
+        "problem_statement": "add() subtracts its arguments\n",
+        "hints_text": "",
+        "created_at": "2024-01-02T03:04:05Z",
+        "version": "0.1",
+        # As in the dataset: JSON-encoded strings, not lists.
+        "FAIL_TO_PASS": json.dumps(f2p),
+        "PASS_TO_PASS": json.dumps(P2P),
+        "environment_setup_commit": base,
+        "difficulty": "<15 min fix",
+    }
+
+
+@pytest.fixture
+def checkout_root(tmp_path: Path) -> Path:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    return tmp_path / "checkouts"
+
+
+@pytest.fixture
+def row(checkout_root: Path) -> dict[str, Any]:
+    return make_instance(checkout_root)
+
+
+@pytest.fixture
+def record(row: dict[str, Any]) -> SweBenchRecord:
+    return SweBenchRecord.from_dict(row, "test")
+
+
+# -- loading records -----------------------------------------------------------------
+
+SMALL_PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"
+BASE = "0123456789abcdef0123456789abcdef01234567"
+
+
+def static_row(instance_id: str = "o__r-1", **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "instance_id": instance_id,
+        "repo": "o/r",
+        "base_commit": BASE,
+        "problem_statement": "it breaks",
+        "patch": SMALL_PATCH,
+        "test_patch": SMALL_PATCH.replace("x.py", "tests/test_x.py"),
+        "FAIL_TO_PASS": json.dumps(["tests/test_x.py::test_a"]),
+        "PASS_TO_PASS": "[]",
+    }
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not ...}
+
+
+def test_loads_a_json_array_a_single_object_and_jsonl(tmp_path: Path) -> None:
+    rows = [static_row("o__r-1"), static_row("o__r-2", FAIL_TO_PASS=["tests/test_x.py::test_a"])]
+    array = tmp_path / "verified.json"
+    array.write_text(json.dumps(rows, indent=2))
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps(rows[0], indent=2))
+    jsonl = tmp_path / "verified.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+
+    from_array = load_records(array)
+    assert [r.instance_id for r in from_array] == ["o__r-1", "o__r-2"]
+    # A JSON-encoded string and a plain list give the same ids.
+    assert from_array[0].FAIL_TO_PASS == from_array[1].FAIL_TO_PASS == ("tests/test_x.py::test_a",)
+    assert from_array[0].PASS_TO_PASS == ()
+    assert load_records(jsonl) == from_array
+    assert load_records(single) == from_array[:1]
+    first = from_array[0]
+    assert (first.version, first.environment_setup_commit, first.created_at, first.hints_text) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+def test_optional_fields_and_extra_columns(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(
+        json.dumps(
+            static_row(
+                version=3.1,
+                hints_text="look at x",
+                created_at="2023-01-01T00:00:00Z",
+                environment_setup_commit=BASE.upper(),
+                difficulty="15 min - 1 hour",
+                base_commit=BASE.upper(),
+            )
+        )
+    )
+    (rec,) = load_records(path)
+    assert rec.version == "3.1" and rec.hints_text == "look at x"
+    assert rec.created_at == "2023-01-01T00:00:00Z"
+    assert rec.base_commit == BASE  # compared against HEAD, which git prints in lower case
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("empty.json", "  \n", ["empty.json", "empty"]),
+        ("bad.json", '[{"instance_id": ', ["bad.json:1:", "not valid JSON"]),
+        (
+            "bad.jsonl",
+            json.dumps(static_row("o__r-1")) + "\n\n" + '{"instance_id": "o__r-2",\n',
+            ["bad.jsonl:3", "not valid JSON"],
+        ),
+        ("nums.json", "[1, 2]", ["nums.json: record 0", "must be a JSON object, not a number"]),
+        ("arr.json", "[]", ["arr.json", "empty"]),
+        (
+            "missing.json",
+            json.dumps([static_row("o__r-1"), static_row("o__r-2", base_commit=...)]),
+            ["missing.json: record 1 (o__r-2)", "missing field base_commit"],
+        ),
+        (
+            "missing.jsonl",
+            json.dumps(static_row()) + "\n" + json.dumps(static_row("o__r-2", test_patch=...)),
+            ["missing.jsonl:2 (o__r-2)", "missing field test_patch"],
+        ),
+        (
+            "f2p.json",
+            json.dumps(static_row(FAIL_TO_PASS='["tests/test_x.py::a"')),
+            ["f2p.json (o__r-1)", "FAIL_TO_PASS", "not a JSON-encoded list"],
+        ),
+        (
+            "f2p_obj.json",
+            json.dumps(static_row(FAIL_TO_PASS='{"a": 1}')),
+            ["FAIL_TO_PASS must be a list of test ids, not an object"],
+        ),
+        (
+            "p2p_item.json",
+            json.dumps(static_row(PASS_TO_PASS=["ok::t", 3])),
+            ["PASS_TO_PASS[1]", "not a number"],
+        ),
+        (
+            "p2p_null.json",
+            json.dumps(static_row(PASS_TO_PASS=None)),
+            ["missing field PASS_TO_PASS"],
+        ),
+        (
+            "type.json",
+            json.dumps(static_row(problem_statement=["x"])),
+            ["field problem_statement must be a string, not an array"],
+        ),
+        ("blank.json", json.dumps(static_row(patch="  ")), ["field patch is empty"]),
+        ("sha.json", json.dumps(static_row(base_commit="abc123")), ["base_commit 'abc123'"]),
+        (
+            "env.json",
+            json.dumps(static_row(environment_setup_commit="main")),
+            ["environment_setup_commit 'main'"],
+        ),
+        ("id.json", json.dumps(static_row("../etc")), ["instance_id '../etc'"]),
+        ("repo.json", json.dumps(static_row(repo="https://x/y")), ["repo 'https://x/y'"]),
+        ("ver.json", json.dumps(static_row(version=[3])), ["field version must be a string"]),
+        (
+            "dup.jsonl",
+            json.dumps(static_row()) + "\n" + json.dumps(static_row()),
+            ["dup.jsonl:2", "o__r-1 appears twice", "first at", "dup.jsonl:1"],
+        ),
+    ],
+)
+def test_malformed_records_are_refused_with_the_place_and_field(
+    tmp_path: Path, name: str, content: str, expected: list[str]
+) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(TaskError) as caught:
+        load_records(path)
+    for part in expected:
+        assert part in caught.value.message
+
+
+def test_an_absent_or_undecodable_dataset_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="does not exist"):
+        load_records(tmp_path / "nope.jsonl")
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"x": "\xe9"}')
+    with pytest.raises(TaskError, match="not UTF-8"):
+        load_records(latin)
+
+
+# -- predictions -----------------------------------------------------------------------
+
+
+def prediction(instance_id: str, patch: str | None = SMALL_PATCH) -> dict[str, Any]:
+    return {"instance_id": instance_id, "model_name_or_path": "m", "model_patch": patch}
+
+
+def test_loads_predictions_as_a_list_jsonl_or_keyed_object(tmp_path: Path) -> None:
+    preds = [prediction("o__r-1"), prediction("o__r-2", None)]
+    as_list = tmp_path / "preds.json"
+    as_list.write_text(json.dumps(preds))
+    as_jsonl = tmp_path / "preds.jsonl"
+    as_jsonl.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    keyed = tmp_path / "keyed.json"
+    # The keyed form may leave instance_id out of its values.
+    keyed.write_text(
+        json.dumps(
+            {
+                "o__r-1": preds[0],
+                "o__r-2": {k: v for k, v in preds[1].items() if k != "instance_id"},
+            }
+        )
+    )
+    expected = {
+        "o__r-1": Prediction("o__r-1", "m", SMALL_PATCH),
+        "o__r-2": Prediction("o__r-2", "m", None),
+    }
+    assert load_predictions(as_list) == expected
+    assert load_predictions(as_jsonl) == expected
+    assert load_predictions(keyed) == expected
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps(preds[0]))
+    assert load_predictions(single) == {"o__r-1": expected["o__r-1"]}
+
+
+def test_a_prediction_parses_to_a_patch_or_none() -> None:
+    assert Prediction("a", "m", None).to_patch() is None
+    assert Prediction("a", "m", "  \n").to_patch() is None
+    patch = Prediction("a", "m", SMALL_PATCH).to_patch()
+    assert patch is not None and patch.paths == ("x.py",)
+    with pytest.raises(PatchError):
+        Prediction("a", "m", "not a diff\n").to_patch()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            json.dumps([prediction("o__r-1"), prediction("o__r-1")]),
+            ["record 1", "o__r-1 is predicted twice", "record 0"],
+        ),
+        (json.dumps({"o__r-1": prediction("o__r-2")}), ["key 'o__r-1'", "'o__r-2'"]),
+        (
+            json.dumps([{"instance_id": "o__r-1", "model_name_or_path": "m"}]),
+            ["record 0", "missing field model_patch"],
+        ),
+        (json.dumps([prediction("o__r-1", 5)]), ["model_patch must be a string or null"]),  # type: ignore[arg-type]
+        (
+            json.dumps([{**prediction("o__r-1"), "model_name_or_path": None}]),
+            ["model_name_or_path must be a string"],
+        ),
+        (json.dumps(["x"]), ["record 0", "must be a JSON object, not a string"]),
+        (json.dumps([prediction("a/b")]), ["instance_id 'a/b'"]),
+    ],
+)
+def test_malformed_predictions_are_refused(
+    tmp_path: Path, content: str, expected: list[str]
+) -> None:
+    path = tmp_path / "preds.json"
+    path.write_text(content)
+    with pytest.raises(TaskError) as caught:
+        load_predictions(path)
+    for part in expected:
+        assert part in caught.value.message
+
+
+# -- contracts -------------------------------------------------------------------------
+
+
+def test_a_record_compiles_to_a_contract(record: SweBenchRecord, checkout_root: Path) -> None:
+    c = to_contract(record, checkout_root)
+    assert c.task_id == f"swebench-verified/{INSTANCE}"
+    assert (c.suite, c.name, c.kind) == ("swebench-verified", INSTANCE, "swebench")
+    assert c.pristine == checkout_root / INSTANCE
+    assert c.prompt == record.problem_statement
+    assert c.test_files == ("tests/test_add_more.py", "tests/test_ops.py")
+    assert c.test_cmd == ("python", "-m", "pytest", "tests/test_add_more.py", "tests/test_ops.py")
+    assert c.fail_to_pass == tuple(F2P) and c.pass_to_pass == tuple(P2P)
+    assert c.reference_patch == record.patch.encode()
+    assert c.test_patch == record.test_patch.encode()
+    assert c.timeout_s == 1800
+    assert c.source == f"SWE-bench Verified {INSTANCE}"
+    assert c.license == "MIT (dataset); repository license applies to code"
+    assert c.is_protected("tests/test_ops.py") and c.is_protected("tests/test_add_more.py")
+    assert not c.is_protected("calc/ops.py")
+    other = to_contract(record, checkout_root, suite="verified-mini", timeout_s=60)
+    assert other.task_id == f"verified-mini/{INSTANCE}" and other.timeout_s == 60
+    assert other.digest == c.digest  # the digest is the record's, not where it is filed
+
+
+def test_the_digest_follows_its_documented_framing(record: SweBenchRecord) -> None:
+    h = hashlib.sha256(b"jouled-swebench-v1\n")
+    for name, value in [
+        ("instance_id", record.instance_id.encode()),
+        ("base_commit", record.base_commit.encode()),
+        ("test_patch", record.test_patch.encode()),
+        ("patch", record.patch.encode()),
+        ("FAIL_TO_PASS", json.dumps(F2P, separators=(",", ":")).encode()),
+        ("PASS_TO_PASS", json.dumps(P2P, separators=(",", ":")).encode()),
+    ]:
+        h.update(f"{len(name)}:{name}{len(value)}:".encode() + value)
+    assert contract_digest(record) == h.hexdigest()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"instance_id": "acme__calc-2"},
+        {"base_commit": BASE},
+        {"test_patch": SMALL_PATCH},
+        {"patch": SMALL_PATCH},
+        {"FAIL_TO_PASS": (*F2P, "tests/test_ops.py::test_x")},
+        {"PASS_TO_PASS": ()},
+        # Moving an id across the boundary between the two lists changes the framing.
+        {"FAIL_TO_PASS": tuple(F2P[:1]), "PASS_TO_PASS": (F2P[1], *P2P)},
+    ],
+)
+def test_the_digest_covers_what_is_graded(record: SweBenchRecord, change: dict[str, Any]) -> None:
+    assert contract_digest(dataclasses.replace(record, **change)) != contract_digest(record)
+
+
+def test_the_digest_ignores_provenance(record: SweBenchRecord) -> None:
+    changed = dataclasses.replace(
+        record, problem_statement="other words", hints_text="a hint", version="9", created_at=None
+    )
+    assert contract_digest(changed) == contract_digest(record)
+
+
+def test_a_missing_checkout_says_which_directory_and_how_to_make_it(
+    record: SweBenchRecord, tmp_path: Path
+) -> None:
+    root = tmp_path / "elsewhere"
+    expected_dir = root / INSTANCE
+    with pytest.raises(TaskError) as caught:
+        to_contract(record, root)
+    message = caught.value.message
+    assert str(expected_dir) in message and "does not exist" in message
+    assert (
+        f"git clone https://github.com/{REPO} {expected_dir} && "
+        f"git -C {expected_dir} checkout {record.base_commit}"
+    ) in message
+    root.mkdir()
+    expected_dir.write_text("not a checkout")
+    with pytest.raises(TaskError, match="is not a directory"):
+        to_contract(record, root)
+
+
+def checkout_with_second_commit(repo: Path) -> str:
+    """Commit something on top of the base; returns the new commit."""
+    write(repo, {"README": "later\n"})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "later")
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.mark.parametrize("layout", ["detached", "branch", "packed", "worktree"])
+def test_head_is_checked_against_base_commit_without_running_git(
+    record: SweBenchRecord, checkout_root: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = checkout_root / INSTANCE
+    base = record.base_commit
+    later = checkout_with_second_commit(repo)
+    tree = repo
+
+    def check_out(commit: str) -> None:
+        if layout == "detached":
+            git(repo, "checkout", "-q", "--detach", commit)
+        else:
+            git(tree, "checkout", "-q", "-B", "work", commit)
+            if layout == "packed":
+                git(tree, "pack-refs", "--all", "--prune")
+
+    if layout == "worktree":
+        # The checkout is a linked worktree: `.git` is a file, refs live in the main repository.
+        main = checkout_root.parent / "main-clone"
+        repo.rename(main)
+        git(main, "worktree", "add", "-q", "-b", "work", str(repo), base)
+        tree = repo
+        assert (tree / ".git").is_file()
+    else:
+        check_out(base)
+    if layout == "packed":
+        assert not (repo / ".git" / "refs" / "heads" / "work").exists()
+
+    def no_git(*args: object, **kwargs: object) -> None:
+        raise AssertionError("git was run")
+
+    monkeypatch.setattr(swebench.subprocess, "run", no_git)
+    assert read_head(tree) == base
+    assert to_contract(record, checkout_root).pristine == tree
+    monkeypatch.undo()
+
+    check_out(later)
+    with pytest.raises(TaskError) as caught:
+        to_contract(record, checkout_root)
+    assert f"checked out at {later}, not at base_commit {base}" in caught.value.message
+    assert caught.value.hint == f"git -C {tree} checkout {base}"
+
+
+def test_head_falls_back_to_git_when_the_files_are_not_conclusive(
+    record: SweBenchRecord, checkout_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(swebench, "_head_from_files", lambda tree: None)
+    assert read_head(checkout_root / INSTANCE) == record.base_commit
+    # An unborn branch: nothing names a commit, and git says so.
+    monkeypatch.undo()
+    git(checkout_root / INSTANCE, "symbolic-ref", "HEAD", "refs/heads/unborn")
+    with pytest.raises(TaskError, match="cannot tell which commit"):
+        read_head(checkout_root / INSTANCE)
+
+
+def test_a_tree_without_git_metadata_is_taken_as_prepared(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    exported = tmp_path / "exported"
+    shutil.copytree(
+        checkout_root / INSTANCE, exported / INSTANCE, ignore=shutil.ignore_patterns(".git")
+    )
+    assert read_head(exported / INSTANCE) is None
+    assert to_contract(record, exported).pristine == exported / INSTANCE
+
+
+def test_instances_graded_by_other_runners_are_refused(
+    record: SweBenchRecord, checkout_root: Path
+) -> None:
+    django = dataclasses.replace(
+        record, FAIL_TO_PASS=("test_add (calc.tests.OpsTests)",), PASS_TO_PASS=()
+    )
+    reason = unsupported_reason(django)
+    assert reason is not None and "not a pytest node id" in reason
+    with pytest.raises(TaskError) as caught:
+        to_contract(django, checkout_root)
+    assert "Docker harness" in caught.value.hint
+    sympy = dataclasses.replace(record, PASS_TO_PASS=("test_add",))
+    assert unsupported_reason(sympy) is not None
+    assert unsupported_reason(record) is None
+
+
+def test_records_that_cannot_be_graded_here_are_refused(
+    record: SweBenchRecord, checkout_root: Path
+) -> None:
+    with pytest.raises(TaskError, match="FAIL_TO_PASS is empty"):
+        to_contract(dataclasses.replace(record, FAIL_TO_PASS=()), checkout_root)
+    binary = (
+        "diff --git a/tests/data.bin b/tests/data.bin\nnew file mode 100644\n"
+        "index 0000000..1111111\nBinary files /dev/null and b/tests/data.bin differ\n"
+    )
+    with pytest.raises(TaskError) as caught:
+        to_contract(dataclasses.replace(record, test_patch=binary), checkout_root)
+    assert "test_patch cannot be applied by jouled" in caught.value.message
+    assert "binary" in caught.value.message
+    data_only = SMALL_PATCH.replace("x.py", "tests/data.txt")
+    with pytest.raises(TaskError, match="touches no Python test module"):
+        to_contract(dataclasses.replace(record, test_patch=data_only), checkout_root)
+    with pytest.raises(TaskError, match="suite"):
+        to_contract(record, checkout_root, suite="a/b")
+
+
+def test_only_test_modules_left_in_the_tree_are_run() -> None:
+    def new(path: str) -> str:
+        return f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x = 1\n"
+
+    gone = "--- a/tests/test_old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x = 1\n"
+    raw = "".join(
+        new(p)
+        for p in ("tests/conftest.py", "tests/__init__.py", "tests/data.json", "tests/test_b.py")
+    )
+    patch = parse_patch((raw + gone + new("tests/test_a.py")).encode())
+    assert modules_to_run(patch) == ("tests/test_a.py", "tests/test_b.py")
+    assert "tests/test_old.py" in patch.paths and "tests/conftest.py" in patch.paths
+
+
+# -- dataset spellings of test ids --------------------------------------------------------
+
+
+def test_dataset_id_forms() -> None:
+    assert dataset_id_forms("t.py::test_x") == ("t.py::test_x",)
+    assert dataset_id_forms("t.py::test_x[a b]") == ("t.py::test_x[a b]", "t.py::test_x[a")
+    assert "t.py::f[/y.txt]" in dataset_id_forms("t.py::f[/tmp/x/y.txt]")
+    assert "t.py::f[1-x]" in dataset_id_forms("t.py::f[MouseButton.LEFT-x]")
+
+
+def test_expected_ids_in_dataset_spelling_find_their_tests() -> None:
+    outcomes = {
+        "t.py::f[a b]": "passed",
+        "t.py::g[a b]": "passed",
+        "t.py::g[a c]": "failed",
+        "t.py::h[/tmp/run/data.txt]": "passed",
+        "t.py::k": "passed",
+    }
+    expected = ["t.py::f[a", "t.py::g[a", "t.py::h[/data.txt]", "t.py::k", "t.py::gone"]
+    matched = match_dataset_ids(outcomes, expected)
+    assert matched["t.py::f[a"] == "passed"
+    assert matched["t.py::g[a"] == "failed"  # two tests collapse onto one id: the worse counts
+    assert matched["t.py::h[/data.txt]"] == "passed"
+    assert "t.py::gone" not in matched
+    assert {k: matched[k] for k in outcomes} == outcomes
+    # An id that ran under its own name is never overridden by another's spelling.
+    assert match_dataset_ids({"t.py::f[a": "failed", "t.py::f[a b]": "passed"}, ["t.py::f[a"]) == {
+        "t.py::f[a": "failed",
+        "t.py::f[a b]": "passed",
+    }
+
+
+# -- grading through the pipeline ---------------------------------------------------------
+
+
+class MemoryBaselines:
+    """A BaselineStore that keeps what it is told in a list."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def load_baseline(self, contract: Contract) -> Expected | None:
+        return None
+
+    def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:
+        self.bodies.append(body)
+        return len(self.bodies) - 1
+
+
+def evaluator(tmp_path: Path) -> tuple[Evaluator, MemoryBaselines]:
+    store = MemoryBaselines()
+    metering = Metering(EstimatorMeter(), None, "exclusive")
+    return Evaluator(metering, store, tmp_path / "work"), store
+
+
+def test_the_gold_patch_resolves(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    contract = to_contract(record, checkout_root, timeout_s=120)
+    ev, store = evaluator(tmp_path)
+    body = ev.evaluate(Attempt(contract, parse_patch(record.patch.encode()), "gold"))
+    # The baseline ran with the test patch applied: its new tests exist and fail.
+    assert len(store.bodies) == 1
+    assert store.bodies[0]["valid"] is True, store.bodies[0]
+    assert body["status"] == "resolved", body
+    assert body["tests"] == {"expected": 3, "passed": 3, "failed": 0, "missing": 0}
+    # The daemon-hosted reference solver applies the same gold patch.
+    assert ev.evaluate(Attempt(contract, None, "reference"))["status"] == "resolved"
+    assert len(store.bodies) == 1  # the baseline is run once per digest
+    assert git(checkout_root / INSTANCE, "status", "--porcelain") == ""
+
+
+def test_no_patch_is_unresolved(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    contract = to_contract(record, checkout_root, timeout_s=120)
+    ev, _ = evaluator(tmp_path)
+    body = ev.evaluate(Attempt(contract, None, "noop"))
+    assert body["status"] == "unresolved", body
+    assert sorted(body["tests_failed"]) == sorted(F2P)
+    assert body["tests"]["passed"] == 1
+
+
+def test_a_prediction_that_edits_the_tests_does_not_resolve(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    repo = checkout_root / INSTANCE
+    cheat = staged_diff(
+        repo,
+        {
+            "tests/test_ops.py": "def test_mul():\n    pass\n\n\ndef test_add():\n    pass\n",
+            "tests/test_add_more.py": "def test_add_negative():\n    pass\n",
+            "conftest.py": "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef fake():\n"
+            "    pass\n",
+        },
+    )
+    prediction = Prediction(INSTANCE, "cheater", cheat)
+    patch = prediction.to_patch()
+    assert patch is not None
+    contract = to_contract(record, checkout_root, timeout_s=120)
+    ev, _ = evaluator(tmp_path)
+    attempt = Attempt(contract, patch, "cheater")
+    ev.prepare(attempt)  # it applies cleanly: it is graded, not rejected
+    body = ev.evaluate(attempt)
+    assert body["status"] == "unresolved", body
+    assert body["restored"] == ["conftest.py", "tests/test_add_more.py", "tests/test_ops.py"]
+    assert sorted(body["tests_failed"]) == sorted(F2P)
+
+
+@pytest.mark.parametrize("variant", ["env_failure", "spaced_id"])
+def test_gold_resolves_where_the_official_harness_resolves_it(
+    checkout_root: Path, tmp_path: Path, variant: str
+) -> None:
+    """Only the listed ids decide, spelled as the dataset spells them.
+
+    env_failure needs the pipeline to stop requiring exit status 0 for SWE-bench
+    contracts; spaced_id needs it to match observed ids through match_dataset_ids.
+    """
+    rec = SweBenchRecord.from_dict(make_instance(checkout_root, variant=variant), "test")
+    contract = to_contract(rec, checkout_root, timeout_s=120)
+    ev, store = evaluator(tmp_path)
+    gold = ev.evaluate(Attempt(contract, parse_patch(rec.patch.encode()), "gold"))
+    assert store.bodies[0]["valid"] is True, store.bodies[0]
+    assert gold["status"] == "resolved", gold
+    assert ev.evaluate(Attempt(contract, None, "noop"))["status"] == "unresolved"
