@@ -252,6 +252,14 @@ class Client:
     def meter(self) -> dict[str, Any]:
         return dict(self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
 
+    def register_swebench(
+        self, records: list[dict[str, Any]], checkout_root: str, suite: str = ""
+    ) -> dict[str, Any]:
+        request = pb.RegisterSwebenchRequest(
+            records_json=json.dumps(records), checkout_root=checkout_root, suite=suite
+        )
+        return dict(self._doc(self._stub.RegisterSwebench, request))
+
     def calibrate(self, seconds: int) -> dict[str, Any]:
         return dict(self._doc(self._stub.Calibrate, pb.CalibrateRequest(seconds=seconds)))
 

@@ -261,6 +261,82 @@ def _export_results(path: Path) -> list[dict[str, Any]]:
 
 
 @app.command()
+def swebench(
+    dataset: Annotated[Path, typer.Option(help="SWE-bench records (JSON, JSONL).")],
+    predictions: Annotated[Path, typer.Option(help="Predictions (SWE-bench format).")],
+    checkout_root: Annotated[
+        str, typer.Option(help="On the daemon's host: one checkout per instance id.")
+    ],
+    suite: Annotated[
+        str, typer.Option(help="Suite for the registered tasks.")
+    ] = "swebench-verified",
+    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    as_json: Json = False,
+) -> None:
+    """Grade SWE-bench predictions: register the records with the daemon, submit each patch."""
+    import dataclasses
+
+    from jouled.contracts.swebench import load_predictions, load_records
+
+    run_id = run_id or uuid.uuid4().hex[:12]
+    receipts: list[dict[str, Any]] = []
+    empty: list[str] = []
+    try:
+        records = load_records(dataset)
+        preds = load_predictions(predictions)
+        wanted = [r for r in records if r.instance_id in preds]
+        missing = sorted(set(preds) - {r.instance_id for r in records})
+        if missing:
+            render.err.print(
+                f"[yellow]warning:[/] {len(missing)} predictions name instances "
+                f"not in {dataset}: {', '.join(missing[:5])}"
+            )
+        with _client() as c:
+            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], checkout_root, suite)
+            for s in reg["skipped"]:
+                render.err.print(f"[yellow]skipped[/] {s['instance_id']}: {s['reason']}")
+            for n, task_id in enumerate(reg["registered"], 1):
+                pred = preds[task_id.split("/", 1)[1]]
+                render.err.print(f"[{n}/{len(reg['registered'])}] {task_id}", highlight=False)
+                if not pred.model_patch.strip():
+                    empty.append(task_id)
+                    render.err.print("  empty patch: not submitted, counted unresolved")
+                    continue
+                r = c.submit(
+                    task_id,
+                    pred.model_patch.encode(),
+                    solver=pred.model_name_or_path,
+                    model=pred.model_name_or_path,
+                    agent="swebench-predictions",
+                    run_id=run_id,
+                    idempotency_key=f"{run_id}:{task_id}",
+                )
+                receipts.append(r)
+                if not as_json:
+                    render.receipt_line(r)
+    except JouledError as err:
+        _fail(err)
+    resolved = sum(r["resolved"] for r in receipts)
+    total = len(receipts) + len(empty)
+    summary = {
+        "run_id": run_id,
+        "resolved": resolved,
+        "submitted": len(receipts),
+        "empty_patch": empty,
+        "skipped": reg["skipped"],
+        "total": total,
+        "receipts": receipts,
+    }
+    if as_json:
+        _emit(summary)
+    else:
+        render.out.print(
+            f"resolved {resolved}/{total} (run {run_id}); "
+            f"{len(reg['skipped'])} skipped, {len(empty)} empty patches"
+        )
+
+
+@app.command()
 def bestofk(suite: Suite = "", as_json: Json = False) -> None:
     """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
     try:

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from jouled.config import Config
 from jouled.contracts import Contract
-from jouled.errors import ConfigError, JouledError, Kind
+from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.service import Daemon, Submission
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
@@ -216,6 +216,16 @@ class Servicer(pb_grpc.JouledServicer):
     def Calibrate(self, request: pb.CalibrateRequest, context: Any) -> pb.Document:
         cal = self.daemon.calibrate(request.seconds or 10)
         return _doc({**cal.body(), "seq": cal.seq, "time": cal.time})
+
+    @_unary
+    def RegisterSwebench(self, request: pb.RegisterSwebenchRequest, context: Any) -> pb.Document:
+        try:
+            records = json.loads(request.records_json)
+        except ValueError as err:
+            raise UsageError(f"records_json is not JSON: {err}") from err
+        if not isinstance(records, list):
+            raise UsageError("records_json must be a JSON array of SWE-bench records")
+        return _doc(self.daemon.register_swebench(records, request.checkout_root, request.suite))
 
 
 def _check_listen(config: Config) -> str:

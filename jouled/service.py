@@ -13,11 +13,12 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from jouled import __version__, frontier
 from jouled.config import Config
-from jouled.contracts import Contract, TaskRegistry
+from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
 from jouled.errors import BusyError, JouledError, UsageError
 from jouled.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
@@ -176,6 +177,29 @@ class Daemon:
             if path.is_symlink():
                 continue
             yield rel, path.read_bytes(), path.stat().st_mode & 0o777
+
+    def register_swebench(
+        self, records: list[dict[str, Any]], checkout_root: str, suite: str = ""
+    ) -> dict[str, Any]:
+        """Compile SWE-bench records against checkouts on this host into tasks."""
+        root = Path(checkout_root).expanduser()
+        if not root.is_dir():
+            raise UsageError(
+                f"checkout root {root} is not a directory on the daemon's host",
+                hint="clone each instance's repository at its base_commit into "
+                "CHECKOUT_ROOT/<instance_id> on the metered host",
+            )
+        registered, skipped = [], []
+        for i, raw in enumerate(records):
+            record = swebench.SweBenchRecord.from_dict(raw, f"record {i}")
+            reason = swebench.unsupported_reason(record)
+            if reason:
+                skipped.append({"instance_id": record.instance_id, "reason": reason})
+                continue
+            contract = swebench.to_contract(record, root, suite=suite or swebench.DEFAULT_SUITE)
+            self.registry.register(contract)
+            registered.append(contract.task_id)
+        return {"registered": registered, "skipped": skipped}
 
     # -- baselines (the evaluator's BaselineStore) -----------------------------------------
 

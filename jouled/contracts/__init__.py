@@ -32,6 +32,19 @@ class TaskRegistry:
             raise TaskError(f"task {contract.task_id} is defined twice")
         self._by_id[contract.task_id] = contract
 
+    def register(self, contract: Contract) -> bool:
+        """Add a contract, or accept the identical one again; True when it is new."""
+        known = self._by_id.get(contract.task_id)
+        if known is None:
+            self.add(contract)
+            return True
+        if known.digest != contract.digest:
+            raise TaskError(
+                f"task {contract.task_id} is already registered with another digest",
+                hint="restart the daemon to replace a task definition",
+            )
+        return False
+
     def get(self, task_id: str) -> Contract:
         split_task_id(task_id)
         try:
