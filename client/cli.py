@@ -533,5 +533,22 @@ def meter(as_json: Json = False) -> None:
         render.kv("meter", status)
 
 
+@app.command()
+def calibrate(
+    seconds: Annotated[int, typer.Option(min=1, help="Seconds of quiet to sample.")] = 10,
+    as_json: Json = False,
+) -> None:
+    """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""
+    try:
+        with _client() as c:
+            cal = c.calibrate(seconds)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(cal)
+    else:
+        render.kv(f"calibration (ledger entry {cal['seq']})", cal)
+
+
 def main() -> None:
     app()

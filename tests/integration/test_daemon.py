@@ -287,3 +287,24 @@ def test_consistency_between_two_sizes(daemon: Daemon) -> None:
     assert proof["old_size"] == 1 and proof["new_size"] == size
     done = daemon.client("consistency", "--old", str(size + 5))
     assert done.returncode == 2 and "no consistency proof" in done.stderr
+
+
+def test_health_reflection_and_meter_status(daemon: Daemon) -> None:
+    import grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(daemon.target) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        names = {s.name for r in replies for s in r.list_services_response.service}
+    assert {"jouled.v1.Jouled", "grpc.health.v1.Health"} <= names
+
+    status = daemon.client_json("meter")
+    assert status["source"] == "estimator" and status["measured"] is False
+    assert status["policy"] == "exclusive"
+    assert status["domains"][0]["min_window_ms"] == 100
+    cal = daemon.client_json("calibrate", "--seconds", "1")
+    assert cal["source"] == "estimator" and cal["seq"] > 0
+    assert daemon.client_json("meter")["calibration"]["seq"] == cal["seq"]

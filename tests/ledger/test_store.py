@@ -146,3 +146,30 @@ def test_a_truncated_duckdb_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 3])
     with pytest.raises(LedgerError):
         open_ledger(tmp_path)
+
+
+def test_a_truncated_wal_shows_as_a_ledger_behind_its_checkpoint(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    # Commit entries in a process that dies without closing, so they live only in the WAL.
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from test_store import open_ledger
+        from pathlib import Path
+        ledger = open_ledger(Path({str(tmp_path)!r}))
+        for i in range(5):
+            ledger.append("result", {{"task_id": f"s/{{i}}"}})
+        os._exit(0)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    wal = tmp_path / "ledger.duckdb.wal"
+    assert wal.exists() and wal.stat().st_size > 0
+    with wal.open("r+b") as fh:
+        fh.truncate(wal.stat().st_size // 2)
+    with pytest.raises(LedgerIntegrityError, match="behind its checkpoint"):
+        open_ledger(tmp_path)
