@@ -325,3 +325,44 @@ def test_real_time_window_over_several_wraps_is_within_two_percent(
     assert pe.valid, pe.reasons
     assert pe.gross_mj is not None
     assert abs(pe.gross_mj - truth_mj) <= 0.02 * truth_mj
+
+
+def test_a_mirror_is_found_when_a_counter_update_falls_between_two_reads() -> None:
+    """Scripted reads: in one of three intervals the twin's read sees one more update."""
+    from pathlib import Path
+
+    from jouled.meter.rapl import MIRROR_INTERVALS, Zone, ZonePlan, find_mirrors
+
+    die0 = Zone("intel-rapl:0", Path("/z0"), "package-0-die-0", "", False, None)
+    die1 = Zone("intel-rapl:1", Path("/z1"), "package-0-die-1", "", False, None)
+    series = {
+        Path("/z0/energy_uj"): iter([0, 1_000_000, 2_000_000, 3_000_000]),
+        # same counter, but the second interval's read caught one extra 61 uJ update
+        Path("/z1/energy_uj"): iter([0, 1_000_000, 2_000_061, 3_000_000]),
+    }
+    plans = [
+        ZonePlan(die0, "package-0", True, "selected"),
+        ZonePlan(die1, "package-1", True, "selected"),
+    ]
+    result = find_mirrors(plans, lambda p: str(next(series[p])), sleep=lambda s: None)
+    assert MIRROR_INTERVALS == 3
+    assert [p.selected for p in result] == [True, False]
+
+
+def test_sockets_that_match_once_by_chance_are_not_mirrors() -> None:
+    from pathlib import Path
+
+    from jouled.meter.rapl import Zone, ZonePlan, find_mirrors
+
+    s0 = Zone("intel-rapl:0", Path("/z0"), "package-0", "", False, None)
+    s1 = Zone("intel-rapl:1", Path("/z1"), "package-1", "", False, None)
+    series = {
+        Path("/z0/energy_uj"): iter([0, 1_000_000, 2_000_000, 3_000_000]),
+        Path("/z1/energy_uj"): iter([0, 1_000_000, 2_000_500, 3_001_100]),
+    }
+    plans = [
+        ZonePlan(s0, "package-0", True, "selected"),
+        ZonePlan(s1, "package-1", True, "selected"),
+    ]
+    result = find_mirrors(plans, lambda p: str(next(series[p])), sleep=lambda s: None)
+    assert [p.selected for p in result] == [True, True]

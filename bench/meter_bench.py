@@ -1,0 +1,719 @@
+"""Meter benchmark: per-window overhead, the sampler's CPU cost, accuracy on synthetic traces.
+
+What is measured, side by side in one run:
+
+1. Per-window overhead (`time.perf_counter_ns`). A window is two
+   `snapshot()` calls and one `phase_energy()`; each is timed separately for
+   `RaplMeter` over a fake powercap tree (1 package; 2 packages + DRAM), for
+   `EstimatorMeter` (wall and cpu modes), beside one raw read of an
+   `energy_uj` file done three ways (the meter's own `Path.read_text`, plain
+   `os.open`/`os.read`, and `os.pread` on a kept-open descriptor), so the
+   meter's cost is also shown as a multiple of the file read it cannot avoid
+   and of the cheaper reads it could use. The RAPL meters' sampler threads run
+   at their default interval meanwhile, as in the daemon.
+2. The sampler's CPU cost: a `RaplMeter` left alone for a few seconds at its
+   default interval and at 10 ms, with the process's CPU time
+   (`time.process_time`, every thread) over wall time, as % of one core. The
+   main thread only sleeps, so the sampler is what runs.
+3. Accuracy against synthetic power traces (constant, a square wave, a load
+   whose level changes every 1 ms) replayed in real time through a fake tree
+   whose `max_energy_range_uj` is small enough to wrap several times per
+   second. The replay thread publishes the exact integral of the trace,
+   sleeping 0.5 ms between writes. Each snapshot is taken while holding the replay's lock, so the
+   counter cannot move during it and the replay's own unwrapped total at that
+   instant is the ground truth: the "meter error" column measures only the
+   meter (wraps, sampler, arithmetic). The "vs trace" column compares against
+   the ideal integral of the trace between the snapshots' timestamps instead,
+   so it also contains the replay's publishing lag (the fake, not the meter).
+
+Only the hardware boundary is fake (`tests/meter/fakes.FakePowercap`: plain
+files, by default on /dev/shm, not sysfs; it replaces `energy_uj` atomically
+with `os.replace`). A real `energy_uj` read also goes through the kernel's RAPL
+driver and an MSR read, so raw-read figures here are a lower bound and the
+meter's own share of a window is what transfers to real hardware.
+
+Nothing here asserts: it is a measurement, not a test. Medians are over
+`--repeats` repeats (each repeat's figure is itself a median over its
+iterations) unless a table says otherwise.
+
+Run: .venv/bin/python bench/meter_bench.py [--quick] [--tmp DIR]
+The Markdown goes to stdout and bench/out/meter.md; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The fake powercap tree lives with the meter tests; the bench reuses it.
+sys.path.insert(0, str(REPO))
+
+from jouled.meter.base import Calibration, DomainIdle, Meter, Snapshot  # noqa: E402
+from jouled.meter.estimator import EstimatorMeter  # noqa: E402
+from jouled.meter.rapl import RaplMeter, read_text  # noqa: E402
+from jouled.meter.window import phase_energy  # noqa: E402
+from tests.meter.fakes import FakePowercap  # noqa: E402
+
+OUT = REPO / "bench" / "out"
+
+AIM_WINDOW_US = 100.0
+AIM_SAMPLER_PCT = 1.0
+AIM_ERROR_PCT = 1.0
+
+# Accuracy runs: a ceiling low enough that a small range still gives the sampler
+# a 15 ms poll (range / ceiling / 4), with traces peaking at half the ceiling.
+ACC_CEILING_W = 1000.0
+ACC_RANGE_UJ = 60_000_000  # 60 J: wraps ~4 times a second at the traces' 250 W mean
+REPLAY_PERIOD_S = 0.0005
+SNAPSHOT_STRIDE_S = 0.05
+WINDOWS_S = (0.05, 0.5, 2.0)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- fake trees ---------------------------------------------------------------------------
+
+
+def one_package(root: Path) -> FakePowercap:
+    fake = FakePowercap(root)
+    fake.package(0, energy_uj=123_456_789)
+    return fake
+
+
+def two_packages_dram(root: Path) -> FakePowercap:
+    fake = FakePowercap(root)
+    for n in (0, 1):
+        # The counters stand still: the mirror probe sees zero deltas and keeps every zone.
+        fake.package(n, energy_uj=100_000_000 * (n + 1))
+        fake.subzone(f"intel-rapl:{n}", 0, "dram", energy_uj=7_000_000 * (n + 1))
+    return fake
+
+
+# -- 1. per-window overhead ---------------------------------------------------------------
+
+
+@dataclass
+class Overhead:
+    name: str
+    domains: int
+    snapshot_us: float
+    phase_us: float
+    window_us: float  # 2 snapshots + phase_energy, timed as one
+
+
+def _median_us(samples: Sequence[int]) -> float:
+    return statistics.median(samples) / 1000
+
+
+def time_windows(meter: Meter, iterations: int, repeats: int) -> Overhead:
+    cal = Calibration(
+        source=meter.source,
+        seconds=10,
+        domains={d.name: DomainIdle(10_000, 200) for d in meter.domains()},
+        seq=1,
+    )
+    domains = meter.domains()
+    source = meter.source
+    snap_r, phase_r, window_r = [], [], []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        snap_ns, phase_ns, window_ns = [], [], []
+        gc.collect()
+        for _ in range(iterations):
+            t0 = clock()
+            a = meter.snapshot()
+            t1 = clock()
+            b = meter.snapshot()
+            t2 = clock()
+            phase_energy(source, domains, a, b, cal)
+            t3 = clock()
+            snap_ns.append(t1 - t0)
+            snap_ns.append(t2 - t1)
+            phase_ns.append(t3 - t2)
+            window_ns.append(t3 - t0)
+        snap_r.append(_median_us(snap_ns))
+        phase_r.append(_median_us(phase_ns))
+        window_r.append(_median_us(window_ns))
+    return Overhead(
+        name="",
+        domains=len(domains),
+        snapshot_us=statistics.median(snap_r),
+        phase_us=statistics.median(phase_r),
+        window_us=statistics.median(window_r),
+    )
+
+
+def _median_of_repeats(op: Callable[[], object], iterations: int, repeats: int) -> float:
+    per_repeat = []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        samples = []
+        gc.collect()
+        for _ in range(iterations):
+            t0 = clock()
+            op()
+            samples.append(clock() - t0)
+        per_repeat.append(_median_us(samples))
+    return statistics.median(per_repeat)
+
+
+def os_read(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return int(os.read(fd, 64))
+    finally:
+        os.close(fd)
+
+
+def time_raw_reads(path: Path, iterations: int, repeats: int) -> list[tuple[str, float]]:
+    """One `energy_uj` read three ways: the meter's reader, and two cheaper ones for scale."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return [
+            (
+                "raw read: `Path.read_text` + int (the meter's reader)",
+                _median_of_repeats(lambda: int(read_text(path).strip()), iterations, repeats),
+            ),
+            (
+                "raw read: `os.open` + `os.read` + `os.close` + int",
+                _median_of_repeats(lambda: os_read(path), iterations, repeats),
+            ),
+            (
+                "raw read: `os.pread` at 0 on a kept-open fd + int",
+                _median_of_repeats(lambda: int(os.pread(fd, 64, 0)), iterations, repeats),
+            ),
+        ]
+    finally:
+        os.close(fd)
+
+
+def bench_overhead(
+    tmp: Path, iterations: int, repeats: int
+) -> tuple[list[Overhead], list[tuple[str, float]]]:
+    log(f"overhead: {repeats} x {iterations} windows per meter")
+    rows: list[Overhead] = []
+    fake1 = one_package(tmp / "ovh-1pkg")
+    with RaplMeter(fake1.root) as m:
+        row = time_windows(m, iterations, repeats)
+        row.name = f"RaplMeter, 1 package (sampler every {m.interval_s:g} s)"
+        rows.append(row)
+    fake2 = two_packages_dram(tmp / "ovh-2pkg")
+    with RaplMeter(fake2.root, dram=True) as m:
+        row = time_windows(m, iterations, repeats)
+        row.name = f"RaplMeter, 2 packages + dram (sampler every {m.interval_s:g} s)"
+        rows.append(row)
+    for mode in ("wall", "cpu"):
+        with EstimatorMeter(mode=mode) as em:
+            row = time_windows(em, iterations, repeats)
+            row.name = f"EstimatorMeter, {mode} mode"
+            rows.append(row)
+    raw = time_raw_reads(fake1.energy_path("intel-rapl:0"), iterations * 2, repeats)
+    return rows, raw
+
+
+# -- 2. sampler CPU -----------------------------------------------------------------------
+
+
+@dataclass
+class SamplerCost:
+    name: str
+    interval_s: float
+    wall_s: float
+    cpu_s: float
+    reads: int
+
+    @property
+    def pct_core(self) -> float:
+        return 100 * self.cpu_s / self.wall_s
+
+
+class CountingReader:
+    """The meter's own file reader, counting reads so polls actually made can be shown."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self, path: Path) -> str:
+        self.reads += 1
+        return read_text(path)
+
+
+def measure_cpu(seconds: float) -> tuple[float, float]:
+    gc.collect()
+    c0, w0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def bare_thread(interval_s: float, seconds: float) -> SamplerCost:
+    """A thread that wakes like the sampler's and does nothing: the floor any poller pays."""
+    stop = threading.Event()
+    wakes = 0
+
+    def run() -> None:
+        nonlocal wakes
+        while not stop.wait(interval_s):
+            wakes += 1
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wall, cpu = measure_cpu(seconds)
+        count = wakes
+    finally:
+        stop.set()
+        thread.join()
+    name = f"bare thread waking every {interval_s * 1000:g} ms (no reads)"
+    return SamplerCost(name, interval_s, wall, cpu, count)
+
+
+def bench_sampler(tmp: Path, seconds: float) -> list[SamplerCost]:
+    rows: list[SamplerCost] = []
+    log(f"sampler: {seconds:g} s per configuration")
+    wall, cpu = measure_cpu(min(2.0, seconds))
+    rows.append(SamplerCost("no meter (the process idling)", math.inf, wall, cpu, 0))
+    rows.append(bare_thread(0.01, seconds))
+    configs: list[tuple[str, Callable[[Path], FakePowercap], bool, float | None]] = [
+        ("1 package, default interval", one_package, False, None),
+        ("1 package, 10 ms", one_package, False, 0.01),
+        ("2 packages + dram, 10 ms", two_packages_dram, True, 0.01),
+    ]
+    for i, (name, build, dram, interval) in enumerate(configs):
+        fake = build(tmp / f"cpu-{i}")
+        reader = CountingReader()
+        with RaplMeter(fake.root, dram=dram, reader=reader, interval_s=interval) as m:
+            before = reader.reads
+            wall, cpu = measure_cpu(seconds)
+            reads = reader.reads - before
+            rows.append(SamplerCost(name, m.interval_s, wall, cpu, reads // len(m.domains())))
+    return rows
+
+
+# -- 3. accuracy --------------------------------------------------------------------------
+
+
+class Trace:
+    """A periodic piecewise-constant power trace with an exact integral."""
+
+    def __init__(self, name: str, about: str, levels_w: Sequence[float], step_s: float) -> None:
+        self.name = name
+        self.about = about
+        self.levels_mw = [round(w * 1000) for w in levels_w]
+        self.step_ns = round(step_s * 1e9)
+        self.prefix_pj = [0]
+        for mw in self.levels_mw:
+            self.prefix_pj.append(self.prefix_pj[-1] + mw * self.step_ns)  # mW x ns = pJ
+        self.period_ns = self.step_ns * len(self.levels_mw)
+
+    @property
+    def mean_w(self) -> float:
+        return statistics.fmean(self.levels_mw) / 1000
+
+    def energy_pj(self, t_ns: int) -> int:
+        """Energy from 0 to `t_ns`, exactly."""
+        full, rem = divmod(t_ns, self.period_ns)
+        k, part = divmod(rem, self.step_ns)
+        return full * self.prefix_pj[-1] + self.prefix_pj[k] + self.levels_mw[k] * part
+
+
+def traces() -> list[Trace]:
+    rng = random.Random(20261129)
+    return [
+        Trace("constant", "250 W", [250.0], 1.0),
+        Trace("square wave", "50 W / 450 W, 10 Hz (50 ms halves)", [50.0, 450.0], 0.05),
+        Trace(
+            "1 ms steps",
+            "a new level every 1 ms, uniform 0-500 W (seeded, 1 s period)",
+            [rng.uniform(0.0, 500.0) for _ in range(1000)],
+            0.001,
+        ),
+    ]
+
+
+class Replay:
+    """Fakes the hardware boundary only: publishes the trace's integral to `energy_uj`
+    in real time, wrapping at the zone's range. `lock` is held while publishing, so a
+    caller holding it sees the file agree with `published_uj` exactly."""
+
+    def __init__(self, fake: FakePowercap, zone_id: str, trace: Trace, start_uj: int) -> None:
+        self.fake = fake
+        self.zone_id = zone_id
+        self.trace = trace
+        self.start_uj = start_uj
+        self.lock = threading.Lock()
+        self.published_uj = start_uj
+        self.writes = 0
+        self.max_gap_ns = 0  # longest time between two publishes: the fake's own stalls
+        self.errors: list[BaseException] = []
+        self._t0 = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replay", daemon=True)
+
+    def ideal_uj(self, t_ns: int) -> float:
+        """The trace's unwrapped counter at `t_ns`, not rounded to the published grid."""
+        return self.start_uj + self.trace.energy_pj(t_ns - self._t0) / 1e6
+
+    def start(self) -> None:
+        self._t0 = time.monotonic_ns()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def wraps(self) -> int:
+        return self.published_uj // (ACC_RANGE_UJ + 1) - self.start_uj // (ACC_RANGE_UJ + 1)
+
+    def _run(self) -> None:
+        last = self._t0
+        try:
+            while not self._stop.is_set():
+                with self.lock:
+                    now = time.monotonic_ns()
+                    uj = self.start_uj + self.trace.energy_pj(now - self._t0) // 1_000_000
+                    self.fake.set(self.zone_id, uj % (ACC_RANGE_UJ + 1))
+                    self.published_uj = uj
+                    self.writes += 1
+                self.max_gap_ns = max(self.max_gap_ns, now - last)
+                last = now
+                time.sleep(REPLAY_PERIOD_S)
+        except BaseException as err:  # reported with the results, not lost on a thread
+            self.errors.append(err)
+
+
+class FaultLog(logging.Handler):
+    """Collects the sampler's fault warnings so the report can say why a window was invalid."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@dataclass
+class Accuracy:
+    trace: Trace
+    window_s: float
+    windows: int
+    invalid: int
+    meter_med_pct: float
+    meter_max_pct: float
+    trace_med_pct: float
+    trace_max_pct: float
+    spanning_wrap: int  # valid windows with at least one wrap inside
+
+
+@dataclass
+class TraceRun:
+    trace: Trace
+    seconds: float
+    wraps_per_s: float
+    faults: int
+    replay_writes: int
+    replay_max_gap_ms: float
+    fault_messages: list[str]
+    rows: list[Accuracy]
+
+
+def _errors(
+    meter: Meter, name: str, shots: list[tuple[Snapshot, int, float]], window_s: float
+) -> tuple[list[float], list[float], int, int]:
+    stride = round(window_s / SNAPSHOT_STRIDE_S)
+    meter_err: list[float] = []
+    trace_err: list[float] = []
+    invalid = spanning = 0
+    for (a, truth_a, ideal_a), (b, truth_b, ideal_b) in zip(shots, shots[stride:], strict=False):
+        # The daemon's own verdict decides validity: a window holding a fault has no figure.
+        if not phase_energy(meter.source, meter.domains(), a, b, None).valid:
+            invalid += 1
+            continue
+        # Error in uJ rather than phase_energy's whole mJ, so rounding does not show as error.
+        got = b.totals_uj[name] - a.totals_uj[name]
+        spanning += truth_a // (ACC_RANGE_UJ + 1) != truth_b // (ACC_RANGE_UJ + 1)
+        meter_err.append(100 * abs(got - (truth_b - truth_a)) / (truth_b - truth_a))
+        trace_err.append(100 * abs(got - (ideal_b - ideal_a)) / (ideal_b - ideal_a))
+    return meter_err, trace_err, invalid, spanning
+
+
+def bench_accuracy(tmp: Path, seconds: float) -> list[TraceRun]:
+    runs: list[TraceRun] = []
+    faults_log = FaultLog()
+    sampler_log = logging.getLogger("jouled.meter.sampler")
+    sampler_log.addHandler(faults_log)
+    sampler_log.propagate = False  # collected for the report instead of printed mid-run
+    try:
+        for i, trace in enumerate(traces()):
+            log(f"accuracy: {trace.name}, {seconds:g} s of replay")
+            faults_log.messages = []
+            fake = FakePowercap(tmp / f"acc-{i}")
+            # Start near the top so the first wrap comes within a fraction of a second.
+            start_uj = ACC_RANGE_UJ - 20_000_000
+            zone = fake.package(0, energy_uj=start_uj, max_uj=ACC_RANGE_UJ)
+            replay = Replay(fake, zone, trace, start_uj)
+            with RaplMeter(fake.root, ceiling_w=ACC_CEILING_W) as meter:
+                replay.start()
+                time.sleep(0.1)
+                shots: list[tuple[Snapshot, int, float]] = []
+                count = round(seconds / SNAPSHOT_STRIDE_S) + 1
+                t_first = time.monotonic()
+                for k in range(count):
+                    delay = t_first + k * SNAPSHOT_STRIDE_S - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    with replay.lock:
+                        snap = meter.snapshot()
+                        truth = replay.published_uj
+                    shots.append((snap, truth, replay.ideal_uj(snap.t_ns)))
+                replay.stop()
+            elapsed = (shots[-1][0].t_ns - shots[0][0].t_ns) / 1e9
+            name = meter.domains()[0].name
+            rows = []
+            for window_s in WINDOWS_S:
+                meter_err, trace_err, invalid, spanning = _errors(meter, name, shots, window_s)
+                rows.append(
+                    Accuracy(
+                        trace=trace,
+                        window_s=window_s,
+                        windows=len(meter_err) + invalid,
+                        invalid=invalid,
+                        meter_med_pct=statistics.median(meter_err) if meter_err else math.nan,
+                        meter_max_pct=max(meter_err, default=math.nan),
+                        trace_med_pct=statistics.median(trace_err) if trace_err else math.nan,
+                        trace_max_pct=max(trace_err, default=math.nan),
+                        spanning_wrap=spanning,
+                    )
+                )
+            messages = list(faults_log.messages)
+            messages += [f"replay failed: {err!r}" for err in replay.errors]
+            runs.append(
+                TraceRun(
+                    trace=trace,
+                    seconds=elapsed,
+                    # The replay ran 0.1 s before the first snapshot.
+                    wraps_per_s=replay.wraps() / (elapsed + 0.1),
+                    faults=shots[-1][0].faults - shots[0][0].faults,
+                    replay_writes=replay.writes,
+                    replay_max_gap_ms=replay.max_gap_ns / 1e6,
+                    fault_messages=messages,
+                    rows=rows,
+                )
+            )
+    finally:
+        sampler_log.removeHandler(faults_log)
+        sampler_log.propagate = True
+    return runs
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def machine_facts(tmp: Path) -> list[tuple[str, str]]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    fs = "?"
+    try:
+        best = ""
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) > 2 and str(tmp).startswith(parts[1]) and len(parts[1]) > len(best):
+                best, fs = parts[1], parts[2]
+    except OSError:
+        pass
+    return [
+        ("nproc", f"{os.cpu_count()} ({len(os.sched_getaffinity(0))} usable)"),
+        ("CPU", model or platform.processor() or "?"),
+        ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        ("fake tree on", fs),
+        ("switch interval", f"{sys.getswitchinterval() * 1000:g} ms (GIL)"),
+    ]
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def render(
+    facts: list[tuple[str, str]],
+    overhead: list[Overhead],
+    raw: list[tuple[str, float]],
+    sampler: list[SamplerCost],
+    runs: list[TraceRun],
+    args: argparse.Namespace,
+) -> str:
+    out: list[str] = ["## Meter", ""]
+    out += ["| machine | |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in facts]
+    out += [""]
+
+    meter_read_us = raw[0][1]
+    out += [
+        "### Per-window overhead",
+        "",
+        f"Median µs over {args.repeats} repeats of {args.iterations} windows each. A window "
+        "is two `snapshot()` calls and one `phase_energy()` (with a calibration); `window` "
+        "is timed as one span, `snap + phase` is the sum of one of each. The last column is "
+        "`window` as a multiple of the meter's own raw read of one `energy_uj`.",
+        "",
+        "| meter | domains | snapshot | phase_energy | snap + phase | window | window / raw read |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, us in raw:
+        out.append(f"| {name} | 1 | {us:.1f} | – | – | – | {us / meter_read_us:.2f} |")
+    for r in overhead:
+        out.append(
+            f"| {r.name} | {r.domains} | {r.snapshot_us:.1f} | {r.phase_us:.1f} | "
+            f"{r.snapshot_us + r.phase_us:.1f} | {r.window_us:.1f} | "
+            f"{r.window_us / meter_read_us:.1f} |"
+        )
+    out += [""]
+
+    out += [
+        "### Sampler CPU",
+        "",
+        "Process CPU time (`time.process_time`, all threads) over wall time while "
+        "the main thread sleeps; `polls` counts polls the sampler actually made. The bare "
+        "thread is the same `Event.wait` loop without reads: the part of a poll's cost that "
+        "is waking a Python thread on this machine, not the meter.",
+        "",
+        "| configuration | interval | wall s | CPU ms | % of one core | polls | CPU µs / poll |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in sampler:
+        interval = "–" if math.isinf(c.interval_s) else f"{c.interval_s * 1000:g} ms"
+        per_poll = "–" if c.reads == 0 else f"{1e6 * c.cpu_s / c.reads:.0f}"
+        out.append(
+            f"| {c.name} | {interval} | {c.wall_s:.2f} | {c.cpu_s * 1000:.1f} | "
+            f"{c.pct_core:.3f} | {c.reads} | {per_poll} |"
+        )
+    out += [""]
+
+    poll_ms = ACC_RANGE_UJ / (ACC_CEILING_W * 1e6) / 4 * 1000
+    out += [
+        "### Accuracy on replayed traces",
+        "",
+        f"One package zone, `max_energy_range_uj` {ACC_RANGE_UJ:,} µJ, meter ceiling "
+        f"{ACC_CEILING_W:g} W (poll {poll_ms:g} ms, a fault if two reads are more than "
+        f"{poll_ms * 4:g} ms apart). The replay publishes the trace's integral, "
+        f"sleeping {REPLAY_PERIOD_S * 1000:g} ms between writes; snapshots every "
+        f"{SNAPSHOT_STRIDE_S * 1000:g} ms "
+        f"for {args.accuracy_seconds:g} s per trace; windows overlap (stride one snapshot). "
+        "`meter error` compares with the counter the replay had published at each snapshot "
+        "(ground truth for the meter); `vs trace` compares with the trace's exact integral "
+        "between the snapshots' timestamps, so it also holds the replay's publishing lag. "
+        "|error| in %, median and max over valid windows; `invalid` windows hold a sampler "
+        "fault and have no figure (never zero).",
+        "",
+        "| trace | window | windows | spanning a wrap | invalid | meter error med "
+        "| meter error max | vs trace med | vs trace max |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        for a in run.rows:
+            out.append(
+                f"| {a.trace.name} | {a.window_s * 1000:g} ms | {a.windows} | "
+                f"{a.spanning_wrap} | {a.invalid} | "
+                f"{a.meter_med_pct:.4f} | {a.meter_max_pct:.4f} | {a.trace_med_pct:.3f} | "
+                f"{a.trace_max_pct:.3f} |"
+            )
+    out += [
+        "",
+        "| trace | power | mean W | wraps/s | sampler faults | replay writes "
+        "| mean ms between writes | longest ms between writes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        t = run.trace
+        out.append(
+            f"| {t.name} | {t.about} | {t.mean_w:.0f} | {run.wraps_per_s:.1f} | {run.faults} | "
+            f"{run.replay_writes} | {1000 * (run.seconds + 0.1) / run.replay_writes:.2f} | "
+            f"{run.replay_max_gap_ms:.1f} |"
+        )
+    faults = [(run.trace.name, m) for run in runs for m in run.fault_messages]
+    if faults:
+        out += ["", "Sampler faults (first warning of each episode):", ""]
+        out += [f"- {name}: `{m}`" for name, m in faults]
+    out += [""]
+
+    worst_window = max(r.window_us for r in overhead)
+    worst_sum = max(r.snapshot_us + r.phase_us for r in overhead)
+    metered = [c for c in sampler if c.name.startswith(("1 package", "2 packages"))]
+    worst_sampler = max(c.pct_core for c in metered)
+    default_sampler = max(c.pct_core for c in metered if c.interval_s > 0.01)
+    rows = [a for run in runs for a in run.rows]
+    worst_error = max(a.meter_max_pct for a in rows)
+    invalid = sum(a.invalid for a in rows)
+    total = sum(a.windows for a in rows)
+    out += [
+        "### Aims",
+        "",
+        "| aim | measured | |",
+        "|---|---|---|",
+        f"| window under {AIM_WINDOW_US:g} µs | worst full window {worst_window:.1f} µs "
+        f"(worst snap + phase {worst_sum:.1f} µs) | {met(worst_window < AIM_WINDOW_US)} |",
+        f"| sampler under {AIM_SAMPLER_PCT:g} % of one core | worst {worst_sampler:.3f} % "
+        f"(at the default interval {default_sampler:.3f} %) | "
+        f"{met(worst_sampler < AIM_SAMPLER_PCT)} |",
+        f"| energy error under {AIM_ERROR_PCT:g} % | worst meter error {worst_error:.4f} % "
+        f"over valid windows; {invalid} of {total} windows invalid | "
+        f"{met(worst_error < AIM_ERROR_PCT)} |",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter runs")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--sampler-seconds", type=float, default=5.0)
+    parser.add_argument("--accuracy-seconds", type=float, default=6.0)
+    parser.add_argument(
+        "--tmp",
+        default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None,
+        help="where the fake trees live (default: /dev/shm, in memory like sysfs)",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.iterations = 3, 300
+        args.sampler_seconds, args.accuracy_seconds = 1.0, 2.5
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="meter-bench-", dir=args.tmp) as tmp_name:
+        tmp = Path(tmp_name)
+        facts = machine_facts(tmp)
+        overhead, raw = bench_overhead(tmp, args.iterations, args.repeats)
+        sampler = bench_sampler(tmp, args.sampler_seconds)
+        accuracy = bench_accuracy(tmp, args.accuracy_seconds)
+    report = render(facts, overhead, raw, sampler, accuracy, args)
+    print(report)
+    (OUT / "meter.md").write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
