@@ -66,7 +66,41 @@ def _check_key(key: object) -> list[int]:
     return _sort_key(key)
 
 
+def _plain(value: Any) -> bool:
+    """Check a document; True when the standard encoder's key order is JCS order.
+
+    Python sorts keys by code point and JCS by UTF-16 code unit; the two agree
+    unless a key holds a character above U+D7FF. Raises on what JCS cannot
+    represent here, exactly as the slow path would.
+    """
+    plain = True
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is None or isinstance(v, bool | str):
+            continue
+        if isinstance(v, int):
+            if abs(v) > MAX_SAFE_INTEGER:
+                raise CanonicalError(f"integer {v} is outside the I-JSON safe range")
+        elif isinstance(v, float):
+            raise CanonicalError(f"float {v!r} in a canonical document; use integers")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise CanonicalError(f"object key {k!r} is not a string")
+                if k and max(k) > "\ud7ff":
+                    plain = False
+                stack.append(item)
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+        else:
+            return False  # other mappings and sequences take the general path
+    return plain
+
+
 def dumps(value: Any) -> str:
+    if _plain(value):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     out: list[str] = []
     _encode(value, out)
     return "".join(out)

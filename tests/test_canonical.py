@@ -24,3 +24,27 @@ def test_round_trips_through_json() -> None:
 def test_refuses_what_has_no_single_canonical_form(bad: object) -> None:
     with pytest.raises(canonical.CanonicalError):
         canonical.dumps({"v": bad})
+
+
+def test_fast_path_equals_the_general_encoder_on_random_documents() -> None:
+    import random
+
+    chars = [0x41, 0x61, 0x7F, 0x0A, 0x1F, 0xE9, 0x22, 0x5C, 0x2028, 0xE000, 0x1F600]
+    rng = random.Random(7)
+
+    def text(n: int) -> str:
+        return "".join(chr(rng.choice(chars)) for _ in range(rng.randint(0, n)))
+
+    def doc(depth: int = 0) -> object:
+        r = rng.random()
+        if depth > 3 or r < 0.3:
+            return rng.choice([None, True, False, rng.randint(-(2**53) + 1, 2**53 - 1), text(5)])
+        if r < 0.6:
+            return [doc(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {text(3): doc(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    for _ in range(3000):
+        value = doc()
+        general: list[str] = []
+        canonical._encode(value, general)
+        assert canonical.dumps(value) == "".join(general)
