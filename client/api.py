@@ -207,7 +207,9 @@ class Client:
             raise self._error(err) from None
 
     def export(self, out: Path) -> dict[str, Any]:
-        """Write the entries to `out` (JSONL) and the checkpoint history beside it."""
+        """Write the entries to `out` (JSONL), the checkpoint history and a Parquet snapshot."""
+        from jouled.ledger.snapshot import write_parquet  # DuckDB loads only when exporting
+
         history = checkpoint_history_path(out)
         tmp_out, tmp_hist = (
             out.with_name(out.name + ".tmp"),
@@ -224,11 +226,14 @@ class Client:
                     notes += 1
         os.replace(tmp_out, out)
         os.replace(tmp_hist, history)
+        parquet = parquet_path(out)
+        write_parquet(out, parquet)
         return {
             "out": str(out),
             "entries": entries,
             "checkpoints": notes,
             "checkpoint_history": str(history),
+            "parquet": str(parquet),
         }
 
     def checkpoint(self) -> dict[str, Any]:

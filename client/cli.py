@@ -366,7 +366,8 @@ def export(
     else:
         render.err.print(
             f"{summary['entries']} entries -> {out}; {summary['checkpoints']} "
-            f"checkpoints -> {summary['checkpoint_history']}"
+            f"checkpoints -> {summary['checkpoint_history']}; Parquet snapshot -> "
+            f"{summary['parquet']}"
         )
 
 

@@ -132,8 +132,10 @@ def _print_reports(reports: list[dict[str, Any]]) -> None:
         typer.echo(f"{mark} {r['task_id']}  digest {r['digest'][:16]}")
         if not r["ok"]:
             typer.echo(f"    {r['reason']}")
-        typer.echo(f"    fail_to_pass ({len(r['fail_to_pass'])}): " + ", ".join(r["fail_to_pass"]))
-        typer.echo(f"    pass_to_pass ({len(r['pass_to_pass'])}): " + ", ".join(r["pass_to_pass"]))
+        for key in ("fail_to_pass", "pass_to_pass"):
+            ids = r[key]
+            more = f", ... (+{len(ids) - 6}; --json lists all)" if len(ids) > 6 else ""
+            typer.echo(f"    {key} ({len(ids)}): " + ", ".join(ids[:6]) + more)
     bad = sum(not r["ok"] for r in reports)
     typer.echo(f"{len(reports) - bad} ok, {bad} bad", err=True)
 

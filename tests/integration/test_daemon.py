@@ -227,6 +227,8 @@ def test_export_verifies_and_an_edited_export_fails(daemon: Daemon, tmp_path: Pa
     report = json.loads(ok.stdout)
     assert report["ok"] is True and report["entries"] == len(out.read_text().splitlines())
     assert report["kinds"]["genesis"] == 1
+    assert report["parquet_rows"] == report["entries"]
+    assert report["checkpoints"][-1]["size"] == report["entries"]
 
     lines = out.read_text().splitlines()
     victim = next(
@@ -308,3 +310,22 @@ def test_health_reflection_and_meter_status(daemon: Daemon) -> None:
     cal = daemon.client_json("calibrate", "--seconds", "1")
     assert cal["source"] == "estimator" and cal["seq"] > 0
     assert daemon.client_json("meter")["calibration"]["seq"] == cal["seq"]
+
+
+def test_an_edited_parquet_column_fails_verify(daemon: Daemon, tmp_path: Path) -> None:
+    import duckdb
+
+    submit(daemon, make_patch(tmp_path, LRU, {"tests/test_cache.py": "def test_ok():\n    pass\n"}))
+    out = tmp_path / "ledger.jsonl"
+    assert daemon.client("export", "--out", str(out)).returncode == 0
+    parquet = out.with_name(out.name + ".parquet")
+    with duckdb.connect() as db:
+        seq = db.execute(
+            f"SELECT min(seq) FROM read_parquet('{parquet}') WHERE kind = 'result' AND NOT resolved"
+        ).fetchone()[0]
+        db.execute(f"CREATE TABLE t AS SELECT * FROM read_parquet('{parquet}')")
+        db.execute(f"UPDATE t SET resolved = true, status = 'resolved' WHERE seq = {seq}")
+        db.execute(f"COPY t TO '{parquet}' (FORMAT parquet)")
+    bad = daemon.client("verify", str(out), "--pubkey", str(daemon.pubkey))
+    assert bad.returncode == 1
+    assert f"entry {seq}" in bad.stderr and "disagrees with the signed payload" in bad.stderr
