@@ -4,14 +4,40 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.table import Table
 
-# Piped output keeps whole rows rather than wrapping at rich's default 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    out: Console
+    err: Console
+
+
+@cache
+def _console(stderr: bool) -> Console:
+    # rich loads only when something is printed; --json runs never pay for it.
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output keeps whole rows rather than wrapping at rich's default 80 columns.
+    return Console(stderr=stderr, width=None if stream.isatty() else 200)
+
+
+def __getattr__(name: str) -> Console:
+    if name in ("out", "err"):
+        return _console(name == "err")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _table(title: str, **kwargs: Any) -> Table:
+    from rich.table import Table
+
+    return Table(title=title, **kwargs)
 
 
 def _joules(value: float | None, reliable: bool = True) -> str:
@@ -28,13 +54,13 @@ def _pct(value: float | None) -> str:
 
 
 def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
-    table = Table(title=f"{len(tasks)} tasks")
+    table = _table(f"{len(tasks)} tasks")
     for col in ("task", "kind", "digest", "timeout", "prompt"):
         table.add_column(col)
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
         table.add_row(t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", first[:70])
-    out.print(table)
+    _console(False).print(table)
 
 
 def receipt_line(r: dict[str, Any]) -> None:
@@ -44,7 +70,7 @@ def receipt_line(r: dict[str, Any]) -> None:
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
     status = f"{r['status']:<10}"
     mark = f"[green]{status}[/]" if r["resolved"] else f"[red]{status}[/]"
-    out.print(
+    _console(False).print(
         f"{r['task_id']:<28} {mark} tests {tests.get('passed', 0)}/{tests.get('expected', 0)}"
         f"  grade {j} J ({grade.get('source', '?')})  seq {r['seq']}"
         + ("  (replayed)" if r.get("replayed") else "")
@@ -52,7 +78,7 @@ def receipt_line(r: dict[str, Any]) -> None:
 
 
 def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
-    table = Table(title="resolution vs energy (~ = energy not reliable; * = Pareto)")
+    table = _table("resolution vs energy (~ = energy not reliable; * = Pareto)")
     cols = (
         "",
         "suite",
@@ -94,11 +120,11 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
             r["energy_source"],
             _pct(r["reliable_share"]),
         )
-    out.print(table)
+    _console(False).print(table)
 
 
 def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
-    table = Table(title="best-of-k: resolved within the first k rollouts")
+    table = _table("best-of-k: resolved within the first k rollouts")
     for col in (
         "suite",
         "solver",
@@ -125,13 +151,13 @@ def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
             f"{r['usd_cumulative']:.4f}",
             _pct(r["pass_at_k"]),
         )
-    out.print(table)
+    _console(False).print(table)
 
 
 def kv(title: str, data: dict[str, Any]) -> None:
-    table = Table(title=title, show_header=False)
+    table = _table(title, show_header=False)
     table.add_column("key")
     table.add_column("value")
     for k, v in data.items():
         table.add_row(str(k), str(v))
-    out.print(table)
+    _console(False).print(table)
