@@ -16,7 +16,7 @@ proof alike.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jouled.errors import UsageError
 
@@ -88,7 +88,7 @@ def _subtree(leaves: Sequence[bytes], start: int, end: int) -> bytes:
 def inclusion_proof(leaves: Sequence[bytes], index: int, size: int) -> list[bytes]:
     """PATH(index, D[size]) from RFC 9162 §2.1.3.1, over the first `size` leaves.
 
-    Costs about `size` hashes: the store keeps no interior nodes.
+    Costs about `size` hashes; `MerkleTree` answers from cached subtrees.
     """
     if not 0 <= index < size <= len(leaves):
         raise UsageError(
@@ -96,6 +96,13 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int) -> list[byte
             f"({len(leaves)} leaves known)"
         )
     _check_leaves(leaves[:size])
+    return _inclusion_path(lambda a, b: _subtree(leaves, a, b), index, size)
+
+
+SubtreeHash = Callable[[int, int], bytes]
+
+
+def _inclusion_path(subtree: SubtreeHash, index: int, size: int) -> list[bytes]:
     # Walk down from the root; each step records the sibling of the subtree
     # that holds the leaf. The RFC lists siblings leaf-first, hence the reverse.
     path: list[bytes] = []
@@ -103,10 +110,10 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int) -> list[byte
     while end - start > 1:
         k = _split(end - start)
         if index - start < k:
-            path.append(_subtree(leaves, start + k, end))
+            path.append(subtree(start + k, end))
             end = start + k
         else:
-            path.append(_subtree(leaves, start, start + k))
+            path.append(subtree(start, start + k))
             start += k
     path.reverse()
     return path
@@ -123,6 +130,10 @@ def consistency_proof(leaves: Sequence[bytes], old_size: int, new_size: int) -> 
             f"({len(leaves)} leaves known)"
         )
     _check_leaves(leaves[:new_size])
+    return _consistency_path(lambda a, b: _subtree(leaves, a, b), old_size, new_size)
+
+
+def _consistency_path(subtree: SubtreeHash, old_size: int, new_size: int) -> list[bytes]:
     if old_size in (0, new_size):
         return []
     # SUBPROOF(m, D[start:end], whole) unrolled: `whole` stays true while the
@@ -134,14 +145,14 @@ def consistency_proof(leaves: Sequence[bytes], old_size: int, new_size: int) -> 
         n, m = end - start, old_size - start
         if m == n:
             if not whole:
-                path.append(_subtree(leaves, start, end))
+                path.append(subtree(start, end))
             break
         k = _split(n)
         if m <= k:
-            path.append(_subtree(leaves, start + k, end))
+            path.append(subtree(start + k, end))
             end = start + k
         else:
-            path.append(_subtree(leaves, start, start + k))
+            path.append(subtree(start, start + k))
             start += k
             whole = False
     path.reverse()
@@ -285,3 +296,95 @@ class MerkleAccumulator:
         for peak in reversed(self._peaks[:-1]):
             node = node_hash(peak, node)
         return node
+
+
+# Perfect subtrees of at least 2**CACHE_FROM leaves are kept; smaller ones are
+# rehashed from the leaves on demand (at most 2**CACHE_FROM - 1 hashes).
+CACHE_FROM = 4
+
+
+class MerkleTree:
+    """An append-only tree that keeps its leaves and its larger perfect subtrees.
+
+    Roots and proofs for any size cost O(log n) cached lookups plus a few
+    small rehashes, instead of rehashing every leaf; the cache holds about
+    n / 2**CACHE_FROM extra hashes.
+    """
+
+    def __init__(self) -> None:
+        self.leaves: list[bytes] = []
+        # levels[k][i]: root of the perfect subtree of 2**k leaves starting at i * 2**k
+        self._levels: dict[int, list[bytes]] = {}
+        self._acc = MerkleAccumulator()
+
+    @property
+    def size(self) -> int:
+        return len(self.leaves)
+
+    def append(self, leaf: bytes) -> None:
+        if not _is_hash(leaf):
+            raise UsageError(f"a leaf must be a {HASH_SIZE}-byte leaf hash")
+        self.leaves.append(leaf)
+        self._acc.append(leaf)
+        # The subtrees this leaf completes are the accumulator's merged peaks.
+        n, k = len(self.leaves), 0
+        while n % 2 == 0:
+            n //= 2
+            k += 1
+            if k >= CACHE_FROM:
+                self._levels.setdefault(k, []).append(self._perfect_from_below(k, n - 1))
+
+    def _perfect_from_below(self, k: int, i: int) -> bytes:
+        half = 1 << (k - 1)
+        start = i << k
+        return node_hash(self._perfect(k - 1, start), self._perfect(k - 1, start + half))
+
+    def _perfect(self, k: int, start: int) -> bytes:
+        if k == 0:
+            return self.leaves[start]
+        if k >= CACHE_FROM:
+            return self._levels[k][start >> k]
+        return _root(self.leaves[start : start + (1 << k)])
+
+    def subtree(self, start: int, end: int) -> bytes:
+        """MTH(D[start:end]) for a range the RFC's splitting produces."""
+        n = end - start
+        if n == 1:
+            return self.leaves[start]
+        if n & (n - 1) == 0 and start % n == 0:
+            return self._perfect(n.bit_length() - 1, start)
+        k = _split(n)
+        return node_hash(self.subtree(start, start + k), self.subtree(start + k, end))
+
+    def root(self, size: int | None = None) -> bytes:
+        size = self.size if size is None else size
+        if size == self.size:
+            return self._acc.root()
+        if not 0 <= size <= self.size:
+            raise UsageError(f"no tree of size {size}: {self.size} leaves known")
+        return EMPTY_ROOT if size == 0 else self.subtree(0, size)
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        if not 0 <= index < size <= self.size:
+            raise UsageError(
+                f"no inclusion proof for leaf {index} in a tree of size {size} "
+                f"({self.size} leaves known)"
+            )
+        return _inclusion_path(self.subtree, index, size)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        if not 0 <= old_size <= new_size <= self.size:
+            raise UsageError(
+                f"no consistency proof from size {old_size} to size {new_size} "
+                f"({self.size} leaves known)"
+            )
+        return _consistency_path(self.subtree, old_size, new_size)
+
+    def truncate(self, size: int) -> None:
+        """Drop leaves past `size` (an append whose commit failed)."""
+        if size >= self.size:
+            return
+        del self.leaves[size:]
+        for k, level in self._levels.items():
+            del level[size >> k :]
+        self._acc = MerkleAccumulator.from_leaves(self.leaves) if size else MerkleAccumulator()

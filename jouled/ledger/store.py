@@ -146,8 +146,7 @@ class Ledger:
                 hint="is another jouled serving this data dir (DuckDB allows one writer), or is "
                 "the file damaged?",
             ) from err
-        self._leaves: list[bytes] = []
-        self._acc = merkle.MerkleAccumulator()
+        self._tree = merkle.MerkleTree()
         self._note_stat: tuple[int, int] | None = None
         try:
             self._db.execute(SCHEMA)
@@ -168,7 +167,7 @@ class Ledger:
         except LedgerError:
             self._db.close()
             raise
-        if not self._leaves:
+        if not self._tree.size:
             self.append("genesis", {**genesis, **self._key_fields(), "origin": origin})
 
     # -- opening and integrity -----------------------------------------------------------
@@ -196,14 +195,13 @@ class Ledger:
                     "(its payload was edited)",
                     hint="restore the data dir from a backup",
                 )
-            self._leaves.append(leaf)
-            self._acc.append(leaf)
+            self._tree.append(leaf)
 
     def _adopt_history(self) -> None:
         """Take the origin from genesis and check the key file is the ledger's current key."""
         self._note_keys = [self.signer.public]
         self._overlap_until = -1
-        if not self._leaves:
+        if not self._tree.size:
             return
         genesis = self.get(0).body
         self.origin = str(genesis.get("origin", self.origin))
@@ -236,9 +234,9 @@ class Ledger:
         try:
             st = self.checkpoint_path.stat()
         except FileNotFoundError:
-            if self._leaves:
+            if self._tree.size:
                 raise LedgerIntegrityError(
-                    f"{self.checkpoint_path} is missing but the ledger has {len(self._leaves)} "
+                    f"{self.checkpoint_path} is missing but the ledger has {self._tree.size} "
                     "entries",
                     hint="restore checkpoint.note from a backup; the daemon will not extend a "
                     "ledger it cannot check",
@@ -257,7 +255,7 @@ class Ledger:
                 hint="the checkpoint was replaced, or the key changed without a key_rotation "
                 "entry; restore the data dir from a backup",
             ) from err
-        size = len(self._leaves)
+        size = self._tree.size
         if cp.size > size:
             raise LedgerIntegrityError(
                 f"ledger behind its checkpoint: {self.checkpoint_path} commits to {cp.size} "
@@ -265,7 +263,7 @@ class Ledger:
                 hint="the ledger was truncated or replaced by an older copy (or lost its WAL); "
                 "restore it from a backup - the daemon refuses to append",
             )
-        if merkle.root_from_leaves(self._leaves[: cp.size]) != cp.root:
+        if self._tree.root(cp.size) != cp.root:
             raise LedgerIntegrityError(
                 f"ledger forked from its checkpoint: the first {cp.size} entries of {self.path} "
                 f"do not hash to the root in {self.checkpoint_path}",
@@ -307,17 +305,19 @@ class Ledger:
         with self._lock:
             self._check_against_note()
             entries: list[Entry] = []
-            prev = self._leaves[-1] if self._leaves else b""
-            acc = merkle.MerkleAccumulator.from_peaks(self._acc.size, self._acc.peaks)
-            for kind, body in items:
-                entry = make_entry(
-                    len(self._leaves) + len(entries), kind, prev, body, [self.signer]
-                )
-                entries.append(entry)
-                prev = entry.leaf_hash
-                acc.append(entry.leaf_hash)
-            cp = Checkpoint(origin=self.origin, size=acc.size, root=acc.root())
-            note = sign_note(cp, self._note_signers(cp.size))
+            size = self._tree.size
+            prev = self._tree.leaves[-1] if self._tree.size else b""
+            try:
+                for kind, body in items:
+                    entry = make_entry(self._tree.size, kind, prev, body, [self.signer])
+                    entries.append(entry)
+                    prev = entry.leaf_hash
+                    self._tree.append(entry.leaf_hash)
+                cp = Checkpoint(origin=self.origin, size=self._tree.size, root=self._tree.root())
+                note = sign_note(cp, self._note_signers(cp.size))
+            except BaseException:
+                self._tree.truncate(size)
+                raise
             try:
                 self._db.execute("BEGIN TRANSACTION")
                 self._insert(entries)
@@ -329,10 +329,8 @@ class Ledger:
                 self._db.execute("COMMIT")
             except duckdb.Error as err:
                 self._db.execute("ROLLBACK")
+                self._tree.truncate(size)
                 raise LedgerError(f"cannot append to {self.path}: {err}") from err
-            for entry in entries:
-                self._leaves.append(entry.leaf_hash)
-            self._acc = acc
             write_atomic(self.checkpoint_path, note)
             st = self.checkpoint_path.stat()
             self._note_stat = (st.st_mtime_ns, st.st_size)
@@ -432,13 +430,11 @@ class Ledger:
 
     @property
     def size(self) -> int:
-        return len(self._leaves)
+        return self._tree.size
 
     def root(self, size: int | None = None) -> bytes:
         with self._lock:
-            if size is None or size == len(self._leaves):
-                return self._acc.root()
-            return merkle.root_from_leaves(self._leaves[:size])
+            return self._tree.root(size)
 
     def _entries(self, where: str = "", params: Sequence[Any] = ()) -> list[Entry]:
         with self._lock:
@@ -521,18 +517,18 @@ class Ledger:
 
     def inclusion_proof(self, seq: int, tree_size: int = 0) -> dict[str, Any]:
         with self._lock:
-            size = tree_size or len(self._leaves)
-            if not 0 <= seq < size <= len(self._leaves):
+            size = tree_size or self._tree.size
+            if not 0 <= seq < size <= self._tree.size:
                 raise UsageError(
                     f"no inclusion proof for entry {seq} in a tree of {size}: the ledger holds "
-                    f"{len(self._leaves)} entries",
+                    f"{self._tree.size} entries",
                     hint="pick --seq below the tree size",
                 )
-            hashes = merkle.inclusion_proof(self._leaves, seq, size)
+            hashes = self._tree.inclusion_proof(seq, size)
             root = self.root(size)
         return {
             "seq": seq,
-            "leaf_hash": self._leaves[seq].hex(),
+            "leaf_hash": self._tree.leaves[seq].hex(),
             "tree_size": size,
             "root": root.hex(),
             "hashes": [h.hex() for h in hashes],
@@ -540,14 +536,14 @@ class Ledger:
 
     def consistency_proof(self, old_size: int, new_size: int = 0) -> dict[str, Any]:
         with self._lock:
-            new_size = new_size or len(self._leaves)
-            if not 0 < old_size <= new_size <= len(self._leaves):
+            new_size = new_size or self._tree.size
+            if not 0 < old_size <= new_size <= self._tree.size:
                 raise UsageError(
                     f"no consistency proof from {old_size} to {new_size}: the ledger holds "
-                    f"{len(self._leaves)} entries",
+                    f"{self._tree.size} entries",
                     hint="sizes must satisfy 0 < old <= new <= current size",
                 )
-            hashes = merkle.consistency_proof(self._leaves, old_size, new_size)
+            hashes = self._tree.consistency_proof(old_size, new_size)
             return {
                 "old_size": old_size,
                 "new_size": new_size,

@@ -371,3 +371,33 @@ def test_inclusion_proof_refuses_leaves_it_does_not_have(index: int, size: int) 
 def test_consistency_proof_refuses_sizes_it_cannot_prove(old: int, new: int) -> None:
     with pytest.raises(UsageError, match="no consistency proof"):
         consistency_proof(LEAVES, old, new)
+
+
+def test_merkle_tree_cache_agrees_with_the_reference_functions() -> None:
+    import hashlib
+
+    from jouled.ledger.merkle import (
+        MerkleTree,
+        consistency_proof,
+        inclusion_proof,
+        leaf_hash,
+        root_from_leaves,
+    )
+
+    leaves = [leaf_hash(hashlib.sha256(str(i).encode()).digest()) for i in range(140)]
+    tree = MerkleTree()
+    for leaf in leaves:
+        tree.append(leaf)
+    for size in range(1, 141):
+        assert tree.root(size) == root_from_leaves(leaves[:size])
+        for index in (0, size // 3, size - 1):
+            assert tree.inclusion_proof(index, size) == inclusion_proof(leaves, index, size)
+        for old in (1, size // 2, size - 1):
+            if old:
+                assert tree.consistency_proof(old, size) == consistency_proof(leaves, old, size)
+    tree.truncate(70)
+    assert tree.size == 70 and tree.root() == root_from_leaves(leaves[:70])
+    for leaf in leaves[70:]:
+        tree.append(leaf)
+    assert tree.root() == root_from_leaves(leaves)
+    assert tree.inclusion_proof(100, 140) == inclusion_proof(leaves, 100, 140)
