@@ -21,7 +21,7 @@ import base64
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def _public(b64: str) -> Ed25519PublicKey:
 class _Pending:
     kind: str
     body: dict[str, Any]
-    done: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
     entry: Entry | None = None
     error: BaseException | None = None
 
@@ -138,6 +138,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
         self._queue: list[_Pending] = []
+        self._committing = False
         try:
             self._db = duckdb.connect(str(path))
         except duckdb.Error as err:
@@ -283,18 +284,28 @@ class Ledger:
         slot = _Pending(kind, body)
         with self._queue_lock:
             self._queue.append(slot)
-        with self._lock:
-            if not slot.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                try:
-                    entries = self.append_many([(p.kind, p.body) for p in batch])
-                except BaseException as err:
-                    for p in batch:
-                        p.error, p.done = err, True
-                else:
-                    for p, entry in zip(batch, entries, strict=True):
-                        p.entry, p.done = entry, True
+            lead = not self._committing
+            self._committing = True
+        # The leader commits batches until the queue is empty; everyone else
+        # waits for their own entry. Entries that arrive during a commit make
+        # the next batch, so the fsyncs are shared by all of them.
+        while lead:
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._committing = False
+                    break
+            try:
+                entries = self.append_many([(p.kind, p.body) for p in batch])
+            except BaseException as err:
+                for p in batch:
+                    p.error = err
+                    p.done.set()
+            else:
+                for p, entry in zip(batch, entries, strict=True):
+                    p.entry = entry
+                    p.done.set()
+        slot.done.wait()
         if slot.error is not None:
             raise slot.error
         assert slot.entry is not None
@@ -363,7 +374,7 @@ class Ledger:
             # The rotation entry is signed by the key handing over, and its
             # checkpoint by both keys.
             self.retired = new
-            entry = self.append("key_rotation", body)
+            entry = self.append_many([("key_rotation", body)])[0]  # we hold the lock
             self.signer, self.retired = new, old
             self._note_keys.append(new.public)
             return entry
