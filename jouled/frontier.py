@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jouled.errors import UsageError
@@ -245,56 +246,92 @@ def _grouped(results: Iterable[Mapping[str, Any]], suite: str | None) -> dict[_K
 # -- frontier rows ---------------------------------------------------------------------
 
 
-def _energy_source(attempts: Sequence[_Attempt]) -> str:
-    labels = sorted(set().union(*(a.energy.sources for a in attempts)))
-    if not labels:
+def _energy_source(labels: set[str]) -> str:
+    ordered = sorted(labels)
+    if not ordered:
         return "none"
-    if len(labels) == 1:
-        return labels[0]
-    return "mixed:" + ",".join(labels)
+    if len(ordered) == 1:
+        return ordered[0]
+    return "mixed:" + ",".join(ordered)
 
 
 def _per(total: float, resolved: int) -> float | None:
     return total / resolved if resolved else None
 
 
-def _row(key: _Key, group: Sequence[_Attempt]) -> dict[str, Any]:
-    attempts = [a for a in group if a.status != ERROR]
-    n = len(attempts)
-    resolved = sum(a.resolved for a in attempts)
-    low, high = wilson_interval(resolved, n)
-    # Integer millijoules are summed before dividing, so the float is the same
-    # whatever order the ledger yields attempts in.
-    joules_total = sum(a.energy.gross_mj for a in attempts) / 1000
-    usd_total = sum(a.usd_micros for a in attempts) / 1_000_000
-    walls = [a.energy.wall_ms for a in attempts if a.energy.windows]
-    windows = sum(a.energy.windows for a in attempts)
-    reliable = sum(a.energy.reliable_windows for a in attempts)
-    return {
-        "suite": key[0],
-        "solver": key[1],
-        "model": key[2],
-        "attempts": n,
-        "tasks": len({a.task_id for a in attempts}),
-        "resolved": resolved,
-        "resolution": resolved / n if n else 0.0,
-        "ci_low": low,
-        "ci_high": high,
-        "joules_total": joules_total,
-        "joules_marginal": sum(a.energy.marginal_mj for a in attempts) / 1000,
-        "joules_per_resolved": _per(joules_total, resolved),
-        "wall_median_s": statistics.median(walls) / 1000 if walls else None,
-        "usd_total": usd_total,
-        "usd_per_resolved": _per(usd_total, resolved),
-        "usd_source": USD_SOURCE,
-        "claimed_joules": sum(a.claimed_mj for a in attempts) / 1000,
-        "energy_source": _energy_source(attempts),
-        "reliable_share": reliable / windows if windows else None,
-        "invalid_windows": sum(a.energy.invalid_windows for a in attempts),
-        "invalid": sum(a.status == INVALID for a in attempts),
-        "errors": sum(a.status == ERROR for a in group),
-        "timeouts": sum(a.status == TIMEOUT for a in attempts),
-    }
+@dataclass
+class _Group:
+    """Running totals of one (suite, solver, model): enough to write its row."""
+
+    attempts: int = 0
+    errors: int = 0
+    invalid: int = 0
+    timeouts: int = 0
+    resolved: int = 0
+    gross_mj: int = 0
+    marginal_mj: int = 0
+    usd_micros: int = 0
+    claimed_mj: int = 0
+    windows: int = 0
+    reliable_windows: int = 0
+    invalid_windows: int = 0
+    tasks: set[str] = field(default_factory=set)
+    walls: list[int] = field(default_factory=list)
+    sources: set[str] = field(default_factory=set)
+
+    def add(self, a: _Attempt) -> None:
+        if a.status == ERROR:
+            self.errors += 1
+            return
+        e = a.energy
+        self.attempts += 1
+        self.invalid += a.status == INVALID
+        self.timeouts += a.status == TIMEOUT
+        self.resolved += a.resolved
+        # Integer millijoules are summed before dividing, so the float is the
+        # same whatever order the ledger yields attempts in.
+        self.gross_mj += e.gross_mj
+        self.marginal_mj += e.marginal_mj
+        self.usd_micros += a.usd_micros
+        self.claimed_mj += a.claimed_mj
+        self.windows += e.windows
+        self.reliable_windows += e.reliable_windows
+        self.invalid_windows += e.invalid_windows
+        self.tasks.add(a.task_id)
+        if e.windows:
+            self.walls.append(e.wall_ms)
+        self.sources |= e.sources
+
+    def row(self, key: _Key) -> dict[str, Any]:
+        n, resolved = self.attempts, self.resolved
+        low, high = wilson_interval(resolved, n)
+        joules_total = self.gross_mj / 1000
+        usd_total = self.usd_micros / 1_000_000
+        return {
+            "suite": key[0],
+            "solver": key[1],
+            "model": key[2],
+            "attempts": n,
+            "tasks": len(self.tasks),
+            "resolved": resolved,
+            "resolution": resolved / n if n else 0.0,
+            "ci_low": low,
+            "ci_high": high,
+            "joules_total": joules_total,
+            "joules_marginal": self.marginal_mj / 1000,
+            "joules_per_resolved": _per(joules_total, resolved),
+            "wall_median_s": statistics.median(self.walls) / 1000 if self.walls else None,
+            "usd_total": usd_total,
+            "usd_per_resolved": _per(usd_total, resolved),
+            "usd_source": USD_SOURCE,
+            "claimed_joules": self.claimed_mj / 1000,
+            "energy_source": _energy_source(self.sources),
+            "reliable_share": self.reliable_windows / self.windows if self.windows else None,
+            "invalid_windows": self.invalid_windows,
+            "invalid": self.invalid,
+            "errors": self.errors,
+            "timeouts": self.timeouts,
+        }
 
 
 def _cost(row: Mapping[str, Any], axis: str) -> float:
@@ -315,23 +352,55 @@ def _mark_pareto(rows: list[dict[str, Any]], axis: str) -> None:
             row["pareto_axis"] = axis
 
 
+class Frontier:
+    """Frontier totals kept up to date one result at a time.
+
+    The daemon feeds it each result as it is signed, so serving the frontier
+    costs one row per group however long the ledger is; `frontier_rows` runs
+    the same code over a list of results, so both always agree.
+    """
+
+    def __init__(self, results: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._groups: dict[_Key, _Group] = defaultdict(_Group)
+        self._lock = threading.Lock()
+        for body in results:
+            self.add(body)
+
+    def add(self, body: Mapping[str, Any]) -> None:
+        attempt = _parse(body)
+        with self._lock:
+            self._groups[attempt.key].add(attempt)
+
+    def rows(self, *, suite: str | None = None, axis: str = "joules") -> list[dict[str, Any]]:
+        """One row per (suite, solver, model), Pareto-flagged within each suite.
+
+        `axis` picks the cost the frontier trades resolution against: "joules"
+        (per resolved task), "usd" (claimed, per resolved task) or "wall"
+        (median seconds per attempt). Rows come sorted by suite, resolution
+        descending, that cost ascending, then solver and model.
+        """
+        if axis not in AXES:
+            raise UsageError(f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(AXES)}")
+        with self._lock:
+            rows = [
+                group.row(key)
+                for key, group in sorted(self._groups.items())
+                if suite is None or key[0] == suite
+            ]
+        _mark_pareto(rows, axis)
+        rows.sort(
+            key=lambda r: (r["suite"], -r["resolution"], _cost(r, axis), r["solver"], r["model"])
+        )
+        return rows
+
+
 def frontier_rows(
     results: Iterable[Mapping[str, Any]], *, suite: str | None = None, axis: str = "joules"
 ) -> list[dict[str, Any]]:
-    """One row per (suite, solver, model), Pareto-flagged within each suite.
-
-    `axis` picks the cost the frontier trades resolution against: "joules"
-    (per resolved task), "usd" (claimed, per resolved task) or "wall" (median
-    seconds per attempt). Rows come sorted by suite, resolution descending,
-    that cost ascending, then solver and model, so output is deterministic.
-    """
+    """The frontier of a list of results (see `Frontier.rows`)."""
     if axis not in AXES:
         raise UsageError(f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(AXES)}")
-    groups = _grouped(results, suite)
-    rows = [_row(key, groups[key]) for key in sorted(groups)]
-    _mark_pareto(rows, axis)
-    rows.sort(key=lambda r: (r["suite"], -r["resolution"], _cost(r, axis), r["solver"], r["model"]))
-    return rows
+    return Frontier(results).rows(suite=suite, axis=axis)
 
 
 # -- best of k -------------------------------------------------------------------------

@@ -329,3 +329,18 @@ def test_an_edited_parquet_column_fails_verify(daemon: Daemon, tmp_path: Path) -
     bad = daemon.client("verify", str(out), "--pubkey", str(daemon.pubkey))
     assert bad.returncode == 1
     assert f"entry {seq}" in bad.stderr and "disagrees with the signed payload" in bad.stderr
+
+
+def test_the_served_frontier_equals_the_one_computed_offline(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    daemon.client_json("run", "--suite", "smoke", "--solvers", "noop")
+    out = tmp_path / "ledger.jsonl"
+    assert daemon.client("export", "--out", str(out)).returncode == 0
+    for axis in ("joules", "usd", "wall"):
+        served = daemon.client_json("frontier", "--axis", axis)["rows"]
+        offline = daemon.client_json("frontier", "--axis", axis, "--from-export", str(out))
+        assert served == offline["rows"]
+        assert any(r["pareto"] for r in served)
+    bad = daemon.client("frontier", "--axis", "carbon")
+    assert bad.returncode == 2 and "unknown frontier axis 'carbon'" in bad.stderr
