@@ -64,7 +64,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from jb_client.api import Client
+from jb_client.api import Client, ClientError
 
 import jouled
 from jouled.contracts.contract import IGNORED_NAMES, Contract
@@ -196,22 +196,11 @@ class RunningDaemon:
 
 
 def _wait_serving(daemon: RunningDaemon, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(daemon.target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if daemon.proc.poll() is not None:
-                raise RuntimeError(
-                    f"jouled exited {daemon.proc.returncode}:\n{daemon.log.read_text()}"
-                )
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"jouled did not start serving:\n{daemon.log.read_text()}")
+    try:
+        with Client(daemon.target) as client:
+            client.wait_ready(timeout_s, alive=lambda: daemon.proc.poll() is None)
+    except ClientError as err:
+        raise RuntimeError(f"{err.message}:\n{daemon.log.read_text()}") from None
 
 
 @contextmanager

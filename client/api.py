@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -69,6 +70,35 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
+
+    def wait_ready(self, timeout_s: float = 60, alive: Callable[[], bool] | None = None) -> None:
+        """Block until the daemon's health service says SERVING.
+
+        `alive` (e.g. a check that a just-started daemon process still runs)
+        ends the wait early when it turns false. Raises ClientError on timeout.
+        """
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        request = health_pb2.HealthCheckRequest(service="")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if alive is not None and not alive():
+                raise ClientError(
+                    f"the daemon at {self.target} exited while starting",
+                    Kind.UNAVAILABLE,
+                    hint="see its log for why",
+                )
+            try:
+                reply = stub.Check(request, timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+        raise ClientError(
+            f"the daemon at {self.target} did not start serving in {timeout_s} s", Kind.UNAVAILABLE
+        )
 
     def __enter__(self) -> Client:
         return self

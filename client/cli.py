@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from jb_client import render
 from jb_client.api import Client, checkpoint_history_path, parquet_path
 
 from jouled.errors import JouledError, Kind, VerificationError
+
+T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -61,6 +64,15 @@ def _client() -> Client:
     return Client(state.target)
 
 
+def _ask(call: Callable[[Client], T]) -> T:
+    """One call to the daemon, its failure reported the one way every command does."""
+    try:
+        with _client() as c:
+            return call(c)
+    except JouledError as err:
+        _fail(err)
+
+
 def _fail(err: JouledError) -> NoReturn:
     if state.verbose:
         raise err
@@ -83,11 +95,7 @@ def _progress(phase: str, message: str) -> None:
 @app.command()
 def tasks(suite: Suite = "", as_json: Json = False) -> None:
     """List the tasks the daemon grades."""
-    try:
-        with _client() as c:
-            found = c.tasks(suite)
-    except JouledError as err:
-        _fail(err)
+    found = _ask(lambda c: c.tasks(suite))
     if as_json:
         _emit({"tasks": found})
     else:
@@ -339,11 +347,7 @@ def swebench(
 @app.command()
 def bestofk(suite: Suite = "", as_json: Json = False) -> None:
     """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
-    try:
-        with _client() as c:
-            rows = c.best_of_k(suite)["rows"]
-    except JouledError as err:
-        _fail(err)
+    rows = _ask(lambda c: c.best_of_k(suite)["rows"])
     if as_json:
         _emit({"rows": rows})
     else:
@@ -356,11 +360,7 @@ def export(
     as_json: Json = False,
 ) -> None:
     """Export the ledger (JSONL entries, plus the checkpoint history beside it)."""
-    try:
-        with _client() as c:
-            summary = c.export(out)
-    except JouledError as err:
-        _fail(err)
+    summary = _ask(lambda c: c.export(out))
     if as_json:
         _emit(summary)
     else:
@@ -471,11 +471,7 @@ def audit(
 @app.command("checkpoint")
 def checkpoint_cmd(as_json: Json = False) -> None:
     """The daemon's latest signed checkpoint (size, root, note)."""
-    try:
-        with _client() as c:
-            cp = c.checkpoint()
-    except JouledError as err:
-        _fail(err)
+    cp = _ask(lambda c: c.checkpoint())
     if as_json:
         _emit(cp)
     else:
@@ -489,11 +485,7 @@ def proof(
     as_json: Json = False,
 ) -> None:
     """An inclusion proof of one entry in the ledger's Merkle tree."""
-    try:
-        with _client() as c:
-            p = c.proof(seq, tree_size)
-    except JouledError as err:
-        _fail(err)
+    p = _ask(lambda c: c.proof(seq, tree_size))
     if as_json:
         _emit(p)
     else:
@@ -507,11 +499,7 @@ def consistency(
     as_json: Json = False,
 ) -> None:
     """A consistency proof: the ledger of size --new extends the one of size --old."""
-    try:
-        with _client() as c:
-            p = c.consistency(old, new)
-    except JouledError as err:
-        _fail(err)
+    p = _ask(lambda c: c.consistency(old, new))
     if as_json:
         _emit(p)
     else:
@@ -523,11 +511,7 @@ def consistency(
 @app.command()
 def meter(as_json: Json = False) -> None:
     """Energy sources, domains, idle calibration, floors and attribution policy."""
-    try:
-        with _client() as c:
-            status = c.meter()
-    except JouledError as err:
-        _fail(err)
+    status = _ask(lambda c: c.meter())
     if as_json:
         _emit(status)
     else:
@@ -540,11 +524,7 @@ def calibrate(
     as_json: Json = False,
 ) -> None:
     """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""
-    try:
-        with _client() as c:
-            cal = c.calibrate(seconds)
-    except JouledError as err:
-        _fail(err)
+    cal = _ask(lambda c: c.calibrate(seconds))
     if as_json:
         _emit(cal)
     else:

@@ -14,11 +14,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from jb_client.api import Client
 
 from jouled.config import bundled_tasks
 
@@ -33,21 +31,6 @@ def jb(target: str, *args: str, check: bool = True) -> subprocess.CompletedProce
     if check and done.returncode != 0:
         raise SystemExit(f"demo: jb-client {args[0]} exited {done.returncode}")
     return done
-
-
-def wait_serving(target: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"demo: jouled exited with {proc.returncode}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                time.sleep(0.2)
-    raise SystemExit("demo: jouled did not come up")
 
 
 def main() -> None:
@@ -71,7 +54,8 @@ def main() -> None:
     print("$ jouled " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
     daemon = subprocess.Popen(argv)
     try:
-        wait_serving(target, daemon)
+        with Client(target) as client:
+            client.wait_ready(120, alive=lambda: daemon.poll() is None)
         jb(target, "meter")
         jb(target, "tasks", "--suite", "smoke")
 

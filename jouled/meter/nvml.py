@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jouled.errors import ConfigError, MeterUnavailableError
-from jouled.meter.base import Domain, Meter, Snapshot
-from jouled.meter.sampler import Channel, CounterChannel, PowerChannel, Sampler
+from jouled.meter.base import Domain
+from jouled.meter.sampler import Channel, CounterChannel, PowerChannel, SampledMeter, Sampler
 
 SOURCE = "nvml"
 # Above any single board's power (a GB200 superchip draws ~2.7 kW).
@@ -202,7 +202,7 @@ def _probe_counters(
     return out
 
 
-class NvmlMeter(Meter):
+class NvmlMeter(SampledMeter):
     """Selected NVIDIA GPUs, one domain each, polled by a sampler thread."""
 
     def __init__(
@@ -290,16 +290,6 @@ class NvmlMeter(Meter):
     @property
     def source(self) -> str:
         return SOURCE
-
-    @property
-    def interval_s(self) -> float:
-        return self._sampler.interval_s
-
-    def domains(self) -> Sequence[Domain]:
-        return self._domains
-
-    def snapshot(self) -> Snapshot:
-        return self._sampler.snapshot()
 
     def close(self) -> None:
         if self._closed:

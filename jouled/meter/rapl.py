@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jouled.errors import ConfigError, MeterPermissionError, MeterUnavailableError
-from jouled.meter.base import Domain, Meter, Snapshot
-from jouled.meter.sampler import CounterChannel, Sampler, poll_interval
+from jouled.meter.base import Domain
+from jouled.meter.sampler import CounterChannel, SampledMeter, Sampler, poll_interval
 
 SOURCE = "rapl"
 DEFAULT_ROOT = Path("/sys/class/powercap")
@@ -310,7 +310,7 @@ def _read_open(reader: Reader, zone: Zone) -> int:
         raise MeterUnavailableError(f"cannot read {zone.energy_path}: {err}") from err
 
 
-class RaplMeter(Meter):
+class RaplMeter(SampledMeter):
     """Selected RAPL zones as domains, polled by a sampler thread.
 
     `interval_s` overrides the poll interval derived from the counters' range
@@ -375,19 +375,6 @@ class RaplMeter(Meter):
     @property
     def source(self) -> str:
         return SOURCE
-
-    @property
-    def interval_s(self) -> float:
-        return self._sampler.interval_s
-
-    def domains(self) -> Sequence[Domain]:
-        return self._domains
-
-    def snapshot(self) -> Snapshot:
-        return self._sampler.snapshot()
-
-    def close(self) -> None:
-        self._sampler.close()
 
     def describe(self) -> dict[str, object]:
         info = super().describe()

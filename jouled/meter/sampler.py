@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jouled.errors import MeterError
-from jouled.meter.base import Snapshot
+from jouled.meter.base import Domain, Meter, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -276,3 +276,23 @@ class Sampler:
                 log.info("energy domain %s reads again", channel.name)
             self._totals[channel.name] += step.delta_uj
         return t_ns
+
+
+class SampledMeter(Meter):
+    """A meter whose domains one `Sampler` thread polls; subclasses set both."""
+
+    _sampler: Sampler
+    _domains: tuple[Domain, ...]
+
+    @property
+    def interval_s(self) -> float:
+        return self._sampler.interval_s
+
+    def domains(self) -> Sequence[Domain]:
+        return self._domains
+
+    def snapshot(self) -> Snapshot:
+        return self._sampler.snapshot()
+
+    def close(self) -> None:
+        self._sampler.close()

@@ -7,15 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from jb_client.api import Client, ClientError
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"
@@ -60,23 +58,12 @@ class Daemon:
         return self.proc.wait(timeout=timeout)
 
 
-def wait_serving(
-    target: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60
-) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"jouled exited {proc.returncode}:\n{log.read_text()}")
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise AssertionError(f"jouled did not start serving:\n{log.read_text()}")
+def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    try:
+        with Client(target) as client:
+            client.wait_ready(60, alive=lambda: proc.poll() is None)
+    except ClientError as err:
+        raise AssertionError(f"{err.message}:\n{log.read_text()}") from None
 
 
 def start_daemon(
