@@ -402,10 +402,10 @@ def verify(
 
     try:
         keys = load_pinned(pubkey or [], trust)
-        notes = []
-        history = checkpoint_history_path(file)
-        if history.is_file():
-            notes += split_notes(history.read_text(encoding="utf-8"))
+        notes, history = [], []
+        history_file = checkpoint_history_path(file)
+        if history_file.is_file():
+            history = split_notes(history_file.read_text(encoding="utf-8"))
         for note in (checkpoint, since):
             if note is not None:
                 notes.append(_read(note).decode("utf-8"))
@@ -418,6 +418,7 @@ def verify(
                 signatures=not merkle_only,
                 workers=workers or os.cpu_count() or 1,
                 parquet=parquet if parquet.is_file() else None,
+                history=history,
             )
     except OSError as err:
         render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
@@ -432,7 +433,8 @@ def verify(
         extra = "" if report.parquet_rows is None else f", Parquet {report.parquet_rows} rows"
         render.out.print(
             f"[green]ok[/] {report.entries} entries, root {report.root[:16]}…, "
-            f"{len(report.checkpoints)} checkpoint(s) consistent{extra}, signed by "
+            f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
+            "signed by "
             + ", ".join(k[:16] for k in report.keyids)
             + (" (signatures not checked)" if merkle_only else "")
         )

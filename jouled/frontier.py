@@ -278,6 +278,9 @@ class _Group:
     tasks: set[str] = field(default_factory=set)
     walls: list[int] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
+    # The median sorts every wall time; it is kept until the next attempt arrives.
+    _median_ms: float | None = None
+    _median_fresh: bool = False
 
     def add(self, a: _Attempt) -> None:
         if a.status == ERROR:
@@ -300,10 +303,18 @@ class _Group:
         self.tasks.add(a.task_id)
         if e.windows:
             self.walls.append(e.wall_ms)
+            self._median_fresh = False
         self.sources |= e.sources
+
+    def wall_median_ms(self) -> float | None:
+        if not self._median_fresh:
+            self._median_ms = statistics.median(self.walls) if self.walls else None
+            self._median_fresh = True
+        return self._median_ms
 
     def row(self, key: _Key) -> dict[str, Any]:
         n, resolved = self.attempts, self.resolved
+        median_ms = self.wall_median_ms()
         low, high = wilson_interval(resolved, n)
         joules_total = self.gross_mj / 1000
         usd_total = self.usd_micros / 1_000_000
@@ -320,7 +331,7 @@ class _Group:
             "joules_total": joules_total,
             "joules_marginal": self.marginal_mj / 1000,
             "joules_per_resolved": _per(joules_total, resolved),
-            "wall_median_s": statistics.median(self.walls) / 1000 if self.walls else None,
+            "wall_median_s": None if median_ms is None else median_ms / 1000,
             "usd_total": usd_total,
             "usd_per_resolved": _per(usd_total, resolved),
             "usd_source": USD_SOURCE,

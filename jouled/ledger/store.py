@@ -73,9 +73,7 @@ CREATE TABLE IF NOT EXISTS journal (
     idempotency_key VARCHAR,
     task_id VARCHAR NOT NULL,
     accepted VARCHAR NOT NULL,
-    request VARCHAR NOT NULL,
-    state VARCHAR NOT NULL,
-    seq BIGINT
+    request VARCHAR NOT NULL
 );
 """
 
@@ -336,7 +334,6 @@ class Ledger:
                     "INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
                     [cp.size, cp.root.hex(), note, utc_now()],
                 )
-                self._close_journal(entries)
                 self._db.execute("COMMIT")
             except duckdb.Error as err:
                 self._db.execute("ROLLBACK")
@@ -397,21 +394,6 @@ class Ledger:
             ]
         self._db.execute(f"INSERT INTO entries VALUES {', '.join([row] * len(entries))}", params)
 
-    def _close_journal(self, entries: Sequence[Entry]) -> None:
-        done = [
-            (e.body["attempt_id"], e.kind, e.seq)
-            for e in entries
-            if e.kind in ("result", "abort") and e.body.get("attempt_id")
-        ]
-        if not done:
-            return
-        values = ", ".join(["(?, ?, ?)"] * len(done))
-        self._db.execute(
-            f"UPDATE journal SET state = v.kind, seq = v.seq FROM (VALUES {values}) "
-            "AS v(attempt_id, kind, seq) WHERE journal.attempt_id = v.attempt_id",
-            [x for row in done for x in row],
-        )
-
     # -- the attempt journal -------------------------------------------------------------
 
     def journal_accept(
@@ -420,7 +402,7 @@ class Ledger:
         """Record an attempt before it runs, so a crash leaves a trace to abort."""
         with self._lock:
             self._db.execute(
-                "INSERT INTO journal VALUES (?, ?, ?, ?, ?, 'running', NULL)",
+                "INSERT INTO journal VALUES (?, ?, ?, ?, ?)",
                 [attempt_id, idempotency_key, task_id, utc_now(), json.dumps(request)],
             )
 
@@ -431,9 +413,12 @@ class Ledger:
 
     def journal_pending(self) -> list[PendingAttempt]:
         with self._lock:
+            # An attempt is finished exactly when an entry names it, so commits
+            # never have to touch the journal.
             rows = self._db.execute(
-                "SELECT attempt_id, idempotency_key, task_id, request FROM journal "
-                "WHERE state = 'running' ORDER BY accepted"
+                "SELECT attempt_id, idempotency_key, task_id, request FROM journal j "
+                "WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.attempt_id = j.attempt_id) "
+                "ORDER BY accepted"
             ).fetchall()
         return [PendingAttempt(a, k, t, json.loads(r)) for a, k, t, r in rows]
 

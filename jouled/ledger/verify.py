@@ -39,6 +39,7 @@ class Report:
     keyids: list[str] = field(default_factory=list)
     origin: str = ""
     parquet_rows: int | None = None
+    history: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,7 @@ class Report:
             "keyids": self.keyids,
             "origin": self.origin,
             "parquet_rows": self.parquet_rows,
+            "history_checkpoints": self.history,
         }
 
 
@@ -66,6 +68,31 @@ def _entry(line: str, lineno: int) -> Entry:
         raise
     except (ValueError, KeyError, TypeError, binascii.Error) as err:
         raise VerificationError(f"export line {lineno} is not a ledger entry: {err}") from err
+
+
+_ENVELOPE = frozenset({"kind", "prev", "seq", "time"})
+_TAIL = b'},"kind":"'
+
+
+def _envelope(payload: bytes) -> Any:
+    """The payload's top-level fields, without parsing the body when it can be skipped.
+
+    A canonical payload sorts `body` first, so everything after the body's
+    closing brace is the envelope. Parsing only that tail yields the same
+    values as parsing the whole payload: nothing inside the body can reach
+    the top level, and the last `},"kind":"` is the envelope's (no JSON
+    string can hold an unescaped quote). Anything else is parsed whole.
+    """
+    if payload.startswith(b'{"body":'):
+        cut = payload.rfind(_TAIL)
+        if cut > 0:
+            try:
+                tail = json.loads(b"{" + payload[cut + 2 :])
+            except ValueError:
+                tail = None
+            if isinstance(tail, dict) and tail.keys() == _ENVELOPE:
+                return tail
+    return json.loads(payload)
 
 
 def _check_entry(entry: Entry, expected_seq: int, prev: bytes, trust: Trust) -> dict[str, Any]:
@@ -85,7 +112,7 @@ def _check_entry(entry: Entry, expected_seq: int, prev: bytes, trust: Trust) -> 
     if merkle.leaf_hash(entry.payload) != entry.leaf_hash:
         raise VerificationError("leaf hash does not match the payload (edited payload)", seq=seq)
     try:
-        doc = json.loads(entry.payload)
+        doc = _envelope(entry.payload)
     except ValueError as err:
         raise VerificationError(f"payload is not JSON: {err}", seq=seq) from err
     if not isinstance(doc, dict):
@@ -186,16 +213,24 @@ def verify_export(
     signatures: bool = True,
     workers: int = 1,
     parquet: Path | None = None,
+    history: Sequence[str] = (),
 ) -> Report:
     """Verify an export; raises VerificationError at the first problem.
 
-    `signatures=False` checks structure, chain and Merkle root only (fast; the
-    checkpoints' own signatures are still checked). `workers` > 1 verifies
-    entry signatures on that many processes.
+    `checkpoints` (an auditor's saved notes, the daemon's latest) are each
+    signature-checked and must be prefixes of the export. `history` (the
+    export's own checkpoint history, one note per commit) is checked for
+    roots: every note must describe a prefix of the export; signatures are
+    checked on the newest note and on any that disagrees, which is then
+    either a forged note or a proven fork. `signatures=False` checks
+    structure, chain and Merkle root only (the checkpoints' own signatures are
+    still checked). `workers` > 1 verifies entry signatures on that many
+    processes.
     """
     trust = Trust(pubkeys)
     report = Report(keyids=trust.keyids)
-    leaves: list[bytes] = []
+    tree = merkle.MerkleTree()
+    leaves = tree.leaves
     prev = b""
     checker = _Signatures(trust, workers) if signatures else None
     try:
@@ -216,9 +251,10 @@ def verify_export(
                 checker.add(entry)
             kind = str(doc.get("kind"))
             if kind == "genesis" and not report.origin:
-                report.origin = str(doc.get("body", {}).get("origin", ""))
+                body = json.loads(entry.payload).get("body", {})
+                report.origin = str(body.get("origin", "")) if isinstance(body, dict) else ""
             report.kinds[kind] = report.kinds.get(kind, 0) + 1
-            leaves.append(entry.leaf_hash)
+            tree.append(entry.leaf_hash)
             prev = entry.leaf_hash
         if checker is not None:
             checker.finish()
@@ -226,12 +262,18 @@ def verify_export(
     finally:
         if checker is not None and checker.pool is not None:
             checker.pool.shutdown(cancel_futures=True)
-    report.entries = len(leaves)
-    report.root = merkle.root_from_leaves(leaves).hex()
+    report.entries = tree.size
+    report.root = tree.root().hex()
+    for i, note in enumerate(history):
+        unverified, _ = parse_note(note)
+        if i == len(history) - 1 or _disagrees(unverified, tree):
+            _verified_checkpoint(note, trust, report.origin)
+            check_against(unverified, tree)
     for note in checkpoints:
         cp = _verified_checkpoint(note, trust, report.origin)
-        check_against(cp, leaves)
+        check_against(cp, tree)
         report.checkpoints.append({"size": cp.size, "root": cp.root.hex()})
+    report.history = len(history)
     if parquet is not None:
         report.parquet_rows = check_parquet(parquet, leaves)
     return report
@@ -254,13 +296,17 @@ def _verified_checkpoint(note: str, trust: Trust, origin: str) -> Checkpoint:
     return verify_note(note, [(unverified.origin, k) for k in keys])
 
 
-def check_against(cp: Checkpoint, leaves: Sequence[bytes]) -> None:
-    if cp.size > len(leaves):
+def _disagrees(cp: Checkpoint, tree: merkle.MerkleTree) -> bool:
+    return cp.size > tree.size or tree.root(cp.size) != cp.root
+
+
+def check_against(cp: Checkpoint, tree: merkle.MerkleTree) -> None:
+    if cp.size > tree.size:
         raise VerificationError(
-            f"checkpoint commits to {cp.size} entries but the export holds {len(leaves)}: "
+            f"checkpoint commits to {cp.size} entries but the export holds {tree.size}: "
             "the export was truncated (entries deleted from its tail)"
         )
-    if merkle.root_from_leaves(leaves[: cp.size]) != cp.root:
+    if tree.root(cp.size) != cp.root:
         raise VerificationError(
             f"the first {cp.size} entries do not hash to the checkpoint's root: entries were "
             "edited, reordered or removed, or the history forked"

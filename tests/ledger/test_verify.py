@@ -8,6 +8,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jouled.errors import VerificationError
+from jouled.ledger.signing import Signer
 from jouled.ledger.verify import verify_export
 
 from .test_store import open_ledger
@@ -142,3 +143,53 @@ def test_two_checkpoints_of_one_size_with_different_roots(tmp_path: Path) -> Non
     ledger.close()
     with pytest.raises(VerificationError, match="do not hash to the checkpoint's root"):
         verify_export(lines, keys, [honest, forked])
+
+
+def test_checkpoint_history_roots_are_checked_and_a_disagreeing_note_is_attributed(
+    tmp_path: Path,
+) -> None:
+    from jouled.ledger.checkpoint import Checkpoint, sign_note
+
+    ledger = open_ledger(tmp_path)
+    for i in range(4):
+        ledger.append("result", {"task_id": f"s/{i}"})
+    lines = [e.export_line() for e in ledger.iter_export()]
+    history = ledger.checkpoint_history()
+    keys = [ledger.signer.public]
+    cp = ledger.checkpoint()
+    assert verify_export(lines, keys, history=history).history == len(history) == 5
+
+    signed_fork = sign_note(Checkpoint(cp.origin, 3, bytes(32)), [(cp.origin, ledger.signer)])
+    with pytest.raises(VerificationError, match="history forked"):
+        verify_export(lines, keys, history=[*history[:2], signed_fork, *history[2:]])
+
+    stranger = Signer(Ed25519PrivateKey.generate())
+    forged = sign_note(Checkpoint(cp.origin, 3, bytes(32)), [(cp.origin, stranger)])
+    with pytest.raises(VerificationError, match="no signature by a trusted key"):
+        verify_export(lines, keys, history=[*history[:2], forged, *history[2:]])
+    ledger.close()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {
+            "body": {"a": {"x": 1}, "kind": "fake", "note": '},"kind":"evil"'},
+            "kind": "result",
+            "prev": "ab",
+            "seq": 7,
+            "time": "t",
+        },
+        {"body": {}, "kind": "genesis", "prev": "", "seq": 0, "time": "t"},
+    ],
+)
+def test_the_envelope_read_from_the_tail_equals_a_full_parse(payload: dict) -> None:
+    from jouled import canonical
+    from jouled.ledger.verify import _envelope
+
+    raw = canonical.dumpb(payload)
+    full = json.loads(raw)
+    assert _envelope(raw) == {k: full[k] for k in ("kind", "prev", "seq", "time")}
+    # A payload with other top-level fields is parsed whole.
+    extra = raw[:-1] + b',"zzz":1}'
+    assert _envelope(extra)["zzz"] == 1
