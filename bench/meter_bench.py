@@ -6,8 +6,8 @@ What is measured, side by side in one run:
    `snapshot()` calls and one `phase_energy()`; each is timed separately for
    `RaplMeter` over a fake powercap tree (1 package; 2 packages + DRAM), for
    `EstimatorMeter` (wall and cpu modes), beside one raw read of an
-   `energy_uj` file done three ways (the meter's own `Path.read_text`, plain
-   `os.open`/`os.read`, and `os.pread` on a kept-open descriptor), so the
+   `energy_uj` file done three ways (the meter's own reader, `Path.read_text`,
+   and `os.pread` on a kept-open descriptor), so the
    meter's cost is also shown as a multiple of the file read it cannot avoid
    and of the cheaper reads it could use. The RAPL meters' sampler threads run
    at their default interval meanwhile, as in the daemon.
@@ -173,26 +173,18 @@ def _median_of_repeats(op: Callable[[], object], iterations: int, repeats: int) 
     return statistics.median(per_repeat)
 
 
-def os_read(path: Path) -> int:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return int(os.read(fd, 64))
-    finally:
-        os.close(fd)
-
-
 def time_raw_reads(path: Path, iterations: int, repeats: int) -> list[tuple[str, float]]:
-    """One `energy_uj` read three ways: the meter's reader, and two cheaper ones for scale."""
+    """One `energy_uj` read three ways: the meter's reader, and two others for scale."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return [
             (
-                "raw read: `Path.read_text` + int (the meter's reader)",
+                "raw read: `rapl.read_text` + int (the meter's reader: open, read, close)",
                 _median_of_repeats(lambda: int(read_text(path).strip()), iterations, repeats),
             ),
             (
-                "raw read: `os.open` + `os.read` + `os.close` + int",
-                _median_of_repeats(lambda: os_read(path), iterations, repeats),
+                "raw read: `Path.read_text` + int",
+                _median_of_repeats(lambda: int(path.read_text().strip()), iterations, repeats),
             ),
             (
                 "raw read: `os.pread` at 0 on a kept-open fd + int",
