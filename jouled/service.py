@@ -229,11 +229,6 @@ class Daemon:
         attempt = self._attempt(sub)
         key = sub.idempotency_key
         if key:
-            previous = self.ledger.result_for_key(key)
-            if previous is not None:
-                self._check_same(previous, attempt)
-                progress("replay", f"idempotency key seen before: entry {previous.seq}")
-                return self.receipt(previous, replayed=True)
             with self._inflight_lock:
                 running = self._inflight.get(key)
                 if running is None:
@@ -242,7 +237,26 @@ class Daemon:
             if running is not None:
                 progress("replay", "the same submission is being evaluated; waiting for it")
                 receipt = running.result()
+                self._check_same(self.ledger.get(receipt["seq"]), attempt)
                 return {**receipt, "replayed": True}
+            # Looked up only once this key's slot is held: a run that finished
+            # meanwhile had signed its result before it gave the slot up.
+            previous = self.ledger.result_for_key(key)
+            if previous is not None:
+                try:
+                    replay = self.receipt(previous, replayed=True)
+                except BaseException as err:
+                    mine.set_exception(err)
+                    raise
+                else:
+                    # Whoever waits on this key gets the recorded result.
+                    mine.set_result(replay)
+                finally:
+                    with self._inflight_lock:
+                        self._inflight.pop(key, None)
+                self._check_same(previous, attempt)
+                progress("replay", f"idempotency key seen before: entry {previous.seq}")
+                return replay
         try:
             receipt = self._run(attempt, progress)
         except BaseException as err:

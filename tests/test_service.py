@@ -1,0 +1,64 @@
+"""The daemon's library core in-process: idempotency under concurrency.
+
+Real DuckDB and real pytest runs; only gRPC is left out.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from jouled.config import Config
+from jouled.errors import UsageError
+from jouled.service import Daemon, Submission
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def daemon(tmp_path: Path):
+    d = Daemon(
+        Config.from_env(
+            {},
+            data_dir=tmp_path / "data",
+            energy="estimator",
+            calibrate_seconds=0,
+            task_dirs=(REPO / "tasks" / "smoke",),
+        )
+    )
+    yield d
+    d.close()
+
+
+def test_concurrent_retries_with_one_key_yield_one_result(daemon: Daemon) -> None:
+    contract = daemon.task("smoke/interval")
+    assert contract.reference_patch is not None
+    sub = Submission("smoke/interval", contract.reference_patch, "agent", idempotency_key="k-1")
+    receipts: list[dict] = []
+    threads = [
+        threading.Thread(target=lambda: receipts.append(daemon.submit(sub))) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r["seq"] for r in receipts}) == 1
+    assert sum(not r["replayed"] for r in receipts) == 1
+    results = [e for e in daemon.ledger.entries("result") if e.body["idempotency_key"] == "k-1"]
+    assert len(results) == 1 and results[0].body["status"] == "resolved"
+
+
+def test_a_key_reused_for_another_patch_is_refused(daemon: Daemon) -> None:
+    contract = daemon.task("smoke/interval")
+    assert contract.reference_patch is not None
+    daemon.submit(
+        Submission("smoke/interval", contract.reference_patch, "a", idempotency_key="k-2")
+    )
+    other = contract.reference_patch + (
+        b"diff --git a/NOTES.md b/NOTES.md\nnew file mode 100644\n--- /dev/null\n"
+        b"+++ b/NOTES.md\n@@ -0,0 +1 @@\n+note\n"
+    )
+    with pytest.raises(UsageError, match="already used for a different submission"):
+        daemon.submit(Submission("smoke/interval", other, "a", idempotency_key="k-2"))
