@@ -391,14 +391,16 @@ def verify(
     merkle_only: Annotated[
         bool, typer.Option(help="Skip entry signatures (chain and Merkle root only).")
     ] = False,
-    workers: Annotated[int, typer.Option(help="Processes checking signatures.")] = 0,
+    workers: Annotated[
+        int, typer.Option(help="Processes parsing and checking entries (0: every core).")
+    ] = 0,
     as_json: Json = False,
 ) -> None:
     """Verify an export offline: signatures, seq, prev chain, Merkle root vs checkpoints."""
     import os
 
     from jouled.ledger.trust import load_pinned
-    from jouled.ledger.verify import split_notes, verify_export
+    from jouled.ledger.verify import split_notes, verify_file
 
     try:
         keys = load_pinned(pubkey or [], trust)
@@ -410,16 +412,15 @@ def verify(
             if note is not None:
                 notes.append(_read(note).decode("utf-8"))
         parquet = parquet_path(file)
-        with file.open(encoding="utf-8") as fh:
-            report = verify_export(
-                fh,
-                keys,
-                notes,
-                signatures=not merkle_only,
-                workers=workers or os.cpu_count() or 1,
-                parquet=parquet if parquet.is_file() else None,
-                history=history,
-            )
+        report = verify_file(
+            file,
+            keys,
+            notes,
+            signatures=not merkle_only,
+            workers=workers or os.cpu_count() or 1,
+            parquet=parquet if parquet.is_file() else None,
+            history=history,
+        )
     except OSError as err:
         render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
         raise typer.Exit(EXIT_USAGE) from None

@@ -2,8 +2,8 @@
 
 Checks, entry by entry: the export line parses; `seq` is continuous from 0;
 the leaf hash is SHA-256(0x00 || payload); the payload's `seq` and `prev`
-agree with its position; at least one DSSE signature
-by a pinned key verifies. Then the Merkle root over the leaves is checked
+agree with its position; a key pinned for that entry signed it, and every
+such signature verifies. Then the Merkle root over the leaves is checked
 against every checkpoint given (a checkpoint larger than the export means
 the export was truncated). The first failure is raised, naming the entry.
 """
@@ -11,10 +11,10 @@ the export was truncated). The first failure is raised, naming the entry.
 from __future__ import annotations
 
 import binascii
+import itertools
 import json
-from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,11 @@ class Report:
         }
 
 
-def _entry(line: str, lineno: int) -> Entry:
+class _BadLine(Exception):
+    """An export line that is not an entry; the caller knows which line it was."""
+
+
+def _entry(line: str | bytes) -> Entry:
     try:
         record = json.loads(line)
         if record.get("payload_type") != PAYLOAD_TYPE:
@@ -66,8 +70,8 @@ def _entry(line: str, lineno: int) -> Entry:
         return parse_export_record(record)
     except VerificationError:
         raise
-    except (ValueError, KeyError, TypeError, binascii.Error) as err:
-        raise VerificationError(f"export line {lineno} is not a ledger entry: {err}") from err
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as err:
+        raise _BadLine(str(err)) from err
 
 
 _ENVELOPE = frozenset({"kind", "prev", "seq", "time"})
@@ -95,114 +99,258 @@ def _envelope(payload: bytes) -> Any:
     return json.loads(payload)
 
 
-def _check_entry(entry: Entry, expected_seq: int, prev: bytes, trust: Trust) -> dict[str, Any]:
-    seq = expected_seq
-    if entry.seq != expected_seq:
-        if entry.seq > expected_seq:
-            raise VerificationError(
-                f"expected entry {expected_seq} next, found {entry.seq}: "
-                f"{entry.seq - expected_seq} entr{'y' if entry.seq - expected_seq == 1 else 'ies'} "
-                "missing",
-                seq=expected_seq,
-            )
-        raise VerificationError(
-            f"entry {entry.seq} appears again or out of order at position {expected_seq}",
-            seq=expected_seq,
-        )
-    if merkle.leaf_hash(entry.payload) != entry.leaf_hash:
-        raise VerificationError("leaf hash does not match the payload (edited payload)", seq=seq)
+@dataclass(frozen=True)
+class _Record:
+    """What one export line says, checked as far as it can be without its neighbours.
+
+    Records can be made in worker processes over ranges of an export file;
+    `_Scan` then checks them in order, so the first failure is the same
+    whichever process found it.
+    """
+
+    lineno: int
+    line_error: VerificationError | None = None
+    bad_line: str = ""  # why the line is not an entry at all
+    seq: int = -1
+    leaf: bytes = b""
+    leaf_ok: bool = True
+    payload_error: str = ""
+    envelope: dict[str, Any] | None = None
+    origin: str = ""  # from the genesis entry's body
+    keyids: tuple[str, ...] = ()
+    bad_signature: str = ""  # a pinned key whose signature does not verify
+
+
+def _record(line: str | bytes, lineno: int, trust: Trust, signatures: bool) -> _Record:
     try:
-        doc = _envelope(entry.payload)
+        entry = _entry(line)
+    except VerificationError as err:
+        return _Record(lineno, line_error=err)
+    except _BadLine as err:
+        return _Record(lineno, bad_line=str(err))
+    leaf_ok = merkle.leaf_hash(entry.payload) == entry.leaf_hash
+    keyids = tuple(s.keyid for s in entry.signatures)
+    if not leaf_ok:
+        return _Record(lineno, seq=entry.seq, leaf=entry.leaf_hash, leaf_ok=False, keyids=keyids)
+    try:
+        envelope = _envelope(entry.payload)
     except ValueError as err:
-        raise VerificationError(f"payload is not JSON: {err}", seq=seq) from err
-    if not isinstance(doc, dict):
-        raise VerificationError("payload is not a JSON object", seq=seq)
-    if doc.get("seq") != seq:
-        raise VerificationError(f"payload says seq {doc.get('seq')}, export says {seq}", seq=seq)
-    if doc.get("prev") != prev.hex():
-        raise VerificationError(
-            "prev does not match the previous entry's leaf hash (entries reordered, removed "
-            "or replaced)",
-            seq=seq,
+        return _Record(
+            lineno,
+            seq=entry.seq,
+            leaf=entry.leaf_hash,
+            payload_error=f"payload is not JSON: {err}",
+            keyids=keyids,
         )
-    if not any(trust.key_for(s.keyid, seq) for s in entry.signatures):
-        pinned_elsewhere = [s.keyid for s in entry.signatures if s.keyid in trust.by_id]
-        if pinned_elsewhere:
+    if not isinstance(envelope, dict):
+        return _Record(
+            lineno,
+            seq=entry.seq,
+            leaf=entry.leaf_hash,
+            payload_error="payload is not a JSON object",
+            keyids=keyids,
+        )
+    origin = ""
+    if envelope.get("kind") == "genesis":
+        body = json.loads(entry.payload).get("body")
+        origin = str(body.get("origin", "")) if isinstance(body, dict) else ""
+    bad = ""
+    if signatures:
+        for sig in entry.signatures:
+            key = trust.key_for(sig.keyid, entry.seq)
+            if key is not None and not verify_signature(key, entry.payload, sig.sig):
+                bad = sig.keyid
+                break
+    envelope = {k: envelope.get(k) for k in _ENVELOPE}
+    return _Record(
+        lineno,
+        seq=entry.seq,
+        leaf=entry.leaf_hash,
+        envelope=envelope,
+        origin=origin,
+        keyids=keyids,
+        bad_signature=bad,
+    )
+
+
+class _Scan:
+    """The ordered checks: continuity, chain, trusted signers, in export order."""
+
+    def __init__(
+        self,
+        trust: Trust,
+        report: Report,
+        *,
+        offset: int = 0,
+        prev: bytes = b"",
+        tree: merkle.MerkleTree | None = None,
+    ) -> None:
+        self.trust = trust
+        self.report = report
+        self.offset = offset  # seq of the first record this scan checks
+        # The main scan grows the Merkle tree as it goes; a worker only collects leaves.
+        self.tree = tree
+        self.leaves: list[bytes] = tree.leaves if tree is not None else []
+        self.prev = prev
+
+    def _add(self, leaf: bytes) -> None:
+        if self.tree is not None:
+            self.tree.append(leaf)
+        else:
+            self.leaves.append(leaf)
+        self.prev = leaf
+
+    def take(self, rec: _Record, lines_before: int = 0) -> None:
+        """Check the next record; `lines_before` places a range's line numbers in the file."""
+        if rec.bad_line:
             raise VerificationError(
-                f"signed only by key {trust.ranges(pinned_elsewhere[0])}, which is not trusted "
-                "for this entry (revoked or rotated out)",
+                f"export line {lines_before + rec.lineno} is not a ledger entry: {rec.bad_line}"
+            )
+        if rec.line_error is not None:
+            raise rec.line_error
+        seq = self.offset + len(self.leaves)
+        if rec.seq != seq:
+            if rec.seq > seq:
+                gap = rec.seq - seq
+                raise VerificationError(
+                    f"expected entry {seq} next, found {rec.seq}: "
+                    f"{gap} entr{'y' if gap == 1 else 'ies'} missing",
+                    seq=seq,
+                )
+            raise VerificationError(
+                f"entry {rec.seq} appears again or out of order at position {seq}", seq=seq
+            )
+        if not rec.leaf_ok:
+            raise VerificationError(
+                "leaf hash does not match the payload (edited payload)", seq=seq
+            )
+        if rec.payload_error or rec.envelope is None:
+            raise VerificationError(rec.payload_error or "payload is unreadable", seq=seq)
+        env = rec.envelope
+        if env.get("seq") != seq:
+            raise VerificationError(
+                f"payload says seq {env.get('seq')}, export says {seq}", seq=seq
+            )
+        if env.get("prev") != self.prev.hex():
+            raise VerificationError(
+                "prev does not match the previous entry's leaf hash (entries reordered, "
+                "removed or replaced)",
                 seq=seq,
             )
-        ids = ", ".join(s.keyid[:16] for s in entry.signatures) or "none"
+        self._check_signers(rec, seq)
+        if rec.bad_signature:
+            raise VerificationError(
+                f"signature by key {rec.bad_signature[:16]} does not verify (payload or "
+                "signature edited)",
+                seq=seq,
+            )
+        kind = str(env.get("kind"))
+        if kind == "genesis" and not self.report.origin:
+            self.report.origin = rec.origin
+        self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
+        self._add(rec.leaf)
+
+    def extend(self, part: _Part, lines_before: int) -> None:
+        """Take a range a worker checked: its first record here, the rest as the worker found."""
+        if part.head is None:
+            return
+        self.take(part.head, lines_before)
+        for leaf in part.leaves:
+            self._add(leaf)
+        for kind, n in part.kinds.items():
+            self.report.kinds[kind] = self.report.kinds.get(kind, 0) + n
+        if part.failing is not None:
+            # The state is now the worker's just before its failure: the same error.
+            self.take(part.failing, lines_before)
+            raise VerificationError("a worker's failure did not reproduce", seq=part.failing.seq)
+
+    def _check_signers(self, rec: _Record, seq: int) -> None:
+        if any(self.trust.key_for(k, seq) for k in rec.keyids):
+            return
+        pinned_elsewhere = [k for k in rec.keyids if k in self.trust.by_id]
+        if pinned_elsewhere:
+            raise VerificationError(
+                f"signed only by key {self.trust.ranges(pinned_elsewhere[0])}, which is not "
+                "trusted for this entry (revoked or rotated out)",
+                seq=seq,
+            )
+        ids = ", ".join(k[:16] for k in rec.keyids) or "none"
         raise VerificationError(
             f"no signature by a pinned key (signed by {ids})",
             seq=seq,
             hint="pin the daemon's public key (jouled.pub) with --pubkey, or list every key "
             "with its entry range in a --trust file",
         )
-    return doc
 
 
-SIGNATURE_CHUNK = 4096
+# -- scanning a file on several processes ------------------------------------------------
+
+CHUNK_BYTES = 32 << 20
+_TrustSpec = list[tuple[bytes, int, int | None]]
 
 
-def _verify_chunk(
-    raw_keys: dict[str, bytes], items: list[tuple[int, str, bytes, str]]
-) -> tuple[int, str] | None:
-    """Verify (seq, keyid, payload, sig) items in a worker; the first failure, if any."""
-    keys = {k: Ed25519PublicKey.from_public_bytes(v) for k, v in raw_keys.items()}
-    for seq, keyid, payload, sig in items:
-        if not verify_signature(keys[keyid], payload, sig):
-            return seq, keyid
-    return None
+def _trust_spec(trust: Trust) -> _TrustSpec:
+    return [(raw_public(p.key), p.from_seq, p.to_seq) for p in trust.pinned]
 
 
-class _Signatures:
-    """Checks signatures in a process pool, a bounded number of chunks in flight."""
+@dataclass
+class _Part:
+    """A range of the export checked by a worker.
 
-    def __init__(self, trust: Trust, workers: int) -> None:
-        self.trust = trust
-        self.raw = {p.keyid: raw_public(p.key) for p in trust.pinned}
-        self.workers = workers
-        self.pool = ProcessPoolExecutor(workers) if workers > 1 else None
-        self.pending: deque[Future[tuple[int, str] | None]] = deque()
-        self.chunk: list[tuple[int, str, bytes, str]] = []
+    Only its first record depends on what came before, so it is left for the
+    main process; the rest are checked here against it, up to the first
+    failing record, which the main process checks again in place.
+    """
 
-    def add(self, entry: Entry) -> None:
-        for s in entry.signatures:
-            if self.trust.key_for(s.keyid, entry.seq) is not None:
-                self.chunk.append((entry.seq, s.keyid, entry.payload, s.sig))
-        if len(self.chunk) >= SIGNATURE_CHUNK:
-            self._flush()
-
-    def _flush(self) -> None:
-        chunk, self.chunk = self.chunk, []
-        if not chunk:
-            return
-        if self.pool is None:
-            _raise(_verify_chunk(self.raw, chunk))
-            return
-        self.pending.append(self.pool.submit(_verify_chunk, self.raw, chunk))
-        while len(self.pending) > 2 * self.workers:
-            _raise(self.pending.popleft().result())
-
-    def finish(self) -> None:
-        try:
-            self._flush()
-            while self.pending:
-                _raise(self.pending.popleft().result())
-        finally:
-            if self.pool is not None:
-                self.pool.shutdown(cancel_futures=True)
+    lines: int = 0
+    head: _Record | None = None
+    leaves: list[bytes] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=dict)
+    failing: _Record | None = None
 
 
-def _raise(failure: tuple[int, str] | None) -> None:
-    if failure is not None:
-        seq, keyid = failure
-        raise VerificationError(
-            f"signature by key {keyid[:16]} does not verify (payload or signature edited)",
-            seq=seq,
-        )
+def _scan_range(path: str, start: int, end: int, spec: _TrustSpec, signatures: bool) -> _Part:
+    """Check the lines that start in [start, end); line numbers are local to the range."""
+    trust = Trust(
+        PinnedKey(Ed25519PublicKey.from_public_bytes(raw), lo, hi) for raw, lo, hi in spec
+    )
+    part = _Part()
+    scan: _Scan | None = None
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while fh.tell() < end:
+            line = fh.readline()
+            if not line:
+                break
+            part.lines += 1
+            if not line.strip() or part.failing is not None:
+                continue
+            rec = _record(line, part.lines, trust, signatures)
+            if scan is None:
+                part.head = rec
+                scan = _Scan(trust, Report(), offset=rec.seq + 1, prev=rec.leaf)
+                continue
+            try:
+                scan.take(rec)
+            except VerificationError:
+                part.failing = rec
+    if scan is not None:
+        part.leaves, part.kinds = scan.leaves, scan.report.kinds
+    return part
+
+
+def _ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
+    """Byte ranges that each begin at the start of a line."""
+    size = path.stat().st_size
+    cuts = [0]
+    with path.open("rb") as fh:
+        for i in range(1, pieces):
+            fh.seek(max(size * i // pieces, cuts[-1]))
+            if fh.tell() > 0:
+                fh.readline()  # finish the line the cut fell in
+            cuts.append(min(fh.tell(), size))
+    cuts.append(size)
+    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 def verify_export(
@@ -211,11 +359,10 @@ def verify_export(
     checkpoints: Sequence[str] = (),
     *,
     signatures: bool = True,
-    workers: int = 1,
     parquet: Path | None = None,
     history: Sequence[str] = (),
 ) -> Report:
-    """Verify an export; raises VerificationError at the first problem.
+    """Verify an export's lines in this process; raises VerificationError at the first problem.
 
     `checkpoints` (an auditor's saved notes, the daemon's latest) are each
     signature-checked and must be prefixes of the export. `history` (the
@@ -224,44 +371,56 @@ def verify_export(
     checked on the newest note and on any that disagrees, which is then
     either a forged note or a proven fork. `signatures=False` checks
     structure, chain and Merkle root only (the checkpoints' own signatures are
-    still checked). `workers` > 1 verifies entry signatures on that many
-    processes.
+    still checked).
     """
     trust = Trust(pubkeys)
-    report = Report(keyids=trust.keyids)
-    tree = merkle.MerkleTree()
-    leaves = tree.leaves
-    prev = b""
-    checker = _Signatures(trust, workers) if signatures else None
-    try:
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            entry = _entry(line, lineno)
-            try:
-                doc = _check_entry(entry, len(leaves), prev, trust)
-            except VerificationError:
-                # Signatures are checked behind the scan: an earlier entry's bad
-                # signature is the first failure, so report it instead.
-                if checker is not None:
-                    pending, checker = checker, None
-                    pending.finish()
-                raise
-            if checker is not None:
-                checker.add(entry)
-            kind = str(doc.get("kind"))
-            if kind == "genesis" and not report.origin:
-                body = json.loads(entry.payload).get("body", {})
-                report.origin = str(body.get("origin", "")) if isinstance(body, dict) else ""
-            report.kinds[kind] = report.kinds.get(kind, 0) + 1
-            tree.append(entry.leaf_hash)
-            prev = entry.leaf_hash
-        if checker is not None:
-            checker.finish()
-            checker = None
-    finally:
-        if checker is not None and checker.pool is not None:
-            checker.pool.shutdown(cancel_futures=True)
+    scan = _Scan(trust, Report(keyids=trust.keyids), tree=merkle.MerkleTree())
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            scan.take(_record(line, lineno, trust, signatures))
+    return _finish(scan, checkpoints, history, parquet)
+
+
+def verify_file(
+    path: Path,
+    pubkeys: Sequence[Ed25519PublicKey | PinnedKey],
+    checkpoints: Sequence[str] = (),
+    *,
+    signatures: bool = True,
+    workers: int = 1,
+    parquet: Path | None = None,
+    history: Sequence[str] = (),
+) -> Report:
+    """`verify_export` over a file, parsing (and checking signatures) on `workers` processes."""
+    if workers <= 1:
+        with path.open(encoding="utf-8") as fh:
+            return verify_export(
+                fh, pubkeys, checkpoints, signatures=signatures, parquet=parquet, history=history
+            )
+    trust = Trust(pubkeys)
+    scan = _Scan(trust, Report(keyids=trust.keyids), tree=merkle.MerkleTree())
+    pieces = max(workers * 2, path.stat().st_size // CHUNK_BYTES + 1)
+    ranges = _ranges(path, pieces)
+    spec = _trust_spec(trust)
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(_scan_range, str(path), a, b, spec, signatures) for a, b in ranges]
+        base = 0
+        try:
+            for future in futures:
+                part = future.result()
+                scan.extend(part, base)
+                base += part.lines
+        finally:
+            for future in futures:
+                future.cancel()
+    return _finish(scan, checkpoints, history, parquet)
+
+
+def _finish(
+    scan: _Scan, checkpoints: Sequence[str], history: Sequence[str], parquet: Path | None
+) -> Report:
+    report, trust, tree = scan.report, scan.trust, scan.tree
+    assert tree is not None
     report.entries = tree.size
     report.root = tree.root().hex()
     for i, note in enumerate(history):
@@ -275,7 +434,7 @@ def verify_export(
         report.checkpoints.append({"size": cp.size, "root": cp.root.hex()})
     report.history = len(history)
     if parquet is not None:
-        report.parquet_rows = check_parquet(parquet, leaves)
+        report.parquet_rows = check_parquet(parquet, tree.leaves)
     return report
 
 

@@ -2,14 +2,16 @@
 
 import base64
 import json
+import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jouled.errors import VerificationError
 from jouled.ledger.signing import Signer
-from jouled.ledger.verify import verify_export
+from jouled.ledger.verify import verify_export, verify_file
 
 from .test_store import open_ledger
 
@@ -27,9 +29,22 @@ def exported(tmp_path: Path) -> tuple[list[str], list, str]:
 
 
 def fails(lines: list[str], keys: list, notes: list[str], message: str, seq: int | None) -> None:
+    """The same failure in-process and when worker processes scan ranges of the file."""
     with pytest.raises(VerificationError, match=message) as info:
         verify_export(lines, keys, notes)
     assert info.value.seq == seq
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "export.jsonl"
+        path.write_text("".join(line + "\n" for line in lines))
+        # Ranges of about one line, and of several, so failures land at a range's
+        # first record and inside one.
+        for chunk in (1500, 6000):
+            with (
+                mock.patch("jouled.ledger.verify.CHUNK_BYTES", chunk),
+                pytest.raises(VerificationError, match=message) as parallel,
+            ):
+                verify_file(path, keys, notes, workers=2)
+            assert parallel.value.seq == seq and str(parallel.value) == str(info.value)
 
 
 def test_an_untouched_export_verifies(exported: tuple) -> None:
@@ -98,23 +113,26 @@ def test_a_checkpoint_from_another_history(exported: tuple, tmp_path: Path) -> N
     other.close()
 
 
-def test_garbage_line() -> None:
-    with pytest.raises(VerificationError, match="export line 1 is not a ledger entry"):
-        verify_export(["{not json"], [])
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-def test_signature_checks_on_several_processes_find_the_first_bad_entry(
-    exported: tuple, workers: int
-) -> None:
+def test_garbage_line(exported: tuple) -> None:
     lines, keys, note = exported
-    assert verify_export(lines, keys, [note], workers=workers).entries == 6
+    fails(
+        [*lines[:3], "{not json", *lines[3:]],
+        keys,
+        [note],
+        "export line 4 is not a ledger entry",
+        None,
+    )
+
+
+def test_signature_checks_find_the_first_bad_entry(exported: tuple, tmp_path: Path) -> None:
+    lines, keys, note = exported
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    assert verify_file(path, keys, [note], workers=2).entries == 6
     record = json.loads(lines[4])
     record["signatures"][0]["sig"] = json.loads(lines[1])["signatures"][0]["sig"]
     lines[4] = json.dumps(record)
-    with pytest.raises(VerificationError, match="does not verify") as info:
-        verify_export(lines, keys, [note], workers=workers)
-    assert info.value.seq == 4
+    fails(lines, keys, [note], "does not verify", 4)
     # Merkle-only verification does not look at entry signatures.
     assert verify_export(lines, keys, [note], signatures=False).entries == 6
 
@@ -193,3 +211,36 @@ def test_the_envelope_read_from_the_tail_equals_a_full_parse(payload: dict) -> N
     # A payload with other top-level fields is parsed whole.
     extra = raw[:-1] + b',"zzz":1}'
     assert _envelope(extra)["zzz"] == 1
+
+
+def test_failures_inside_a_workers_range_match_the_sequential_scan(tmp_path: Path) -> None:
+    from jouled.ledger.merkle import leaf_hash
+
+    ledger = open_ledger(tmp_path / "data")
+    ledger.append_many([("result", {"task_id": f"s/t{i}"}) for i in range(40)])
+    lines = [e.export_line() for e in ledger.iter_export()]
+    keys, note = [ledger.signer.public], ledger.checkpoint_note()
+    ledger.close()
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    with mock.patch("jouled.ledger.verify.CHUNK_BYTES", path.stat().st_size // 4):
+        assert (
+            verify_file(path, keys, [note], workers=2).root
+            == verify_export(lines, keys, [note]).root
+        )
+
+    forged = json.loads(resign_payload(lines[17], {"task_id": "s/evil"}))
+    forged["leaf_hash"] = leaf_hash(base64.b64decode(forged["payload"])).hex()
+    reordered = list(lines)
+    reordered[25], reordered[26] = reordered[26], reordered[25]
+    for case, seq in (([*lines[:17], json.dumps(forged), *lines[18:]], 17), (reordered, 25)):
+        with pytest.raises(VerificationError) as sequential:
+            verify_export(case, keys, [note])
+        path.write_text("".join(line + "\n" for line in case))
+        with (
+            mock.patch("jouled.ledger.verify.CHUNK_BYTES", path.stat().st_size // 4),
+            pytest.raises(VerificationError) as parallel,
+        ):
+            verify_file(path, keys, [note], workers=2)
+        assert sequential.value.seq == parallel.value.seq == seq
+        assert str(sequential.value) == str(parallel.value)
