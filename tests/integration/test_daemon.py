@@ -345,3 +345,25 @@ def test_the_served_frontier_equals_the_one_computed_offline(
         assert any(r["pareto"] for r in served)
     bad = daemon.client("frontier", "--axis", "carbon")
     assert bad.returncode == 2 and "unknown frontier axis 'carbon'" in bad.stderr
+
+
+def test_rollouts_and_best_of_k(daemon: Daemon) -> None:
+    report = daemon.client_json(
+        "run", "--suite", "smoke", "--solvers", "reference", "--rollouts", "2", "--run-id", "bok"
+    )
+    assert len(report["receipts"]) == 2 * len(SMOKE)
+    assert {r["status"] for r in report["receipts"]} == {"resolved"}
+    rows = [
+        r
+        for r in daemon.client_json("bestofk", "--suite", "smoke")["rows"]
+        if r["solver"] == "reference"
+    ]
+    by_k = {r["k"]: r for r in rows}
+    assert {1, 2} <= set(by_k)
+    assert by_k[1]["resolution_within_k"] == 1.0 and by_k[2]["pass_at_k"] == 1.0
+    assert by_k[2]["joules_cumulative"] > by_k[1]["joules_cumulative"]
+    # Re-running the same run id resumes it: every receipt is a replay.
+    again = daemon.client_json(
+        "run", "--suite", "smoke", "--solvers", "reference", "--rollouts", "2", "--run-id", "bok"
+    )
+    assert all(r["replayed"] for r in again["receipts"])
