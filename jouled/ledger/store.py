@@ -482,20 +482,22 @@ class Ledger:
             row = self._db.execute("SELECT max(seq) FROM entries WHERE kind = ?", [kind]).fetchone()
         return None if row is None or row[0] is None else self.get(int(row[0]))
 
-    def result_bodies(self, suite: str = "") -> list[dict[str, Any]]:
-        where, params = (
-            ("WHERE kind = 'result' AND suite = ?", [suite])
-            if suite
-            else (
-                "WHERE kind = 'result'",
-                [],
-            )
-        )
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT payload FROM entries {where} ORDER BY seq", params
-            ).fetchall()
-        return [json.loads(bytes(p))["body"] for (p,) in rows]
+    def result_bodies(self, suite: str = "", batch: int = 20_000) -> Iterator[dict[str, Any]]:
+        """Every `result` body in seq order, read in batches so none is held for long."""
+        where = "kind = 'result' AND suite = ?" if suite else "kind = 'result'"
+        start = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT seq, payload FROM entries WHERE {where} AND seq >= ? "
+                    "ORDER BY seq LIMIT ?",
+                    [*([suite] if suite else []), start, batch],
+                ).fetchall()
+            if not rows:
+                return
+            for _, payload in rows:
+                yield json.loads(bytes(payload))["body"]
+            start = rows[-1][0] + 1
 
     # -- checkpoints and proofs ----------------------------------------------------------
 

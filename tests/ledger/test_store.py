@@ -196,3 +196,14 @@ def test_concurrent_appends_share_commits_and_keep_the_chain(tmp_path: Path) -> 
     report = verify_export(lines, [ledger.signer.public], ledger.checkpoint_history())
     assert report.entries == 101 and report.checkpoints[-1]["size"] == 101
     ledger.close()
+
+
+def test_result_bodies_stream_in_batches_in_seq_order(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append("calibration", {"source": "estimator", "seconds": 0, "domains": {}})
+    for i in range(7):
+        ledger.append("result", {"task_id": f"{'ab'[i % 2]}/t{i}", "suite": "ab"[i % 2]})
+    every = [b["task_id"] for b in ledger.result_bodies(batch=2)]
+    assert every == [f"{'ab'[i % 2]}/t{i}" for i in range(7)]
+    assert [b["task_id"] for b in ledger.result_bodies("b", batch=2)] == ["b/t1", "b/t3", "b/t5"]
+    ledger.close()
