@@ -25,10 +25,11 @@ class Daemon:
     proc: subprocess.Popen[bytes]
     log: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    listen: str = ""  # set when the daemon listens elsewhere than its default socket
 
     @property
     def target(self) -> str:
-        return f"unix:{self.data_dir / 'jouled.sock'}"
+        return self.listen or f"unix:{self.data_dir / 'jouled.sock'}"
 
     @property
     def pubkey(self) -> Path:
@@ -67,7 +68,11 @@ def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def start_daemon(
-    data_dir: Path, *extra: str, env: dict[str, str] | None = None, tasks: Path = TASKS
+    data_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    tasks: Path = TASKS,
+    listen: str = "",
 ) -> Daemon:
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir.parent / f"{data_dir.name}.log"
@@ -86,13 +91,14 @@ def start_daemon(
         "0",
         "--grace",
         "20",
+        *(("--listen", listen) if listen else ()),
         *extra,
     ]
     with log.open("ab") as fh:
         proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
-    daemon = Daemon(data_dir, proc, log)
+    daemon = Daemon(data_dir, proc, log, listen=listen)
     wait_serving(daemon.target, proc, log)
     return daemon
 

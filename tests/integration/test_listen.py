@@ -1,0 +1,64 @@
+"""Listening on TCP: loopback is served, anything else needs --insecure (no TLS is built in)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import TASKS, start_daemon
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_loopback_tcp_listener_serves_the_client(tmp_path: Path) -> None:
+    d = start_daemon(tmp_path / "data", listen=f"127.0.0.1:{free_port()}")
+    try:
+        tasks = d.client_json("tasks")["tasks"]
+        assert "smoke/lrucache" in {t["task_id"] for t in tasks}
+        assert not (d.data_dir / "jouled.sock").exists()
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_public_listener_without_tls_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jouled",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--tasks",
+            str(TASKS),
+            "--energy",
+            "estimator",
+            "--calibrate-seconds",
+            "0",
+            "--listen",
+            f"0.0.0.0:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert "refusing to listen on non-loopback" in done.stderr
+    assert "--insecure" in done.stderr
+
+
+def test_an_unreachable_daemon_exits_3(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jb_client", "--target", f"unix:{tmp_path / 'none.sock'}", "tasks"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert "cannot reach the daemon" in done.stderr and "jouled serve" in done.stderr
