@@ -23,8 +23,8 @@ times slower that is.
 
 "Where the time goes" times the library pieces an attempt goes through, in
 this process, on the same inputs, and multiplies each median by the number
-of times one attempt calls it (`Daemon.submit` seeds and applies the patch
-twice: once in a dry run before anything is journalled, once for real). The
+of times one attempt calls it (`Daemon.submit` seeds the workdir and applies
+the patch once, before anything is journalled, and grades that tree). The
 sandbox's launch cost is `sandbox.run` of a no-op minus `subprocess.run` of
 it. The accounted sum is a reading aid, not an identity: the daemon also
 pays for thread hand-offs, protobuf encoding and GIL contention among its
@@ -456,9 +456,9 @@ def tree_pieces(contract: Contract, patch: bytes, scratch: Scratch, repeats: int
         "restore", repeats, patched, lambda t: restore_protected(contract, t)
     )
     return [
-        Piece(seeding, 2, "`seed`: dry run in `prepare`, then the real workdir"),
+        Piece(seeding, 1, "`seed`: the attempt's workdir, in `prepared`"),
         Piece(parsing, 1, "`parse_patch` of the submitted diff"),
-        Piece(applying, 2, "`apply_patch`: dry run, then the real workdir"),
+        Piece(applying, 1, "`apply_patch` into that workdir"),
         Piece(restoring, 1, "`restore_protected`: reads and compares every file"),
     ]
 

@@ -12,7 +12,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -215,23 +216,30 @@ class Evaluator:
             self._expected[contract.digest] = expected
             return expected, energy
 
+    def check_pristine(
+        self, contract: Contract, work: Path, *, reference: bool
+    ) -> tuple[CheckRun, CheckRun | None]:
+        """The check on the buggy tree and, with `reference`, on the tree the reference fixes."""
+        tree = seed(contract, work / "before")
+        prepare_tree(contract, tree, None)
+        before = self.run_check(contract, tree)
+        if not reference or contract.reference_patch is None:
+            return before, None
+        tree = seed(contract, work / "after")
+        prepare_tree(contract, tree, parse_trusted(contract.reference_patch))
+        return before, self.run_check(contract, tree)
+
     def _run_baseline(self, contract: Contract) -> tuple[Expected, PhaseEnergy]:
+        if not contract.has_expected_ids and contract.reference_patch is None:
+            raise TaskError(
+                f"{contract.task_id} names no expected test ids and has no reference",
+                hint="add fail_to_pass/pass_to_pass to task.toml or a reference/ tree",
+            )
         with self._scratch("baseline-") as tmp, self.metering.phase() as window:
-            tree = seed(contract, Path(tmp) / "before")
-            prepare_tree(contract, tree, None)
-            before = self.run_check(contract, tree)
-            window.cpu_ns += before.result.cpu_ns
-            after = None
-            if not contract.has_expected_ids:
-                if contract.reference_patch is None:
-                    raise TaskError(
-                        f"{contract.task_id} names no expected test ids and has no reference",
-                        hint="add fail_to_pass/pass_to_pass to task.toml or a reference/ tree",
-                    )
-                tree = seed(contract, Path(tmp) / "after")
-                prepare_tree(contract, tree, parse_trusted(contract.reference_patch))
-                after = self.run_check(contract, tree)
-                window.cpu_ns += after.result.cpu_ns
+            before, after = self.check_pristine(
+                contract, Path(tmp), reference=not contract.has_expected_ids
+            )
+            window.cpu_ns += before.result.cpu_ns + (after.result.cpu_ns if after else 0)
         assert window.energy is not None
         expected = derive_expected(contract, before, after)
         body: dict[str, Any] = {
@@ -266,54 +274,63 @@ class Evaluator:
         os.chmod(tmp.name, 0o711)
         return tmp
 
-    def prepare(self, attempt: Attempt) -> None:
-        """Check that the patch applies to the pristine tree, before anything is recorded."""
-        if attempt.patch is None:
-            return
-        with self._scratch("dryrun-") as tmp:
-            apply_patch(attempt.patch, seed(attempt.contract, Path(tmp) / "tree"))
+    @contextmanager
+    def prepared(self, attempt: Attempt, progress: Progress = _quiet) -> Iterator[Path]:
+        """The attempt's fresh workdir, seeded, with a submitted patch already applied.
 
-    def evaluate(self, attempt: Attempt, progress: Progress = _quiet) -> dict[str, Any]:
-        """Run every phase and return the signed-to-be `result` body."""
+        A patch that does not apply raises PatchError here, before anything is
+        recorded; the same tree is then graded, so nothing is seeded twice.
+        """
+        with self._scratch("attempt-") as tmp:
+            progress("seed", f"seeding {attempt.contract.task_id}")
+            tree = seed(attempt.contract, Path(tmp) / "tree")
+            if attempt.patch is not None:
+                apply_patch(attempt.patch, tree)
+            yield tree
+
+    def evaluate(
+        self, attempt: Attempt, progress: Progress = _quiet, tree: Path | None = None
+    ) -> dict[str, Any]:
+        """Run every phase on `tree` (from `prepared`) and return the `result` body."""
+        if tree is None:
+            with self.prepared(attempt, progress) as fresh:
+                return self.evaluate(attempt, progress, fresh)
         contract = attempt.contract
         energy: dict[str, dict[str, Any]] = {}
         status, grade_info, restored, level = ERROR, None, [], ""
-        patch = attempt.patch
+        patch, solved = attempt.patch, None
         error = ""
         try:
             expected, baseline_energy = self.expected(contract, progress)
             if baseline_energy is not None:
                 energy["baseline"] = baseline_energy.to_wire()
-            with self._scratch("attempt-") as tmp:
-                progress("seed", f"seeding {contract.task_id}")
-                tree = seed(contract, Path(tmp) / "tree")
-                if patch is None:
-                    progress("solve", f"running the {attempt.solver} solver")
-                    with self.metering.phase() as window:
-                        patch = self._daemon_solve(attempt)
-                    assert window.energy is not None
-                    energy["solve"] = window.energy.to_wire()
-                progress("grade", "applying the patch and running the tests")
+            if patch is None:
+                progress("solve", f"running the {attempt.solver} solver")
                 with self.metering.phase() as window:
-                    restored = prepare_tree(contract, tree, patch)
-                    check = self.run_check(contract, tree)
-                    window.cpu_ns += check.result.cpu_ns
+                    patch = solved = self._daemon_solve(attempt)
                 assert window.energy is not None
-                energy["grade"] = window.energy.to_wire()
-                level = check.result.level
-                grade_info = grade(
-                    check.outcomes,
-                    expected.fail_to_pass,
-                    expected.pass_to_pass,
-                    graded_exit(contract, check.result.exit_code),
-                )
-                if not expected.valid:
-                    status = INVALID
-                elif check.result.timed_out:
-                    status = TIMEOUT
-                else:
-                    status = RESOLVED if grade_info.resolved else UNRESOLVED
-                progress("grade", f"{status}: {_summary(grade_info)}")
+                energy["solve"] = window.energy.to_wire()
+            progress("grade", "restoring protected paths and running the tests")
+            with self.metering.phase() as window:
+                restored = prepare_tree(contract, tree, solved)
+                check = self.run_check(contract, tree)
+                window.cpu_ns += check.result.cpu_ns
+            assert window.energy is not None
+            energy["grade"] = window.energy.to_wire()
+            level = check.result.level
+            grade_info = grade(
+                check.outcomes,
+                expected.fail_to_pass,
+                expected.pass_to_pass,
+                graded_exit(contract, check.result.exit_code),
+            )
+            if not expected.valid:
+                status = INVALID
+            elif check.result.timed_out:
+                status = TIMEOUT
+            else:
+                status = RESOLVED if grade_info.resolved else UNRESOLVED
+            progress("grade", f"{status}: {_summary(grade_info)}")
         except PatchError:
             raise
         except (JouledError, OSError) as err:  # infrastructure: recorded as status error

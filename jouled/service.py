@@ -314,18 +314,23 @@ class Daemon:
                 hint="retry later with the same idempotency key",
             )
         try:
-            self.evaluator.prepare(attempt)
-            self.ledger.journal_accept(
-                attempt.attempt_id,
-                attempt.idempotency_key or None,
-                attempt.contract.task_id,
-                {"solver": attempt.solver, "run_id": attempt.run_id, "rollout": attempt.rollout},
-            )
-            try:
-                body = self.evaluator.evaluate(attempt, progress)
-            except JouledError:
-                self.ledger.journal_drop(attempt.attempt_id)
-                raise
+            # A patch that does not apply is rejected here, before the journal sees it.
+            with self.evaluator.prepared(attempt, progress) as tree:
+                self.ledger.journal_accept(
+                    attempt.attempt_id,
+                    attempt.idempotency_key or None,
+                    attempt.contract.task_id,
+                    {
+                        "solver": attempt.solver,
+                        "run_id": attempt.run_id,
+                        "rollout": attempt.rollout,
+                    },
+                )
+                try:
+                    body = self.evaluator.evaluate(attempt, progress, tree)
+                except JouledError:
+                    self.ledger.journal_drop(attempt.attempt_id)
+                    raise
             entry = self.ledger.append("result", body)
             self._frontier.add(entry.body)
             progress("signed", f"ledger entry {entry.seq}")

@@ -14,9 +14,6 @@ from jouled.evaluate import (
     Evaluator,
     derive_expected,
     graded_exit,
-    parse_trusted,
-    prepare_tree,
-    seed,
 )
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
@@ -34,14 +31,7 @@ class _NoStore:
 
 
 def check_task(evaluator: Evaluator, contract: Contract, work: Path) -> dict[str, Any]:
-    tree = seed(contract, work / "before")
-    prepare_tree(contract, tree, None)
-    before = evaluator.run_check(contract, tree)
-    after = None
-    if contract.reference_patch is not None:
-        tree = seed(contract, work / "after")
-        prepare_tree(contract, tree, parse_trusted(contract.reference_patch))
-        after = evaluator.run_check(contract, tree)
+    before, after = evaluator.check_pristine(contract, work, reference=True)
     report: dict[str, Any] = {"task_id": contract.task_id, "digest": contract.digest}
     if after is None and not contract.has_expected_ids:
         return {

@@ -732,8 +732,8 @@ def test_a_prediction_that_edits_the_tests_does_not_resolve(
     contract = to_contract(record, checkout_root, timeout_s=120)
     ev, _ = evaluator(tmp_path)
     attempt = Attempt(contract, patch, "cheater")
-    ev.prepare(attempt)  # it applies cleanly: it is graded, not rejected
-    body = ev.evaluate(attempt)
+    with ev.prepared(attempt) as tree:  # it applies cleanly: it is graded, not rejected
+        body = ev.evaluate(attempt, tree=tree)
     assert body["status"] == "unresolved", body
     assert body["restored"] == ["conftest.py", "tests/test_add_more.py", "tests/test_ops.py"]
     assert sorted(body["tests_failed"]) == sorted(F2P)
