@@ -8,7 +8,7 @@ What is measured, side by side in one run (wall-clock, `time.perf_counter`):
    entries in one transaction), on a fresh data dir. Every
    call signs, extends the Merkle tree, commits to DuckDB (WAL synced) and
    writes `checkpoint.note` with fsync of file and directory, so one call is
-   one durable unit. Bodies have the shape `jouled.evaluate` writes. Each
+   one durable unit. Bodies have the shape `jouled.pipeline.evaluate` writes. Each
    attempt is entered in the journal first (untimed), as the daemon does, so
    the journal update inside the append finds its row.
 2. Verification of an N-entry export (default 1,000,000). The export is
@@ -990,7 +990,7 @@ def render(
     w(
         "Each call signs, updates the tree, commits (DuckDB WAL synced) and writes "
         "`checkpoint.note` (fsync of file and directory). `result` bodies as "
-        "`jouled.evaluate` writes them, each attempt journaled first (untimed). "
+        "`jouled.pipeline.evaluate` writes them, each attempt journaled first (untimed). "
         "The range is the wall time of whole repeats.\n"
     )
     w(

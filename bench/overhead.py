@@ -8,7 +8,7 @@ What it measures, for `smoke/lrucache` graded with its reference patch:
 - A2: `jb_client.Client.submit` in-process on an open channel: the same
   attempt without the CLI's interpreter start-up and imports;
 - B: the very argv the daemon runs for the task's tests
-  (`jouled.testreport.pytest_argv`), started with `subprocess.run` in a tree
+  (`jouled.pipeline.testreport.pytest_argv`), started with `subprocess.run` in a tree
   seeded once (before/ with reference/ laid over it), bytecode writing on so
   its `__pycache__` stays warm, as in a developer's checkout;
 - B-cold: B in a second such tree with `PYTHONDONTWRITEBYTECODE=1`, as the
@@ -69,14 +69,14 @@ from jb_client.api import Client, ClientError
 import jouled
 from jouled.contracts.contract import IGNORED_NAMES, Contract
 from jouled.contracts.task import load_task
-from jouled.evaluate import restore_protected, seed
 from jouled.ledger import merkle
 from jouled.ledger.signing import load_or_create_key
 from jouled.ledger.store import Ledger
 from jouled.patch import apply_patch, diff_trees, parse_patch
-from jouled.sandbox import Limits
-from jouled.sandbox import run as sandbox_run
-from jouled.testreport import pytest_argv
+from jouled.pipeline.evaluate import restore_protected, seed
+from jouled.pipeline.sandbox import Limits
+from jouled.pipeline.sandbox import run as sandbox_run
+from jouled.pipeline.testreport import pytest_argv
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"

@@ -72,8 +72,8 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the jouled.v1 API until SIGTERM or SIGINT."""
-    from jouled.server import Server
-    from jouled.service import Daemon
+    from jouled.api.server import Server
+    from jouled.daemon import Daemon
 
     _setup_logging(verbose)
     try:
@@ -110,7 +110,7 @@ def tasks_check(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run every task's baseline and reference; report tasks that do not flip."""
-    from jouled.taskcheck import check_tasks
+    from jouled.pipeline.taskcheck import check_tasks
 
     _setup_logging(False)
     try:
@@ -150,7 +150,7 @@ def keys_rotate(
     Stop the daemon first. Afterwards give auditors the new jouled.pub with the
     entry range it signs from (the rotation entry's seq + 1).
     """
-    from jouled.service import rotate_key
+    from jouled.daemon import rotate_key
 
     _setup_logging(False)
     try:

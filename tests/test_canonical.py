@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from jouled import canonical
+from jouled.ledger import canonical
 
 
 def test_keys_sorted_by_utf16_code_units_and_no_whitespace() -> None:

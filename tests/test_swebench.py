@@ -35,10 +35,10 @@ from jouled.contracts.swebench import (
     unsupported_reason,
 )
 from jouled.errors import PatchError, TaskError
-from jouled.evaluate import Attempt, Evaluator, Expected
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
+from jouled.pipeline.evaluate import Attempt, Evaluator, Expected
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")

@@ -73,7 +73,7 @@ from typing import Any
 from jouled.contracts.contract import Contract
 from jouled.errors import PatchError, TaskError
 from jouled.patch import Patch, parse_patch
-from jouled.testreport import ERROR, FAILED, PASSED, SKIPPED
+from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED
 
 __all__ = [
     "DEFAULT_SUITE",

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from jouled import canonical
+from jouled.ledger import canonical
 from jouled.ledger.merkle import leaf_hash
 from jouled.ledger.signing import PAYLOAD_TYPE, Signer
 

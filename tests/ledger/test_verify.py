@@ -202,7 +202,7 @@ def test_checkpoint_history_roots_are_checked_and_a_disagreeing_note_is_attribut
     ],
 )
 def test_the_envelope_read_from_the_tail_equals_a_full_parse(payload: dict) -> None:
-    from jouled import canonical
+    from jouled.ledger import canonical
     from jouled.ledger.verify import _envelope
 
     raw = canonical.dumpb(payload)

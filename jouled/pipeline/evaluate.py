@@ -25,8 +25,8 @@ from jouled.errors import JouledError, PatchError, TaskError
 from jouled.meter.metering import Metering
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, parse_patch
-from jouled.sandbox import Limits, RunResult, run
-from jouled.testreport import (
+from jouled.pipeline.sandbox import Limits, RunResult, run
+from jouled.pipeline.testreport import (
     PASSED,
     Grade,
     grade,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from jouled import sandbox
 from jouled.errors import SandboxError
-from jouled.sandbox import Limits, RunResult, run, sandbox_level, scrubbed_env
-from jouled.testreport import FAILED, PASSED, parse_junit, pytest_argv
+from jouled.pipeline import sandbox
+from jouled.pipeline.sandbox import Limits, RunResult, run, sandbox_level, scrubbed_env
+from jouled.pipeline.testreport import FAILED, PASSED, parse_junit, pytest_argv
 
 LEVEL = sandbox_level()
 needs_netns = pytest.mark.skipif("netns" not in LEVEL, reason="no private network namespace here")
@@ -220,7 +220,7 @@ def test_the_command_dies_with_the_daemon(workdir: Path) -> None:
         f"""
         import os, threading, time
         from pathlib import Path
-        from jouled.sandbox import Limits, run
+        from jouled.pipeline.sandbox import Limits, run
         script = "echo $$ > {pidfile}; exec sleep 60"
         work = lambda: run(["sh", "-c", script], Path({str(workdir)!r}), limits=Limits(120))
         threading.Thread(target=work, daemon=True).start()
@@ -387,13 +387,13 @@ def test_without_privileges_the_sandbox_falls_back_silently(workdir: Path) -> No
     python = _system_python()
     if python is None:
         pytest.skip("no world-readable Python 3.11+ to run as nobody")
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     code = textwrap.dedent(
         f"""
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(repo)!r})
-        from jouled.sandbox import Limits, run, sandbox_level
+        from jouled.pipeline.sandbox import Limits, run, sandbox_level
         result = run(["id", "-u"], Path({str(workdir)!r}), limits=Limits(30), writable=[])
         print(sandbox_level(), result.level, result.output.strip())
         """

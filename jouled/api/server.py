@@ -22,8 +22,8 @@ from grpc_reflection.v1alpha import reflection
 
 from jouled.config import Config
 from jouled.contracts import Contract
+from jouled.daemon import Daemon, Submission
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
-from jouled.service import Daemon, Submission
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 

@@ -10,14 +10,14 @@ from typing import Any
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry
 from jouled.errors import JouledError
-from jouled.evaluate import (
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.pipeline.evaluate import (
     Evaluator,
     derive_expected,
     graded_exit,
 )
-from jouled.meter.estimator import EstimatorMeter
-from jouled.meter.metering import Metering
-from jouled.testreport import grade
+from jouled.pipeline.testreport import grade
 
 
 class _NoStore:

@@ -1,6 +1,6 @@
 """The daemon's library core: tasks, meter, evaluator and ledger behind one object.
 
-`server.py` (gRPC) and the tests drive this class; it knows nothing of gRPC.
+`api/server.py` (gRPC) and the tests drive this class; it knows nothing of gRPC.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
 from jouled.errors import BusyError, JouledError, UsageError
-from jouled.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
 from jouled.ledger import keys
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.entry import Entry
@@ -32,6 +31,7 @@ from jouled.meter.auto import open_meter
 from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
+from jouled.pipeline.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
 
 log = logging.getLogger("jouled")
 

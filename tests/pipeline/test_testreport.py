@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jouled.testreport import (
+from jouled.pipeline.testreport import (
     ERROR,
     FAILED,
     PASSED,
@@ -17,7 +17,7 @@ from jouled.testreport import (
     pytest_argv,
     read_junit,
 )
-from jouled.testreport import grade as grade_outcomes
+from jouled.pipeline.testreport import grade as grade_outcomes
 
 X = "tests/test_x.py"
 

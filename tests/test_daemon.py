@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jouled.config import Config
+from jouled.daemon import Daemon, Submission
 from jouled.errors import UsageError
-from jouled.service import Daemon, Submission
 
 REPO = Path(__file__).resolve().parents[1]
 

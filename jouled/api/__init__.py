@@ -1,0 +1,1 @@
+"""gRPC transport: a thin servicer over the daemon library."""

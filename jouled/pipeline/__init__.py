@@ -1,0 +1,1 @@
+"""One attempt: seed, restore, sandbox, report parsing and grading, evaluate."""
