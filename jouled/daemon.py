@@ -35,6 +35,8 @@ from jouled.pipeline.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expecte
 
 log = logging.getLogger("jouled")
 
+# How much of a graded run's output a receipt carries (the tail; the sandbox keeps 1 MiB).
+OUTPUT_TAIL_CHARS = 64 << 10
 CLAIMED_KEYS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
 
 
@@ -332,11 +334,37 @@ class Daemon:
                     self.ledger.journal_drop(attempt.attempt_id)
                     raise
             entry = self.ledger.append("result", body)
+            self._save_output(attempt)
             self._frontier.add(entry.body)
             progress("signed", f"ledger entry {entry.seq}")
             return self.receipt(entry)
         finally:
             self._slots.release()
+
+    def _output_path(self, attempt_id: str) -> Path | None:
+        if not attempt_id or not attempt_id.isalnum():
+            return None
+        return self.config.data_dir / "output" / f"{attempt_id}.log"
+
+    def _save_output(self, attempt: Attempt) -> None:
+        """Keep the graded run's output tail beside the ledger (its hash is signed)."""
+        path = self._output_path(attempt.attempt_id)
+        if path is None or not attempt.output:
+            return
+        try:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            path.write_text(attempt.output[-OUTPUT_TAIL_CHARS:])
+        except OSError as err:  # the signed result stands; only the tail is lost
+            log.warning("cannot keep the output of attempt %s: %s", attempt.attempt_id, err)
+
+    def output_tail(self, body: Mapping[str, Any]) -> str:
+        path = self._output_path(str(body.get("attempt_id", "")))
+        if path is None:
+            return ""
+        try:
+            return path.read_text(errors="replace")
+        except OSError:
+            return ""
 
     def receipt(self, entry: Entry, *, replayed: bool = False) -> dict[str, Any]:
         """Everything needed to check one result alone: entry, proof, checkpoint."""
@@ -354,6 +382,8 @@ class Daemon:
             "solver": body["solver"],
             "leaf_hash": entry.leaf_hash.hex(),
             "replayed": replayed,
+            # Not signed: the body signs the kept output's sha256 and size.
+            "output_tail": self.output_tail(body),
             "entry": entry.export_record(),
             "proof": self.ledger.inclusion_proof(entry.seq, size),
             "checkpoint": note,

@@ -8,6 +8,7 @@ the caller signs the result body this module returns.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -98,6 +99,7 @@ class Attempt:
     claimed: Mapping[str, int] = field(default_factory=dict)
     idempotency_key: str = ""
     attempt_id: str = ""
+    output: str = ""  # the tail of the graded run's stdout+stderr, set by `evaluate`
 
 
 def seed(contract: Contract, dest: Path) -> Path:
@@ -298,6 +300,7 @@ class Evaluator:
         contract = attempt.contract
         energy: dict[str, dict[str, Any]] = {}
         status, grade_info, restored, level = ERROR, None, [], ""
+        output: dict[str, Any] = {}
         patch, solved = attempt.patch, None
         error = ""
         try:
@@ -318,6 +321,8 @@ class Evaluator:
             assert window.energy is not None
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
+            attempt.output = check.result.output
+            output = _output_summary(check.result)
             grade_info = grade(
                 check.outcomes,
                 expected.fail_to_pass,
@@ -336,7 +341,10 @@ class Evaluator:
         except (JouledError, OSError) as err:  # infrastructure: recorded as status error
             error = err.diagnostics() if isinstance(err, JouledError) else str(err)
             progress("error", error)
-        return self._body(attempt, patch, status, grade_info, energy, restored, level, error)
+        body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
+        if output:
+            body["output"] = output
+        return body
 
     def _daemon_solve(self, attempt: Attempt) -> Patch | None:
         if attempt.solver == "noop":
@@ -401,6 +409,18 @@ def _counts(check: CheckRun) -> dict[str, Any]:
         "report": check.report,
         "passed": values.count(PASSED),
         "failed": len(values) - values.count(PASSED),
+    }
+
+
+def _output_summary(result: RunResult) -> dict[str, Any]:
+    """What the signed body says of the run's output: the kept tail is identified by hash."""
+    kept = result.output.encode()
+    return {
+        "sha256": hashlib.sha256(kept).hexdigest(),
+        "kept_bytes": len(kept),
+        "dropped_bytes": result.output_dropped,
+        "exit_code": result.exit_code,
+        "signal": result.signal,
     }
 
 
