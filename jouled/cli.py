@@ -23,9 +23,11 @@ app = typer.Typer(
 keys_app = typer.Typer(help="Manage the ledger's signing key.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
 meter_app = typer.Typer(help="Inspect this host's energy meters.", no_args_is_help=True)
+sandbox_app = typer.Typer(help="Inspect this host's sandbox.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(meter_app, name="meter")
 app.add_typer(keys_app, name="keys")
+app.add_typer(sandbox_app, name="sandbox")
 
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
@@ -69,6 +71,9 @@ def serve(
     workers: Annotated[int, typer.Option(help="Attempts evaluated at once.")] = 4,
     grace: Annotated[float, typer.Option(help="Seconds running attempts get on stop.")] = 30.0,
     insecure: Annotated[bool, typer.Option(help="Allow plaintext TCP off loopback.")] = False,
+    min_isolation: Annotated[
+        str, typer.Option(help="Refuse to grade below this sandbox level: bwrap or process.")
+    ] = "bwrap",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the jouled.v1 API until SIGTERM or SIGINT."""
@@ -90,6 +95,7 @@ def serve(
             workers=workers,
             grace_s=grace,
             insecure=insecure,
+            min_isolation=min_isolation,
         )
         daemon = Daemon(config)
         try:
@@ -163,6 +169,15 @@ def keys_rotate(
         f"{entry.seq}, {body['new_keyid'][:16]} from {entry.seq + 1}; checkpoints are "
         f"signed by both until entry {entry.seq + body['overlap_entries']}"
     )
+
+
+@sandbox_app.command("probe")
+def sandbox_probe(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """What isolation this host gives each run, which bwrap, and what it lacks."""
+    from jouled.pipeline.sandbox import host
+
+    report = host().describe()
+    typer.echo(json.dumps(report, indent=2) if as_json else _format_probe(report))
 
 
 @meter_app.command("probe")

@@ -17,6 +17,7 @@ from jouled.errors import ConfigError
 
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")
 ATTRIBUTION_POLICIES = ("exclusive", "shared")
+ISOLATION_LEVELS = ("process", "bwrap")  # weakest first
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -61,6 +62,7 @@ class Config:
     queue_limit: int = 64  # accepted attempts waiting beyond that are refused
     grace_s: float = 30.0
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
+    min_isolation: str = "bwrap"  # below this, the daemon refuses to grade
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -87,6 +89,11 @@ class Config:
             )
         if self.calibrate_seconds < 0:
             raise ConfigError("--calibrate-seconds must be 0 (reuse the last) or positive")
+        if self.min_isolation not in ISOLATION_LEVELS:
+            raise ConfigError(
+                f"--min-isolation {self.min_isolation!r} is not one of "
+                f"{', '.join(ISOLATION_LEVELS)}"
+            )
         if self.workers < 1:
             raise ConfigError("workers must be at least 1")
         config = self

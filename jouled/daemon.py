@@ -32,6 +32,7 @@ from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
 from jouled.pipeline.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
+from jouled.pipeline.sandbox import Sandbox
 
 log = logging.getLogger("jouled")
 
@@ -98,6 +99,11 @@ class Daemon:
     def __init__(self, config: Config, *, meter: Meter | None = None) -> None:
         self.config = config
         self.registry = TaskRegistry.from_dirs(config.task_dirs)
+        # Refuses to start below the minimum isolation, saying what the host lacks.
+        self.sandbox = Sandbox(
+            min_level=config.min_isolation, secret=[config.data_dir, *config.task_dirs]
+        )
+        self.isolation = self.sandbox.check_host()
         self.meter = meter or open_meter(
             config.energy,
             powercap_root=config.powercap_root,
@@ -114,7 +120,7 @@ class Daemon:
             raise
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
-        self.evaluator = Evaluator(self.metering, self, config.work_root)
+        self.evaluator = Evaluator(self.metering, self, config.work_root, sandbox=self.sandbox)
         # Kept current as results are signed, so serving it never rescans the ledger.
         self._frontier = frontier.Frontier(self.ledger.result_bodies())
         self._inflight: dict[str, Future[dict[str, Any]]] = {}

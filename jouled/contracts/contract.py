@@ -16,7 +16,15 @@ from jouled.errors import UsageError
 
 # Files that steer how tests are collected and run: restored to their pristine
 # bytes wherever they appear, and deleted when a patch adds them.
-TEST_CONFIG_NAMES = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", ".pytest.ini")
+TEST_CONFIG_NAMES = (
+    "conftest.py",
+    "pytest.toml",
+    ".pytest.toml",
+    "pytest.ini",
+    ".pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+)
 ROOT_CONFIG_NAMES = ("pyproject.toml",)
 # Never part of a task tree; skipped when seeding and hashing.
 # .git is never needed in a workdir (patches may not touch it) and is large in real checkouts.

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,29 +22,24 @@ from typing import Any, Protocol
 from jouled import __version__
 from jouled.contracts.contract import IGNORED_NAMES, Contract, iter_tree
 from jouled.contracts.swebench import match_dataset_ids
-from jouled.errors import JouledError, PatchError, TaskError
+from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, parse_patch
-from jouled.pipeline.sandbox import Limits, RunResult, run
-from jouled.pipeline.testreport import (
-    PASSED,
-    Grade,
-    grade,
-    parse_ra,
-    pytest_argv,
-    read_junit,
-)
+from jouled.pipeline import guard, pytest_run
+from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
 
 Progress = Callable[[str, str], None]
 DAEMON_SOLVERS = ("reference", "noop")
 
-RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID = (
+RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (
     "resolved",
     "unresolved",
     "timeout",
     "error",
     "invalid",
+    "tampered",
 )
 
 
@@ -81,8 +76,11 @@ class BaselineStore(Protocol):
 @dataclass(frozen=True)
 class CheckRun:
     result: RunResult
-    outcomes: dict[str, str]
-    report: str  # "junit", "rA" or "none"
+    outcomes: dict[str, str]  # the task's own tests (canaries left out)
+    report: str  # "channel" (the daemon's pytest runner), "rA" or "none"
+    exit: int | None  # the exit status graded: the planted must-fail canaries discounted
+    forged: str = ""  # why the run's report cannot be genuine; "" when nothing says so
+    canaries: int = 0  # canary tests planted
 
 
 @dataclass
@@ -167,8 +165,10 @@ class Evaluator:
         work_root: Path,
         *,
         sandbox_limits: Callable[[Contract], Limits] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.metering = metering
+        self.sandbox = sandbox or Sandbox()
         self.baselines = baselines
         self.work_root = work_root
         self._limits = sandbox_limits or default_limits
@@ -178,27 +178,58 @@ class Evaluator:
 
     # -- running the check -----------------------------------------------------------------
 
-    def run_check(self, contract: Contract, tree: Path) -> CheckRun:
-        """Run the contract's test command in the sandbox and read its test ids."""
-        report_dir = Path(tempfile.mkdtemp(prefix="report-", dir=tree.parent))
-        report = report_dir / "junit.xml"
-        argv = pytest_argv(contract.test_cmd, report)
-        result = run(argv, tree, limits=self._limits(contract), writable=(tree, report_dir))
-        outcomes: dict[str, str] = {}
-        source = "none"
+    def run_check(self, contract: Contract, tree: Path, expected: Sequence[str] = ()) -> CheckRun:
+        """Run the contract's test command in the sandbox and read its test ids.
+
+        `expected` (the ids grading will check, when known) places the canaries
+        beside the tests that matter and names what a forged run would claim.
+        """
+        ro = Path(tempfile.mkdtemp(prefix="ro-", dir=tree.parent))
         try:
-            # The tests could swap the report for a symlink, FIFO or huge file.
-            outcomes = read_junit(report)
-            source = "junit"
-        except (ValueError, OSError):
-            outcomes = {}
-        if not outcomes:
-            outcomes = parse_ra(result.output)
-            source = "rA" if outcomes else "none"
+            layout = self.sandbox.layout(tree, ro)
+            plan = pytest_run.plan(
+                contract.test_cmd, tree, ro, layout, expected, pristine=contract.pristine
+            )
+            limits = self._limits(contract)
+            if plan is None:
+                argv = pytest_run.plain_argv(contract.test_cmd)
+                result = self.sandbox.run(argv, tree, limits=limits)
+                outcomes = parse_ra(result.output)
+                return CheckRun(result, outcomes, "rA" if outcomes else "none", result.exit_code)
+            result = self.sandbox.run(
+                plan.argv,
+                tree,
+                limits=limits,
+                env=plan.env,
+                ro_dir=ro,
+                overlays=plan.overlays,
+                channel_in=plan.key,
+                channel_out=True,
+            )
+        finally:
+            shutil.rmtree(ro, ignore_errors=True)
+        if result.channel_dropped:
+            raise SandboxError(
+                f"the test report of {contract.task_id} exceeded its bound",
+                hint="the run reported more than the daemon keeps; split the test command",
+            )
+        channel = pytest_run.read_channel(result.channel or b"", plan.key)
+        outcomes = pytest_run.without_canaries(channel.outcomes, plan.canaries)
         if contract.kind == "swebench":
-            expected = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
-            outcomes = match_dataset_ids(outcomes, expected)
-        return CheckRun(result, outcomes, source)
+            ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
+            outcomes = match_dataset_ids(outcomes, ids)
+        forged = pytest_run.forgery(channel, plan.canaries, result.exit_code, expected)
+        graded = pytest_run.effective_exit(
+            channel, plan.canaries, result.exit_code, others_may_fail=contract.kind == "swebench"
+        )
+        return CheckRun(
+            result,
+            outcomes,
+            "channel" if channel.started else "none",
+            graded,
+            forged,
+            len(plan.canaries.ids),
+        )
 
     # -- baseline --------------------------------------------------------------------------
 
@@ -222,14 +253,15 @@ class Evaluator:
         self, contract: Contract, work: Path, *, reference: bool
     ) -> tuple[CheckRun, CheckRun | None]:
         """The check on the buggy tree and, with `reference`, on the tree the reference fixes."""
+        ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
         tree = seed(contract, work / "before")
         prepare_tree(contract, tree, None)
-        before = self.run_check(contract, tree)
+        before = self.run_check(contract, tree, ids)
         if not reference or contract.reference_patch is None:
             return before, None
         tree = seed(contract, work / "after")
         prepare_tree(contract, tree, parse_trusted(contract.reference_patch))
-        return before, self.run_check(contract, tree)
+        return before, self.run_check(contract, tree, ids)
 
     def _run_baseline(self, contract: Contract) -> tuple[Expected, PhaseEnergy]:
         if not contract.has_expected_ids and contract.reference_patch is None:
@@ -257,6 +289,7 @@ class Evaluator:
             "after": _counts(after) if after else None,
             "energy": {"baseline": window.energy.to_wire()},
             "sandbox": before.result.level,
+            "isolation": dict(before.result.isolation),
             "version": __version__,
         }
         seq = self.baselines.record_baseline(contract, body)
@@ -288,6 +321,7 @@ class Evaluator:
             tree = seed(attempt.contract, Path(tmp) / "tree")
             if attempt.patch is not None:
                 apply_patch(attempt.patch, tree)
+                guard.check_patch(attempt.patch, tree)
             yield tree
 
     def evaluate(
@@ -300,7 +334,7 @@ class Evaluator:
         contract = attempt.contract
         energy: dict[str, dict[str, Any]] = {}
         status, grade_info, restored, level = ERROR, None, [], ""
-        output: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
         patch, solved = attempt.patch, None
         error = ""
         try:
@@ -316,34 +350,43 @@ class Evaluator:
             progress("grade", "restoring protected paths and running the tests")
             with self.metering.phase() as window:
                 restored = prepare_tree(contract, tree, solved)
-                check = self.run_check(contract, tree)
+                if solved is not None:
+                    guard.check_patch(solved, tree)
+                ids = (*expected.fail_to_pass, *expected.pass_to_pass)
+                check = self.run_check(contract, tree, ids)
                 window.cpu_ns += check.result.cpu_ns
             assert window.energy is not None
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
             attempt.output = check.result.output
-            output = _output_summary(check.result)
+            extra = {
+                "output": _output_summary(check.result),
+                "isolation": dict(check.result.isolation),
+                "integrity": {"report": check.report, "canaries": check.canaries},
+            }
             grade_info = grade(
                 check.outcomes,
                 expected.fail_to_pass,
                 expected.pass_to_pass,
-                graded_exit(contract, check.result.exit_code),
+                graded_exit(contract, check.exit),
             )
-            if not expected.valid:
+            if check.forged:
+                status = TAMPERED
+                extra["integrity"]["forged"] = check.forged
+            elif not expected.valid:
                 status = INVALID
             elif check.result.timed_out:
                 status = TIMEOUT
             else:
                 status = RESOLVED if grade_info.resolved else UNRESOLVED
-            progress("grade", f"{status}: {_summary(grade_info)}")
+            progress("grade", f"{status}: {check.forged or _summary(grade_info)}")
         except PatchError:
             raise
         except (JouledError, OSError) as err:  # infrastructure: recorded as status error
             error = err.diagnostics() if isinstance(err, JouledError) else str(err)
             progress("error", error)
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
-        if output:
-            body["output"] = output
+        body.update(extra)
         return body
 
     def _daemon_solve(self, attempt: Attempt) -> Patch | None:
@@ -407,6 +450,7 @@ def _counts(check: CheckRun) -> dict[str, Any]:
         "exit_code": check.result.exit_code,
         "timed_out": check.result.timed_out,
         "report": check.report,
+        "forged": check.forged,
         "passed": values.count(PASSED),
         "failed": len(values) - values.count(PASSED),
     }
@@ -451,7 +495,9 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
         f2p, p2p = contract.fail_to_pass, contract.pass_to_pass
     else:
         assert after is not None
-        if after.result.exit_code != 0:
+        if after.forged:
+            return Expected((), (), False, f"the reference run was not genuine: {after.forged}")
+        if after.exit != 0:
             return Expected((), (), False, "the reference solution does not pass its tests")
         f2p = tuple(
             sorted(
@@ -469,7 +515,9 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
         )
     if not f2p:
         return Expected(f2p, p2p, False, "no test fails before the fix")
-    still = grade(before.outcomes, f2p, p2p, graded_exit(contract, before.result.exit_code))
+    if before.forged:
+        return Expected(f2p, p2p, False, f"the baseline run was not genuine: {before.forged}")
+    still = grade(before.outcomes, f2p, p2p, graded_exit(contract, before.exit))
     if still.resolved:
         return Expected(f2p, p2p, False, "the tests already pass on the buggy tree")
     if any(before.outcomes.get(t) == PASSED for t in f2p):

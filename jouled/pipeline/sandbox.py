@@ -1,32 +1,43 @@
-"""Running untrusted test commands.
+"""Running untrusted commands: a bubblewrap sandbox around one workdir.
 
-A process sandbox, not a container: the command runs in its own session and
-process group, under rlimits, with a scrubbed environment, stdin from /dev/null
-and a wall-clock timeout that kills everything it started. Where the host
-allows, it also gets a private network namespace (loopback up, nothing else)
-and, when the daemon runs as root and `nobody` can run the daemon's
-interpreter, that unprivileged uid, which then owns only the `writable` paths.
+The code under test is hostile. Each command runs under `bwrap` in fresh user
+(or, when the daemon is root, an unprivileged uid of its own), mount, pid,
+network, ipc and uts namespaces:
 
-Every command starts through a launcher: a fresh interpreter in isolated mode
-that applies the isolation in the only order that works (unshare while still
-privileged, set rlimits, drop the uid, enter the working directory as that uid)
-and then execs the command. Doing this in a launcher instead of a preexec_fn
-keeps Python code out of the fork child of the daemon, which is multi-threaded.
-The launcher reports what it applied, or why it could not exec, on a pipe that
-closes when the exec succeeds.
+- the filesystem is the system's read-only directories, a few files of /etc,
+  the daemon's interpreter installation (read-only) and the workdir, mounted
+  read-write at `/testbed`; `/tmp` (and $HOME inside it) is a private,
+  size-bounded tmpfs; `/proc` is the sandbox's own and `/dev` a minimal one.
+  The data dir, the signing key, the socket, the task trees, other workdirs,
+  `/root` and `/home` do not exist inside.
+- the command runs as an unprivileged uid with no capabilities and
+  `no_new_privs`; when the daemon runs as root, each concurrent run gets a uid
+  of its own from a pool, so the process limit counts that run alone.
+- when the command exits or times out, the pid namespace goes with it: every
+  process it started dies, whatever it did to leave its session.
+- the network namespace has loopback only.
+
+Inside, a small launcher (`python -I -S`, nothing of the tree on its path) sets
+the rlimits and drops to the run's uid before exec'ing the command: bwrap has
+no option for rlimits, and as root its own `--uid` needs a user namespace whose
+ids map back to root outside. The launcher reports what it applied on a pipe
+that closes when the exec succeeds.
+
+Hosts where bwrap cannot run (no user namespaces and not root) get the
+`process` level: the launcher alone, in its own session, under rlimits, with a
+scrubbed environment. That is not isolation, and the daemon refuses to grade
+at it unless the operator lowers `--min-isolation` explicitly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import marshal
 import os
-import pwd
-import resource
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -34,19 +45,40 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from jouled.errors import SandboxError
+from jouled.pipeline.bwrap import Bwrap, bwrap
+
+# Where a run sees its workdir and the read-only files the daemon gives it.
+SANDBOX_WORKDIR = "/testbed"
+SANDBOX_RO = "/run/jouled"
+SANDBOX_TMP = "/tmp"
+
+# The side channels a command may be given, at fixed descriptor numbers.
+CHANNEL_IN_FD, CHANNEL_OUT_FD = 3, 4
+CHANNEL_MAX_BYTES = 64 << 20
+
+BWRAP, PROCESS = "bwrap", "process"
+LEVELS = (PROCESS, BWRAP)  # weakest first
+
+# Unprivileged uids for runs when the daemon is root: far from human and
+# system accounts, one per concurrent run.
+UID_BASE = 1_600_000_000
+UID_POOL = 4096
 
 
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float
     cpu_s: int | None = None  # RLIMIT_CPU
-    memory_bytes: int | None = 4 << 30  # RLIMIT_AS
+    memory_bytes: int | None = 4 << 30  # RLIMIT_AS, per process
     file_bytes: int | None = 256 << 20  # RLIMIT_FSIZE
     open_files: int | None = 1024  # RLIMIT_NOFILE
+    processes: int | None = 256  # RLIMIT_NPROC: counts the run's own uid (bwrap as root)
+    tmp_bytes: int = 512 << 20  # the private /tmp (and $HOME) tmpfs
     output_bytes: int = 1 << 20  # keep at most this much of stdout+stderr (tail)
 
     def __post_init__(self) -> None:
@@ -63,10 +95,21 @@ class RunResult:
     signal: int | None  # the terminating signal, if any
     timed_out: bool
     wall_ns: int
-    cpu_ns: int  # user+sys CPU of the command and every descendant it reaped (launcher included)
+    cpu_ns: int  # user+sys CPU of the command and everything it started (launcher included)
     output: str  # merged stdout+stderr tail, decoded with errors="replace"
-    level: str  # the isolation that applied: "process", "process+netns", "process+netns+uid"
+    level: str  # "bwrap" or "process"
     output_dropped: int = 0  # bytes of output dropped from the front to keep the tail
+    isolation: Mapping[str, Any] = field(default_factory=dict)  # what applied, in detail
+    channel: bytes | None = None  # what the command wrote to CHANNEL_OUT_FD, when asked for
+    channel_dropped: int = 0  # bytes of the channel dropped from the front (over the bound)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a command sees its workdir and its read-only files."""
+
+    workdir: str
+    ro: str
 
 
 # -- environment --------------------------------------------------------------------------
@@ -80,13 +123,13 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     Nothing of the daemon's own environment is inherited: no PYTHONPATH,
     PYTEST_ADDOPTS, proxies or credentials. The daemon interpreter's directory
     comes first on PATH so `python` and `pytest` there are the daemon's.
-    `run` adds a private HOME and TMPDIR per command.
     """
     env = {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{_SYSTEM_PATH}",
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
+        "PYTHONNOUSERSITE": "1",
     }
     env.update(extra or {})
     return env
@@ -94,14 +137,21 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 # -- the launcher -------------------------------------------------------------------------
 
-# Runs as `python -I -S -c`: no site-packages, no environment variables, no
+# Runs as `python -I -S -B -c`: no site-packages, no environment variables, no
 # working directory on sys.path, so nothing the command can write affects it.
 _LAUNCHER = r"""
-import ctypes, marshal, os, resource, signal, sys
+import ctypes, fcntl, marshal, os, resource, signal, sys
 
 cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
-status = cfg["status_fd"]
 libc = ctypes.CDLL(None, use_errno=True)
+# Out of the way of the fixed channel numbers, then the channels into place.
+status = fcntl.fcntl(cfg["status_fd"], fcntl.F_DUPFD_CLOEXEC, 10)
+moved = [(fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 10), dst) for src, dst in cfg["moves"]]
+for fd in {cfg["status_fd"], *(src for src, _ in cfg["moves"])}:
+    os.close(fd)
+for src, dst in moved:
+    os.dup2(src, dst, inheritable=True)
+    os.close(src)
 
 
 def say(**message):
@@ -113,21 +163,6 @@ def fail(stage, err):
     os._exit(127)
 
 
-def loopback_up():
-    import fcntl, socket, struct
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH", b"lo", 0).ljust(40, b"\0")
-        flags = struct.unpack_from("H", fcntl.ioctl(sock, 0x8913, request), 16)[0]
-        fcntl.ioctl(sock, 0x8914, struct.pack("16sH", b"lo", flags | 1).ljust(40, b"\0"))
-
-
-applied = []
-if cfg["netns"] and libc.unshare(0x40000000) == 0:
-    applied.append("netns")
-    try:
-        loopback_up()
-    except OSError:
-        pass
 for name, soft, hard in cfg["rlimits"]:
     which = getattr(resource, name)
     ceiling = resource.getrlimit(which)[1]
@@ -145,10 +180,9 @@ if cfg["ids"]:
         os.setresuid(uid, uid, uid)
     except OSError as err:
         fail("drop privileges", err)
-    applied.append("uid")
-denied = [path for path in cfg["check"] if not os.access(path, os.R_OK | os.X_OK)]
 libc.prctl(38, 1, 0, 0, 0)
 try:
+    os.makedirs(cfg["home"], 0o700, exist_ok=True)
     os.chdir(cfg["cwd"])
 except OSError as err:
     fail("enter the working directory", err)
@@ -156,290 +190,485 @@ for sig in (signal.SIGPIPE, signal.SIGXFSZ):
     signal.signal(sig, signal.SIG_DFL)
 signal.pthread_sigmask(signal.SIG_SETMASK, ())
 libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-if os.getppid() != cfg["parent"]:
+if cfg["parent"] and os.getppid() != cfg["parent"]:
     os._exit(137)
-say(applied=applied, denied=denied)
+caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:")]
+say(uid=os.getuid(), caps=caps[0] if caps else "")
 if cfg["probe"]:
     os._exit(0)
-os.set_inheritable(status, False)
 try:
     os.execv(cfg["exe"], sys.argv[2:])
 except OSError as err:
     fail("exec", err)
 """
-# The launcher's magic numbers: CLONE_NEWNET 0x40000000; SIOCGIFFLAGS 0x8913 and
-# SIOCSIFFLAGS 0x8914 with IFF_UP 1 (a new namespace's loopback starts down);
-# prctl 38 PR_SET_NO_NEW_PRIVS (setuid binaries cannot regain privileges) and
-# prctl 1 PR_SET_PDEATHSIG (set after the uid change, which clears it: the
-# command dies with the daemon).
+# The launcher's magic numbers: prctl 38 PR_SET_NO_NEW_PRIVS (setuid binaries
+# cannot regain privileges) and prctl 1 PR_SET_PDEATHSIG (set after the uid
+# change, which clears it: in the process level, the command dies with the daemon).
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """The isolation to request; the launcher reports what it actually applied."""
-
-    netns: bool
-    ids: tuple[int, int] | None
-
-
-def _rlimits(limits: Limits) -> list[tuple[str, int, int]]:
+def _rlimits(limits: Limits, *, per_uid: bool) -> list[tuple[str, int, int]]:
     # Core files of a crashing test would land in the workdir: never write them.
     wanted: list[tuple[str, int, int]] = [("RLIMIT_CORE", 0, 0)]
     if limits.cpu_s is not None:
         # One second between SIGXCPU and SIGKILL lets the command report it.
         wanted.append(("RLIMIT_CPU", limits.cpu_s, limits.cpu_s + 1))
-    for name, value in (
+    pairs: list[tuple[str, int | None]] = [
         ("RLIMIT_AS", limits.memory_bytes),
         ("RLIMIT_FSIZE", limits.file_bytes),
         ("RLIMIT_NOFILE", limits.open_files),
-    ):
-        if value is not None:
-            wanted.append((name, value, value))
+    ]
+    if per_uid:  # RLIMIT_NPROC counts every process of the uid: only for a uid of the run's own
+        pairs.append(("RLIMIT_NPROC", limits.processes))
+    wanted += [(name, value, value) for name, value in pairs if value is not None]
     return wanted
 
 
-@dataclass
-class _Started:
-    proc: subprocess.Popen[bytes]
-    output: int  # read end of the merged stdout+stderr pipe
-    applied: tuple[str, ...]
-    denied: tuple[str, ...]  # paths of `check` the command's uid cannot read and search
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+# -- the host -----------------------------------------------------------------------------
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+@dataclass(frozen=True)
+class Host:
+    """What isolation this host gives, probed once with a real sandbox."""
+
+    level: str
+    bwrap: Bwrap | None
+    root: bool  # the daemon is root: bwrap runs without a user namespace, the launcher drops uid
+    lacking: str = ""  # why the level is below bwrap, and how to fix it
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"level": self.level, "root": self.root}
+        if self.bwrap is not None:
+            out["bwrap"] = self.bwrap.describe()
+        if self.lacking:
+            out["lacking"] = self.lacking
+        return out
 
 
-def _launch(
-    argv: Sequence[str],
-    exe: str,
-    cwd: Path,
-    env: Mapping[str, str],
-    limits: Limits | None,
-    plan: _Plan,
-    *,
-    probe: bool = False,
-    check: Sequence[str] = (),
-) -> _Started:
-    """Start the launcher and wait until it has exec'd the command (or failed to)."""
-    status_r, status_w = os.pipe()
-    out_r, out_w = os.pipe()
-    cfg = {
-        "status_fd": status_w,
-        "parent": os.getpid(),
-        "netns": plan.netns,
-        "ids": plan.ids,
-        "cwd": str(cwd),
-        "exe": exe,
-        "probe": probe,
-        "check": list(check),
-        "rlimits": _rlimits(limits) if limits else [],
-    }
-    # marshal, not json: the launcher is the same interpreter, and importing
-    # json would cost it ~8 ms on every run.
-    launcher = [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, marshal.dumps(cfg).hex(), *argv]
-    try:
-        proc = subprocess.Popen(
-            launcher,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=out_w,
-            env=dict(env),
-            close_fds=True,
-            pass_fds=(status_w,),
-            start_new_session=True,
-        )
-    except OSError as err:
-        os.close(status_r)
-        os.close(out_r)
-        raise SandboxError(f"cannot start the sandbox launcher: {err}") from err
-    finally:
-        os.close(status_w)
-        os.close(out_w)
-    try:
-        messages = [
-            marshal.loads(bytes.fromhex(line.decode())) for line in _read_all(status_r).splitlines()
-        ]
-    finally:
-        os.close(status_r)
-    failure = next((m for m in messages if "error" in m), None)
-    if failure is None and messages:
-        last = messages[-1]
-        return _Started(proc, out_r, tuple(last["applied"]), tuple(last["denied"]))
-    _reap(proc)
-    try:
-        said = _read_all(out_r).decode(errors="replace").strip()[-500:]
-    finally:
-        os.close(out_r)
-    why = f"{failure['error']}: {failure['message']}" if failure else f"the launcher died: {said}"
-    raise SandboxError(
-        f"cannot start {argv[0]!r}: {why}",
-        hint="check that the command and its working directory exist and are usable",
-    )
+_USERNS_HINT = (
+    "run jouled as root (it drops every run to an unprivileged uid), or enable "
+    "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 on Debian "
+    "and Ubuntu, user.max_user_namespaces > 0, or an AppArmor profile allowing bwrap "
+    "userns on Ubuntu 24.04+); in a container, allow the unshare/mount syscalls "
+    "(e.g. a seccomp profile permitting them) or run jouled on the host"
+)
 
-
-def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, resource.struct_rusage]:
-    """Reap the launcher's pid (now the command) and return its wait status and rusage."""
-    _, status, rusage = os.wait4(proc.pid, 0)
-    # Popen did not reap it, so tell it the outcome; otherwise it warns the
-    # process is still running when it is collected.
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return status, rusage
-
-
-# -- host capabilities --------------------------------------------------------------------
-
-_UNPRIVILEGED_USER = "nobody"
 _probe_lock = threading.Lock()
-_host: _Plan | None = None
+_host: Host | None = None
 
 
-def _unprivileged_ids() -> tuple[int, int]:
-    try:
-        entry = pwd.getpwnam(_UNPRIVILEGED_USER)
-    except KeyError:
-        return 65534, 65534
-    return entry.pw_uid, entry.pw_gid
-
-
-def _interpreter_paths() -> list[str]:
-    """What a command needs to run the daemon's `python`, which PATH promises it."""
-    paths = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix}
-    paths.update(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib"))
-    return sorted(paths)
-
-
-def _probe(plan: _Plan, check: Sequence[str] = ()) -> _Started | None:
-    """What the launcher applies here under `plan`; None when it cannot run at all."""
-    try:
-        started = _launch(
-            ["probe"], "", Path("/"), scrubbed_env(), None, plan, probe=True, check=check
-        )
-    except SandboxError:
-        return None
-    _reap(started.proc)
-    os.close(started.output)
-    return started
-
-
-def _host_plan() -> _Plan:
-    """Probe once, with a real launcher, what isolation this host allows.
-
-    The unprivileged uid is used only if it can run the daemon's interpreter:
-    otherwise every Python test would fail as that uid, whatever the patch.
-    """
+def host() -> Host:
+    """Probe, once per process, the strongest isolation this host gives."""
     global _host
     with _probe_lock:
         if _host is None:
-            ids = _unprivileged_ids() if os.geteuid() == 0 else None
-            probed = _probe(_Plan(netns=True, ids=ids), _interpreter_paths())
-            if probed is None and ids is not None:
-                ids = None  # no CAP_SETUID (a restricted container): keep the rest
-                probed = _probe(_Plan(netns=True, ids=None))
-            if probed is None:
-                raise SandboxError("the sandbox launcher cannot run on this host")
-            usable = "uid" in probed.applied and not probed.denied
-            _host = _Plan(netns="netns" in probed.applied, ids=ids if usable else None)
+            _host = _probe_host()
         return _host
 
 
-def _level(applied: Sequence[str]) -> str:
-    return "+".join(["process", *(part for part in ("netns", "uid") if part in applied)])
+def _probe_host() -> Host:
+    root = os.geteuid() == 0
+    try:
+        found = bwrap()
+    except SandboxError as err:
+        return Host(PROCESS, None, root, f"{err.diagnostics()}")
+    box = Sandbox(min_level=PROCESS)
+    probe = Host(BWRAP, found, root)
+    with tempfile.TemporaryDirectory(prefix="jouled-probe-") as tmp:
+        os.chmod(tmp, 0o755)
+        try:
+            box._run_with(probe, [sys.executable], Path(tmp), Limits(timeout_s=60), probe=True)
+        except SandboxError as err:
+            return Host(PROCESS, found, root, f"{found.path} cannot start a sandbox here: {err}")
+    return probe
+
+
+# -- the sandbox --------------------------------------------------------------------------
+
+
+class _UidPool:
+    """Unprivileged uids handed to concurrent runs, one each."""
+
+    def __init__(self, base: int, size: int) -> None:
+        self._free = list(range(base + size - 1, base - 1, -1))
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[int]:
+        with self._lock:
+            if not self._free:
+                raise SandboxError("every sandbox uid is in use", hint="lower the worker count")
+            uid = self._free.pop()
+        try:
+            yield uid
+        finally:
+            with self._lock:
+                self._free.append(uid)
+
+
+_uids = _UidPool(UID_BASE, UID_POOL)
+
+
+def _interpreter_paths() -> list[str]:
+    """What a command needs to run the daemon's interpreter and its packages."""
+    paths = {
+        os.path.realpath(sys.executable),
+        os.path.dirname(os.path.abspath(sys.executable)),
+        sys.prefix,
+        sys.base_prefix,
+    }
+    paths.update(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib"))
+    paths.update(sysconfig.get_paths()[key] for key in ("platlib",))
+    # Only the outermost: nested binds of the same files are redundant.
+    ordered = sorted({os.path.normpath(p) for p in paths if p and os.path.exists(p)})
+    kept: list[str] = []
+    for path in ordered:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What programs need of /etc; the rest of it (shadow, credentials, service
+# configuration) stays out.
+_ETC_FILES = (
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "alternatives",
+    "mime.types",
+    "ssl/certs",
+    "ca-certificates",
+    "os-release",
+)
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in _ETC_FILES:
+        path = f"/etc/{name}"
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _parents(path: str, made: set[str], bound: set[str]) -> list[str]:
+    """Create `path`'s missing ancestors world-searchable (bwrap would make them 0700).
+
+    Skips ancestors made already or lying inside a directory bound before.
+    """
+    args: list[str] = []
+    for parent in reversed(Path(path).parents):
+        name = str(parent)
+        if name in made or any(_within(name, b) for b in bound):
+            continue
+        args += ["--perms", "0755", "--dir", name]
+        made.add(name)
+    return args
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class Sandbox:
+    """Runs commands at this host's isolation, refusing anything below `min_level`.
+
+    `secret` paths (the data dir, the task trees) must never be visible inside:
+    a read-only bind that would contain one is refused.
+    """
+
+    def __init__(self, *, min_level: str = BWRAP, secret: Sequence[Path] = ()) -> None:
+        if min_level not in LEVELS:
+            raise SandboxError(f"unknown isolation level {min_level!r}: one of {', '.join(LEVELS)}")
+        self.min_level = min_level
+        self.secret = [os.path.realpath(p) for p in secret]
+
+    def check_host(self) -> Host:
+        """This host's isolation; SandboxError when it is below `min_level`."""
+        found = host()
+        if LEVELS.index(found.level) < LEVELS.index(self.min_level):
+            raise SandboxError(
+                f"this host gives only the {found.level!r} isolation level, below the "
+                f"minimum {self.min_level!r}: {found.lacking}",
+                hint=f"{_USERNS_HINT}; or accept weaker isolation explicitly with "
+                f"--min-isolation {found.level} (every result then records it)",
+            )
+        return found
+
+    def layout(self, workdir: Path, ro_dir: Path | None = None) -> Layout:
+        """Where a command run on `workdir` sees it and `ro_dir` (for building its argv)."""
+        if host().level == BWRAP:
+            return Layout(SANDBOX_WORKDIR, SANDBOX_RO)
+        return Layout(str(workdir), str(ro_dir or workdir))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        *,
+        limits: Limits,
+        env: Mapping[str, str] | None = None,
+        ro_dir: Path | None = None,
+        overlays: Mapping[str, Path] | None = None,
+        channel_in: bytes | None = None,
+        channel_out: bool = False,
+    ) -> RunResult:
+        """Run `argv` with `workdir` as its only writable tree and collect its outcome.
+
+        `ro_dir` is shown read-only at `layout().ro`; each `overlays` entry
+        (a path relative to the workdir -> a host file) is shown read-only over
+        that path, so the command cannot change it while it runs. With
+        `channel_in`, the command finds those bytes on fd 3 (`CHANNEL_IN_FD`);
+        with `channel_out`, what it writes to fd 4 (`CHANNEL_OUT_FD`) comes back
+        as `RunResult.channel`, apart from its output. Raises SandboxError when the command cannot
+        be started or the host is below the minimum level; a nonzero exit is a
+        result.
+        """
+        return self._run_with(
+            self.check_host(),
+            argv,
+            workdir,
+            limits,
+            env=env,
+            ro_dir=ro_dir,
+            overlays=overlays or {},
+            channel_in=channel_in,
+            channel_out=channel_out,
+        )
+
+    # -- building one run ------------------------------------------------------------------
+
+    def _run_with(
+        self,
+        where: Host,
+        argv: Sequence[str],
+        workdir: Path,
+        limits: Limits,
+        *,
+        env: Mapping[str, str] | None = None,
+        ro_dir: Path | None = None,
+        overlays: Mapping[str, Path] | None = None,
+        channel_in: bytes | None = None,
+        channel_out: bool = False,
+        probe: bool = False,
+    ) -> RunResult:
+        if not argv:
+            raise SandboxError("cannot start an empty command")
+        if not workdir.is_dir():
+            raise SandboxError(
+                f"cannot start {argv[0]!r}: working directory {workdir} does not exist"
+            )
+        workdir = workdir.resolve()
+        with contextlib.ExitStack() as stack:
+            uid = stack.enter_context(_uids.lease()) if where.root else None
+            if uid is not None:
+                _chown_tree(workdir, uid)
+            if where.level == BWRAP:
+                home = f"{SANDBOX_TMP}/home"
+                full_env = {
+                    **scrubbed_env(),
+                    "HOME": home,
+                    "TMPDIR": SANDBOX_TMP,
+                    "PYTHONPYCACHEPREFIX": f"{SANDBOX_TMP}/pycache",
+                    **(env or {}),
+                }
+                exe = _resolve(argv[0], full_env["PATH"], workdir, SANDBOX_WORKDIR)
+                prefix = self._bwrap_argv(where, workdir, limits, ro_dir, overlays or {})
+                cwd = SANDBOX_WORKDIR
+            else:
+                private = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jouled-")))
+                home = str(private / "home")
+                if uid is not None:
+                    os.chown(private, uid, uid)
+                full_env = {
+                    **scrubbed_env(),
+                    "HOME": home,
+                    "TMPDIR": str(private),
+                    "PYTHONPYCACHEPREFIX": str(private / "pycache"),
+                    **(env or {}),
+                }
+                exe = _resolve(argv[0], full_env["PATH"], workdir, str(workdir))
+                prefix = []
+                cwd = str(workdir)
+            cfg = {
+                "parent": 0 if where.level == BWRAP else os.getpid(),
+                "ids": (uid, uid) if uid is not None else None,
+                "cwd": cwd,
+                "home": home,
+                "exe": exe,
+                "probe": probe,
+                "rlimits": _rlimits(limits, per_uid=uid is not None),
+            }
+            isolation = self._isolation(where, uid, limits)
+            return _run_started(
+                argv,
+                prefix,
+                cfg,
+                full_env,
+                limits,
+                where.level,
+                isolation,
+                channel_in,
+                channel_out,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover (ExitStack swallows nothing)
+
+    def _isolation(self, where: Host, uid: int | None, limits: Limits) -> dict[str, Any]:
+        out: dict[str, Any] = {"level": where.level}
+        if where.level == BWRAP and where.bwrap is not None:
+            out["bwrap"] = where.bwrap.describe()
+            out["namespaces"] = ["ipc", "mount", "net", "pid", "uts"] + (
+                [] if where.root else ["user"]
+            )
+        out["uid"] = "pooled" if uid is not None else ("mapped" if where.level == BWRAP else "own")
+        out["limits"] = {
+            "cpu_s": limits.cpu_s,
+            "memory_bytes_per_process": limits.memory_bytes,
+            "processes": limits.processes if uid is not None else None,
+            "file_bytes": limits.file_bytes,
+            "open_files": limits.open_files,
+            "tmp_bytes": limits.tmp_bytes if where.level == BWRAP else None,
+            "output_bytes": limits.output_bytes,
+            "timeout_s": limits.timeout_s,
+        }
+        return out
+
+    def _bwrap_argv(
+        self,
+        where: Host,
+        workdir: Path,
+        limits: Limits,
+        ro_dir: Path | None,
+        overlays: Mapping[str, Path],
+    ) -> list[str]:
+        assert where.bwrap is not None
+        args = [where.bwrap.path, "--die-with-parent", "--new-session"]
+        if where.root:
+            # No user namespace: its ids would map back to root outside. The
+            # launcher drops to the run's uid, which clears these two as well.
+            args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+            args += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--unshare-all", "--unshare-user", "--disable-userns"]
+            args += ["--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
+        args += ["--hostname", "jouled-sandbox", "--info-fd", "{info}"]
+        args += _system_binds()
+        bound: set[str] = {*_SYSTEM_DIRS, "/etc"}
+        made: set[str] = {"/"}
+        for path in _interpreter_paths():
+            self._refuse_secret(path)
+            args += _parents(path, made, bound)
+            args += ["--ro-bind", path, path]
+            bound.add(path)
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", SANDBOX_TMP]
+        args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
+        args += ["--bind", str(workdir), SANDBOX_WORKDIR]
+        if ro_dir is not None:
+            args += _parents(SANDBOX_RO, made, bound)
+            args += ["--ro-bind", str(ro_dir), SANDBOX_RO]
+        for rel, source in sorted(overlays.items()):
+            if rel.startswith("/") or ".." in rel.split("/"):
+                raise SandboxError(f"overlay path {rel!r} is not relative to the workdir")
+            args += ["--ro-bind", str(source), f"{SANDBOX_WORKDIR}/{rel}"]
+        # The launcher enters the workdir once it runs as the run's uid (the owner).
+        args += ["--chdir", "/", "--"]
+        return args
+
+    def _refuse_secret(self, path: str) -> None:
+        real = os.path.realpath(path)
+        for secret in self.secret:
+            if _within(secret, real):
+                raise SandboxError(
+                    f"the sandbox would show {secret} read-only inside {path}",
+                    hint="keep the data dir and task dirs outside the interpreter's installation",
+                )
+
+
+def run(
+    argv: Sequence[str],
+    workdir: Path,
+    *,
+    limits: Limits,
+    env: Mapping[str, str] | None = None,
+    ro_dir: Path | None = None,
+    overlays: Mapping[str, Path] | None = None,
+    channel_in: bytes | None = None,
+    channel_out: bool = False,
+    min_level: str = BWRAP,
+) -> RunResult:
+    """`Sandbox(min_level=min_level).run(...)`."""
+    return Sandbox(min_level=min_level).run(
+        argv,
+        workdir,
+        limits=limits,
+        env=env,
+        ro_dir=ro_dir,
+        overlays=overlays,
+        channel_in=channel_in,
+        channel_out=channel_out,
+    )
 
 
 def sandbox_level() -> str:
-    """The strongest isolation this host allows, e.g. "process+netns+uid" (probed once).
-
-    A single run may get less: see RunResult.level.
-    """
-    plan = _host_plan()
-    return _level([*(["netns"] if plan.netns else []), *(["uid"] if plan.ids else [])])
+    """The strongest isolation this host gives ("bwrap" or "process"), probed once."""
+    return host().level
 
 
-# -- the unprivileged uid -----------------------------------------------------------------
+# -- helpers ------------------------------------------------------------------------------
 
 
-def _permits(info: os.stat_result, ids: tuple[int, int], owned: bool, want: int) -> bool:
-    """Whether `ids` get the permission bits `want` (4 r, 2 w, 1 x) on a file."""
-    uid, gid = ids
-    if owned or info.st_uid == uid:
-        bits = info.st_mode >> 6
-    elif info.st_gid == gid:
-        bits = info.st_mode >> 3
+def _resolve(program: str, path_var: str, workdir: Path, visible_workdir: str) -> str:
+    """The executable's path as the command sees it (inside or outside the sandbox)."""
+    if "/" in program:
+        if program.startswith("/"):
+            host_path, seen = Path(program), program
+        else:
+            host_path, seen = workdir / program, f"{visible_workdir}/{program}"
     else:
-        bits = info.st_mode
-    return bits & want == want
+        found = shutil.which(program, path=path_var)
+        if found is None:
+            raise SandboxError(
+                f"cannot start {program!r}: executable not found",
+                hint=f"the sandbox PATH is {path_var}",
+            )
+        host_path, seen = Path(found), found
+    if not (host_path.is_file() and os.access(host_path, os.X_OK)):
+        raise SandboxError(f"cannot start {program!r}: {host_path} is not an executable file")
+    return seen
 
 
-def _within(path: Path, roots: Sequence[Path]) -> bool:
-    return any(path == root or root in path.parents for root in roots)
-
-
-def _reachable(path: Path, ids: tuple[int, int], owned: Sequence[Path], want: int) -> bool:
-    """Whether `ids` can reach `path` and get `want` on it, once `owned` are chowned to them.
-
-    Checks the mode bits along both the path as given and its resolved form;
-    ACLs and capabilities are not considered.
-    """
-    try:
-        for candidate in {path.absolute(), path.resolve(strict=True)}:
-            for parent in reversed(candidate.parents):
-                info = parent.stat()
-                if not _permits(info, ids, _within(parent, owned), 1):
-                    return False
-            if not _permits(candidate.stat(), ids, _within(candidate, owned), want):
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def _chown_tree(root: Path, ids: tuple[int, int]) -> None:
-    """Give `ids` the tree at `root`, never following a symlink.
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give `uid` the tree at `root`, never following a symlink.
 
     Files with more than one hard link keep their owner: they may share an
-    inode with something outside the tree (a hard-linked pristine copy).
+    inode with something outside the tree.
     """
-    uid, gid = ids
-    os.chown(root, uid, gid, follow_symlinks=False)
+    os.chown(root, uid, uid, follow_symlinks=False)
     for top, dirs, files in os.walk(root, followlinks=False):
         for name in (*dirs, *files):
             path = os.path.join(top, name)
             info = os.lstat(path)
-            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            if not os.path.isdir(path) and info.st_nlink > 1:
                 continue
-            os.chown(path, uid, gid, follow_symlinks=False)
-
-
-def _uid_plan(
-    ids: tuple[int, int], exe: Path, cwd: Path, writable: Sequence[Path], private: Path
-) -> tuple[int, int] | None:
-    """`ids` when the command can run as them, after chowning `writable` and `private`."""
-    owned = [*writable, private]
-    needed: list[tuple[Path, int]] = [(exe, 5), (cwd, 5)]
-    needed += [(root.parent, 1) for root in owned]
-    if not all(_reachable(path, ids, owned, want) for path, want in needed):
-        return None
-    try:
-        for root in owned:
-            _chown_tree(root, ids)
-    except OSError:
-        return None  # e.g. a root-squashed or read-only mount: run without the drop
-    return ids
+            os.chown(path, uid, uid, follow_symlinks=False)
 
 
 # -- supervising a running command --------------------------------------------------------
 
-_POLL_S = 0.05  # exit polling interval where pidfds are not available
 _DRAIN_GRACE_S = 2.0  # how long output may keep arriving after everything was killed
-_KILL_PASSES = 20
 
 
 class _Tail:
@@ -466,234 +695,254 @@ class _Tail:
         return self.data.decode(errors="replace")
 
 
+def _read_line(fd: int) -> bytes:
+    """One line from `fd` (without the newline), or what came before end of file.
+
+    Other holders of the pipe's write end (bwrap, the sandbox's pid 1) keep it
+    open while the command runs, so a reader must not wait for end of file.
+    """
+    data = bytearray()
+    while b"\n" not in data:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data.split(b"\n", 1)[0])
+
+
+def _read_info(fd: int) -> bytes:
+    """bwrap's --info-fd JSON document, read up to its closing brace."""
+    data = bytearray()
+    while b"}" not in data:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
 def _exited(pid: int) -> bool:
-    """Whether the command has exited, without reaping it (its pid stays reserved)."""
+    """Whether `pid` has exited, without reaping it (its pid stays reserved)."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-@contextlib.contextmanager
-def _exit_notifier(pid: int) -> Iterator[int | None]:
-    """A pidfd that becomes readable when `pid` exits; None where the kernel has none."""
+class _Streams:
+    """Reads several pipes into bounded tails until each reaches end of file."""
+
+    def __init__(self, streams: Mapping[int, _Tail]) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.tails = dict(streams)
+        for fd in self.tails:
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def close(self) -> None:
+        self.sel.close()
+
+    @property
+    def open(self) -> bool:
+        return bool(self.sel.get_map())
+
+    def pump(self, timeout: float | None, extra: int | None = None) -> bool:
+        """Read what is ready within `timeout`; True when `extra` became readable."""
+        if extra is not None:
+            self.sel.register(extra, selectors.EVENT_READ)
+        try:
+            ready = self.sel.select(timeout)
+        finally:
+            if extra is not None:
+                self.sel.unregister(extra)
+        hit = False
+        for key, _ in ready:
+            if key.fd == extra:
+                hit = True
+                continue
+            chunk = os.read(key.fd, 65536)
+            if chunk:
+                self.tails[key.fd].feed(chunk)
+            else:
+                self.sel.unregister(key.fd)
+        return hit
+
+
+def _watch(pid: int, streams: _Streams, deadline: float) -> bool:
+    """Collect output until `pid` exits or the deadline passes; True on timeout."""
+    pidfd = os.pidfd_open(pid)
     try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        yield None
-        return
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _read_into(fd: int, tail: _Tail) -> bool:
-    """Read what is available; False at end of file."""
-    chunk = os.read(fd, 65536)
-    tail.feed(chunk)
-    return bool(chunk)
-
-
-def _watch(pid: int, output: int, tail: _Tail, deadline: float) -> bool:
-    """Collect output until the command exits or the deadline passes; True on timeout."""
-    with selectors.DefaultSelector() as sel, _exit_notifier(pid) as pidfd:
-        sel.register(output, selectors.EVENT_READ)
-        if pidfd is not None:
-            sel.register(pidfd, selectors.EVENT_READ)
-        wait_s = None if pidfd is not None else _POLL_S
         while not _exited(pid):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return True
-            for key, _ in sel.select(min(remaining, wait_s or remaining)):
-                if key.fd == output and not _read_into(output, tail):
-                    sel.unregister(output)
+            streams.pump(remaining, extra=pidfd)
+    finally:
+        os.close(pidfd)
     return False
 
 
-def _drain(output: int, tail: _Tail) -> None:
-    """Read the rest of the output; give up when nothing that could write is left."""
+def _drain(streams: _Streams) -> None:
+    """Read the rest; give up when nothing that could write is left."""
     deadline = time.monotonic() + _DRAIN_GRACE_S
+    while streams.open and (remaining := deadline - time.monotonic()) > 0:
+        streams.pump(remaining)
+
+
+def _wait_gone(pidfd: int | None) -> None:
+    """Block until the process behind `pidfd` (the sandbox's pid 1) has exited.
+
+    The kernel lets a pid namespace's init finish exiting only after every
+    other process in the namespace is gone, so this waits for all of them.
+    """
+    if pidfd is None:
+        return
     with selectors.DefaultSelector() as sel:
-        sel.register(output, selectors.EVENT_READ)
-        while (remaining := deadline - time.monotonic()) > 0:
-            if sel.select(remaining) and not _read_into(output, tail):
-                return
+        sel.register(pidfd, selectors.EVENT_READ)
+        sel.select()
 
 
-def _stat_fields(pid: int) -> tuple[bytes, int, int] | None:
-    """(state, process group, session) of `pid`, None when it is gone."""
+def _sandbox_init(info: bytes) -> int | None:
+    """A pidfd of the sandbox's pid 1, from bwrap's --info-fd JSON; None if it is gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(b")") + 2 :].split()  # the command name may contain anything
-    return fields[0], int(fields[2]), int(fields[3])
-
-
-def _belongs(pid: int, leader: int, netns: str | None) -> bool:
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] == b"Z":  # a zombie is already dead
-        return False
-    if leader in fields[1:]:
-        return True
-    if netns is None:
-        return False
-    try:
-        # Catches what called setsid() to leave the session; leaving the namespace too
-        # would take a user namespace of its own.
-        return os.readlink(f"/proc/{pid}/ns/net") == netns
-    except OSError:
-        return False
-
-
-def _strays(leader: int, netns: str | None) -> list[int]:
-    me = os.getpid()
-    with os.scandir("/proc") as entries:
-        pids = [int(entry.name) for entry in entries if entry.name.isdigit()]
-    return [pid for pid in pids if pid not in (me, leader) and _belongs(pid, leader, netns)]
-
-
-def _kill(pid: int, leader: int, netns: str | None) -> None:
-    """SIGKILL `pid`, re-checking through a pidfd that the pid was not reused meanwhile."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        return
-    try:
-        if _belongs(pid, leader, netns):
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _kill_everything(leader: int, netns: str | None) -> None:
-    """SIGKILL the command's process group, session and network namespace.
-
-    The leader is not reaped yet, so its pid cannot have been reused.
-    """
-    with contextlib.suppress(OSError):
-        os.killpg(leader, signal.SIGKILL)
-    for _ in range(_KILL_PASSES):  # each pass also catches what forked during the last
-        strays = _strays(leader, netns)
-        if not strays:
-            return
-        for pid in strays:
-            _kill(pid, leader, netns)
-
-
-def _namespace(pid: int, applied: Sequence[str]) -> str | None:
-    """The command's network namespace when it is private to the command."""
-    if "netns" not in applied:
+        child = int(json.loads(info.decode())["child-pid"])
+    except (ValueError, KeyError, TypeError):
         return None
     try:
-        theirs = os.readlink(f"/proc/{pid}/ns/net")
-        return theirs if theirs != os.readlink("/proc/self/ns/net") else None
+        return os.pidfd_open(child)
     except OSError:
         return None
 
 
-# -- running ------------------------------------------------------------------------------
+@dataclass
+class _Pipes:
+    """Every pipe of one run; closes whatever is still open."""
 
+    fds: list[int] = field(default_factory=list)
 
-def _resolve(program: str, cwd: Path, path_var: str) -> Path:
-    if "/" in program:
-        exe = cwd / program
-    else:
-        found = shutil.which(program, path=path_var)
-        if found is None:
-            raise SandboxError(
-                f"cannot start {program!r}: executable not found",
-                hint=f"the sandbox PATH is {path_var}",
-            )
-        exe = Path(found)
-    if not (exe.is_file() and os.access(exe, os.X_OK)):
-        raise SandboxError(f"cannot start {program!r}: {exe} is not an executable file")
-    return exe
+    def pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self.fds += [r, w]
+        return r, w
 
+    def close(self, fd: int) -> None:
+        if fd in self.fds:
+            self.fds.remove(fd)
+            os.close(fd)
 
-def _remove_tree(root: Path) -> None:
-    """Remove a tree the command wrote to, even where it took permissions away."""
-    shutil.rmtree(root, ignore_errors=True)
-    if not root.exists():
-        return
-    for top, dirs, _ in os.walk(root):
-        for name in dirs:
-            path = os.path.join(top, name)
-            if not os.path.islink(path):
-                with contextlib.suppress(OSError):
-                    os.chmod(path, 0o700)
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _private_dirs(root: Path) -> dict[str, str]:
-    home, tmp = root / "home", root / "tmp"
-    home.mkdir()
-    tmp.mkdir()
-    return {"HOME": str(home), "TMPDIR": str(tmp)}
-
-
-def run(
-    argv: Sequence[str],
-    cwd: Path,
-    *,
-    limits: Limits,
-    env: Mapping[str, str] | None = None,
-    writable: Sequence[Path] = (),
-) -> RunResult:
-    """Run `argv` in `cwd` in the sandbox and collect its outcome.
-
-    `env` is layered over `scrubbed_env()` and a private HOME and TMPDIR. When
-    the daemon runs as root and the unprivileged uid can reach the executable
-    and `cwd`, the command runs as that uid and every path in `writable` (which
-    must exist) is chowned to it first, recursively; otherwise it runs as the
-    daemon's user and `writable` is left alone. Raises SandboxError only when
-    the command cannot be started; a nonzero exit is a result.
-    """
-    if not argv:
-        raise SandboxError("cannot start an empty command")
-    if not cwd.is_dir():
-        raise SandboxError(f"cannot start {argv[0]!r}: working directory {cwd} does not exist")
-    missing = [str(p) for p in writable if not p.exists()]
-    if missing:
-        raise SandboxError(f"writable paths do not exist: {', '.join(missing)}")
-    owned = [Path(p).resolve() for p in writable]  # chown the directories, not links to them
-    host = _host_plan()
-    private = Path(tempfile.mkdtemp(prefix="jouled-run-")).resolve()
-    try:
-        full_env = {**scrubbed_env(), **_private_dirs(private), **(env or {})}
-        exe = _resolve(argv[0], cwd, full_env.get("PATH", ""))
-        ids = None
-        if host.ids is not None:
-            ids = _uid_plan(host.ids, exe, cwd, owned, private)
-        plan = _Plan(netns=host.netns, ids=ids)
-        return _run_started(argv, exe, cwd, full_env, limits, plan)
-    finally:
-        _remove_tree(private)
+    def close_all(self) -> None:
+        for fd in list(self.fds):
+            self.close(fd)
 
 
 def _run_started(
-    argv: Sequence[str], exe: Path, cwd: Path, env: Mapping[str, str], limits: Limits, plan: _Plan
+    argv: Sequence[str],
+    prefix: Sequence[str],
+    cfg: dict[str, Any],
+    env: Mapping[str, str],
+    limits: Limits,
+    level: str,
+    isolation: dict[str, Any],
+    channel_in: bytes | None,
+    channel_out: bool,
 ) -> RunResult:
     """Launch, watch, clean up after and account for one command."""
-    begin = time.monotonic_ns()
-    started = _launch(argv, str(exe), cwd, env, limits, plan)
-    tail = _Tail(limits.output_bytes)
+    pipes = _Pipes()
     try:
-        netns = _namespace(started.pid, started.applied)
-        timed_out = _watch(started.pid, started.output, tail, time.monotonic() + limits.timeout_s)
-        # Also after a normal exit: leftovers would hold the output pipe open.
-        _kill_everything(started.pid, netns)
-        status, rusage = _reap(started.proc)
-        wall_ns = time.monotonic_ns() - begin
-        _drain(started.output, tail)
+        return _supervise(
+            pipes, argv, prefix, cfg, env, limits, level, isolation, channel_in, channel_out
+        )
     finally:
-        if started.proc.returncode is None:
-            _kill_everything(started.pid, None)
-            _reap(started.proc)
-        os.close(started.output)
+        pipes.close_all()
+
+
+def _supervise(
+    pipes: _Pipes,
+    argv: Sequence[str],
+    prefix: Sequence[str],
+    cfg: dict[str, Any],
+    env: Mapping[str, str],
+    limits: Limits,
+    level: str,
+    isolation: dict[str, Any],
+    channel_in: bytes | None,
+    channel_out: bool,
+) -> RunResult:
+    status_r, status_w = pipes.pipe()
+    out_r, out_w = pipes.pipe()
+    passed = [status_w]
+    moves: list[tuple[int, int]] = []
+    if channel_in is not None:
+        in_r, in_w = pipes.pipe()
+        os.write(in_w, channel_in)  # small: fits the pipe's buffer
+        pipes.close(in_w)
+        passed.append(in_r)
+        moves.append((in_r, CHANNEL_IN_FD))
+    chan_r = -1
+    if channel_out:
+        chan_r, chan_w = pipes.pipe()
+        passed.append(chan_w)
+        moves.append((chan_w, CHANNEL_OUT_FD))
+    info_r = info_w = -1
+    if prefix:
+        info_r, info_w = pipes.pipe()
+        passed.append(info_w)
+    cfg = {**cfg, "status_fd": status_w, "moves": moves}
+    launcher = [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, marshal.dumps(cfg).hex()]
+    full = [a.replace("{info}", str(info_w)) for a in prefix] + [*launcher, *argv]
+    begin = time.monotonic_ns()
+    try:
+        proc = subprocess.Popen(
+            full,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=out_w,
+            env=dict(env),
+            close_fds=True,
+            pass_fds=tuple(passed),
+            start_new_session=True,
+        )
+    except OSError as err:
+        raise SandboxError(f"cannot start the sandbox: {err}") from err
+    for fd in passed:
+        pipes.close(fd)
+    pipes.close(out_w)
+    init = _sandbox_init(_read_info(info_r)) if prefix else None
+    tail, channel = _Tail(limits.output_bytes), _Tail(CHANNEL_MAX_BYTES)
+    streams = _Streams({out_r: tail, **({chan_r: channel} if channel_out else {})})
+    status: int | None = None
+    try:
+        line = _read_line(status_r)
+        message = marshal.loads(bytes.fromhex(line.decode())) if line else {}
+        if "uid" not in message:
+            _kill(proc, init)
+            status, _ = _reap(proc)
+            _wait_gone(init)
+            _drain(streams)
+            said = tail.text().strip()[-500:]
+            why = (
+                f"{message['error']}: {message['message']}"
+                if "error" in message
+                else f"the sandbox did not start: {said or _describe_status(status)}"
+            )
+            raise SandboxError(
+                f"cannot start {argv[0]!r}: {why}",
+                hint="check that the command and its working directory exist and are usable",
+            )
+        isolation = {**isolation, "caps": message["caps"]}
+        timed_out = _watch(proc.pid, streams, time.monotonic() + limits.timeout_s)
+        # Also after a normal exit: leftovers would hold the output pipe open.
+        _kill(proc, init)
+        status, rusage = _reap(proc)
+        _wait_gone(init)
+        wall_ns = time.monotonic_ns() - begin
+        _drain(streams)
+        late = _late_failure(status_r, status)
+        if late:
+            raise SandboxError(f"cannot start {argv[0]!r}: {late}")
+    finally:
+        streams.close()
+        if proc.returncode is None:
+            _kill(proc, init)
+            _reap(proc)
+        if init is not None:
+            os.close(init)
     signalled = os.WIFSIGNALED(status)
     return RunResult(
         argv=tuple(argv),
@@ -703,6 +952,57 @@ def _run_started(
         wall_ns=wall_ns,
         cpu_ns=round((rusage.ru_utime + rusage.ru_stime) * 1e9),
         output=tail.text(),
-        level=_level(started.applied),
+        level=level,
         output_dropped=tail.dropped,
+        isolation=isolation,
+        channel=bytes(channel.data) if channel_out else None,
+        channel_dropped=channel.dropped,
     )
+
+
+def _late_failure(status_r: int, status: int) -> str:
+    """The launcher's exec failure, said after its ready message; "" when it exec'd.
+
+    Read only once everything that held the pipe is gone, so it cannot block.
+    """
+    if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 127:
+        return ""
+    os.set_blocking(status_r, False)
+    try:
+        rest = os.read(status_r, 65536)
+    except BlockingIOError:
+        return ""
+    for line in rest.splitlines():
+        message = marshal.loads(bytes.fromhex(line.decode())) if line else {}
+        if "error" in message:
+            return f"{message['error']}: {message['message']}"
+    return ""
+
+
+def _describe_status(status: int | None) -> str:
+    if status is None:
+        return "no exit status"
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+def _kill(proc: subprocess.Popen[bytes], init: int | None) -> None:
+    """SIGKILL the sandbox: its pid 1 (taking the pid namespace along) and the process group.
+
+    The launcher's pid is not reaped yet, so it cannot have been reused.
+    """
+    if init is not None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(init, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, Any]:
+    """Reap the started process and return its wait status and rusage."""
+    _, status, rusage = os.wait4(proc.pid, 0)
+    # Popen did not reap it, so tell it the outcome; otherwise it warns the
+    # process is still running when it is collected.
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, rusage

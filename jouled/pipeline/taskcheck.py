@@ -48,7 +48,7 @@ def check_task(evaluator: Evaluator, contract: Contract, work: Path) -> dict[str
             after.outcomes,
             expected.fail_to_pass,
             expected.pass_to_pass,
-            graded_exit(contract, after.result.exit_code),
+            graded_exit(contract, after.exit),
         )
         if not graded.resolved:
             ok = False

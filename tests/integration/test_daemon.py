@@ -155,8 +155,12 @@ def test_a_fake_pytest_module_cannot_shadow_the_runner(daemon: Daemon, tmp_path:
         "print('PASSED tests/test_cache.py::test_get_marks_entry_as_recently_used')\n"
         "sys.exit(0)\n"
     )
-    receipt = submit(daemon, make_patch(tmp_path, LRU, {"pytest.py": fake}))
-    assert receipt["status"] == "unresolved"
+    patch = make_patch(tmp_path, LRU, {"pytest.py": fake})
+    size = daemon.ledger_size()
+    done = daemon.client("submit", "--task", "smoke/lrucache", "--patch", str(patch), "--json")
+    assert done.returncode == 2
+    assert "pytest.py: adds a module named 'pytest'" in done.stderr
+    assert daemon.ledger_size() == size  # refused before anything was recorded
 
 
 def test_idempotent_retry_returns_the_original_receipt(daemon: Daemon, tmp_path: Path) -> None:

@@ -1,0 +1,471 @@
+"""How the daemon runs a task's pytest command, so that the patch cannot steer it.
+
+A task writes its test command the way a person would (`python -m pytest
+tests`); `plan` turns it into a run of the daemon's own runner
+(`jouled_pytest.py`, shown read-only in the sandbox) with:
+
+- plugin autoloading off (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`): no `pytest11`
+  entry point from a dist-info the patch adds, nor from the environment;
+- an explicit configuration (`-c`): the task's pristine pytest configuration,
+  found by pytest's own discovery order on the restored tree and shown
+  read-only over itself, so no `pytest.toml`, `pytest.ini`, `tox.ini`,
+  `setup.cfg` or `pyproject.toml` the patch adds anywhere is read, and the
+  one in force cannot change while the tests run; with none, an empty one
+  and the tree root as rootdir;
+- `-s -P` for the interpreter: no user site-packages, and the tree goes on
+  sys.path only once pytest and the runner are loaded;
+- outcomes from the runner's authenticated channel, never from files or
+  output the tests can write;
+- canary tests planted fresh each run beside the real tests: some must pass
+  and some must fail, so a run whose report was forced comes out `tampered`.
+
+What a patch may not add at all (modules shadowing the standard library or
+the runner, bytecode) is checked by `guard`.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jouled.pipeline.sandbox import Layout
+from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED, record_outcome
+
+RUNNER = Path(__file__).with_name("jouled_pytest.py")
+_PYTEST_SCRIPTS = frozenset({"pytest", "py.test"})
+_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*)?")
+_PYTHON_OPTS_WITH_ARG = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+_PORTABLE_PYTHON = frozenset({"python", "python3"})
+# pytest's configuration files in its own discovery order (pytest 9).
+CONFIG_NAMES = (
+    "pytest.toml",
+    ".pytest.toml",
+    "pytest.ini",
+    ".pytest.ini",
+    "pyproject.toml",
+    "tox.ini",
+    "setup.cfg",
+)
+MAX_CANARY_DIRS = 3
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def _is_python(program: str) -> bool:
+    return (
+        program == sys.executable or _PYTHON_NAME.fullmatch(os.path.basename(program)) is not None
+    )
+
+
+def split_pytest(test_cmd: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
+    """(mode, interpreter options, pytest args) of a pytest command; None for anything else.
+
+    Mode "script" is `pytest ...` / `py.test ...` (the working directory is not
+    on sys.path); "module" is `<python> [opts] -m pytest ...` (it is).
+    """
+    if not test_cmd:
+        return None
+    if os.path.basename(test_cmd[0]) in _PYTEST_SCRIPTS:
+        return "script", [], list(test_cmd[1:])
+    if not _is_python(test_cmd[0]):
+        return None
+    opts: list[str] = []
+    i = 1
+    while i < len(test_cmd):
+        arg = test_cmd[i]
+        if arg == "-m":
+            if i + 1 < len(test_cmd) and test_cmd[i + 1] == "pytest":
+                return "module", opts, list(test_cmd[i + 2 :])
+            return None
+        if arg == "-mpytest":
+            return "module", opts, list(test_cmd[i + 1 :])
+        if not arg.startswith("-") or arg in ("-", "-c") or arg.startswith("-c"):
+            return None  # a script, stdin or -c code: not pytest as a module
+        opts.append(arg)
+        if arg in _PYTHON_OPTS_WITH_ARG and i + 1 < len(test_cmd):
+            opts.append(test_cmd[i + 1])
+            i += 1
+        i += 1
+    return None
+
+
+def is_pytest(test_cmd: Sequence[str]) -> bool:
+    return split_pytest(test_cmd) is not None
+
+
+def plain_argv(test_cmd: Sequence[str], python: str = sys.executable) -> list[str]:
+    """A command that is not pytest: a leading `python`/`python3` is the daemon's interpreter."""
+    if not test_cmd:
+        raise ValueError("empty test command")
+    program = python if test_cmd[0] in _PORTABLE_PYTHON else test_cmd[0]
+    return [program, *test_cmd[1:]]
+
+
+def _positional(args: Sequence[str]) -> list[str]:
+    """The path arguments of a pytest command (before any `--`, plus all after it)."""
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--":
+            out.extend(it)
+            break
+        if not arg.startswith("-"):
+            out.append(arg)
+    return out
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def _is_config(path: Path) -> bool:
+    """Whether pytest would take `path` as its configuration file (by name and content)."""
+    name = path.name
+    if name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
+        return True
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    if name == "pyproject.toml":
+        try:
+            tool = tomllib.loads(text).get("tool", {})
+        except tomllib.TOMLDecodeError:
+            return False
+        return isinstance(tool, dict) and "pytest" in tool
+    section = "pytest" if name == "tox.ini" else "tool:pytest"
+    return re.search(rf"^\[{re.escape(section)}\]", text, re.MULTILINE) is not None
+
+
+def find_config(tree: Path, args: Sequence[str]) -> str | None:
+    """The configuration pytest would read for `args` in `tree`, relative to it.
+
+    pytest looks upward from each path argument (the working directory when
+    there is none) for the first file of CONFIG_NAMES that configures it; a
+    pyproject.toml that does not is the fallback. The search stops at the tree.
+    """
+    root = tree.resolve()
+    starts = [root / a for a in _positional(args)] or [root]
+    fallback: str | None = None
+    for start in starts:
+        start = start if start.is_dir() else start.parent
+        try:
+            start.resolve().relative_to(root)
+        except (ValueError, OSError):
+            continue
+        for base in (start, *start.parents):
+            for name in CONFIG_NAMES:
+                candidate = base / name
+                if candidate.is_file() and not candidate.is_symlink():
+                    rel = candidate.relative_to(root).as_posix()
+                    if _is_config(candidate):
+                        return rel
+                    if name == "pyproject.toml" and fallback is None:
+                        fallback = rel
+            if base == root:
+                break
+    return fallback
+
+
+def _function_prefix(config: Path | None) -> str:
+    """A prefix the configuration's `python_functions` collects ("test_" by default)."""
+    if config is None:
+        return "test_"
+    value: object = None
+    try:
+        if config.suffix == ".toml":
+            document = tomllib.loads(config.read_text())
+            table = document.get("pytest") or document.get("tool", {}).get("pytest", {})
+            value = table.get("python_functions") or table.get("ini_options", {}).get(
+                "python_functions"
+            )
+        else:
+            parser = configparser.ConfigParser(interpolation=None)
+            parser.read_string(config.read_text())
+            for section in ("pytest", "tool:pytest"):
+                if parser.has_option(section, "python_functions"):
+                    value = parser.get(section, "python_functions")
+    except (OSError, ValueError, tomllib.TOMLDecodeError, configparser.Error, AttributeError):
+        return "test_"
+    patterns = value.split() if isinstance(value, str) else value
+    for pattern in patterns if isinstance(patterns, list) else []:
+        if isinstance(pattern, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*", pattern):
+            return pattern[:-1]
+    return "test_"
+
+
+# -- canaries -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Canaries:
+    """Tests the patch could not know, planted for one run."""
+
+    files: tuple[str, ...]  # relative to the tree, passed to pytest explicitly
+    must_pass: tuple[str, ...]  # node ids
+    must_fail: tuple[str, ...]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset((*self.must_pass, *self.must_fail))
+
+
+_CANARY = """\
+# A check planted by jouled for one run; it is not part of the task.
+
+
+def {passing}():
+    values = [{a}, {b}, {c}]
+    assert sorted(values)[1] == {median}
+
+
+def {failing}():
+    assert {a} * {b} == {wrong}, "planted to fail"
+"""
+
+
+def _canary_dirs(tree: Path, args: Sequence[str], expected: Sequence[str]) -> list[str]:
+    """Where the real tests are collected: the directories of the expected ids' files."""
+    dirs: list[str] = []
+    for test_id in expected:
+        file = test_id.split("::", 1)[0]
+        if file.endswith(".py"):
+            dirs.append(os.path.dirname(file))
+    if not dirs:
+        for arg in _positional(args):
+            path = tree / arg
+            dirs.append(arg if path.is_dir() else os.path.dirname(arg))
+    unique = list(dict.fromkeys(d.strip("/") for d in dirs))
+    return [d for d in unique if (tree / d).is_dir() and not (tree / d).is_symlink()][
+        :MAX_CANARY_DIRS
+    ] or [""]
+
+
+def plant_canaries(
+    tree: Path, rootdir: str, dirs: Sequence[str], prefix: str = "test_"
+) -> Canaries:
+    """Write one canary module into each of `dirs` (relative to the tree)."""
+    files, must_pass, must_fail = [], [], []
+    for d in dirs:
+        token = secrets.token_hex(6)
+        rel = f"{d}/test_{token}.py" if d else f"test_{token}.py"
+        passing, failing = f"{prefix}{secrets.token_hex(5)}", f"{prefix}{secrets.token_hex(5)}"
+        a, b, c = (secrets.randbelow(9000) + 1000 for _ in range(3))
+        (tree / rel).write_text(
+            _CANARY.format(
+                passing=passing,
+                failing=failing,
+                a=a,
+                b=b,
+                c=c,
+                median=sorted([a, b, c])[1],
+                wrong=a * b + 1 + secrets.randbelow(97),
+            )
+        )
+        node = os.path.relpath(tree / rel, tree / rootdir).replace(os.sep, "/")
+        files.append(rel)
+        must_pass.append(f"{node}::{passing}")
+        must_fail.append(f"{node}::{failing}")
+    return Canaries(tuple(files), tuple(must_pass), tuple(must_fail))
+
+
+# -- the plan -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    argv: list[str]
+    env: dict[str, str]
+    key: bytes  # authenticates the runner's channel
+    overlays: dict[str, Path]  # tree-relative path -> read-only file shown over it
+    canaries: Canaries
+    config: str | None  # the configuration in force, relative to the tree
+
+
+def plan(
+    test_cmd: Sequence[str],
+    tree: Path,
+    ro_dir: Path,
+    layout: Layout,
+    expected: Sequence[str] = (),
+    pristine: Path | None = None,
+    python: str = sys.executable,
+) -> Plan | None:
+    """Prepare `ro_dir` and the workdir for one pytest run; None when not a pytest command.
+
+    The configuration is looked up in the `pristine` tree (the workdir itself
+    when there is none) and its pristine bytes are what the run reads. `ro_dir`
+    receives the runner and the configuration; the canaries go into the tree
+    (after protected paths were restored, so nothing removes them).
+    """
+    split = split_pytest(test_cmd)
+    if split is None:
+        return None
+    mode, opts, args = split
+    shutil.copyfile(RUNNER, ro_dir / "jouled_pytest.py")
+    source = pristine or tree
+    config = find_config(source, args)
+    overlays: dict[str, Path] = {}
+    ours: list[str] = ["-p", "no:cacheprovider"]
+    if config is not None:
+        frozen = ro_dir / "config" / config
+        frozen.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / config, frozen)
+        overlays[config] = frozen
+        ours += ["-c", f"{layout.workdir}/{config}"]
+        rootdir = os.path.dirname(config)
+    else:
+        (ro_dir / "pytest.ini").write_text("[pytest]\n")
+        ours += ["-c", f"{layout.ro}/pytest.ini", "--rootdir", layout.workdir]
+        ours += ["--confcutdir", layout.workdir]
+        rootdir = ""
+    for path in ro_dir.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(ro_dir, 0o755)
+    prefix = _function_prefix(frozen if config else None)
+    canaries = plant_canaries(tree, rootdir, _canary_dirs(tree, args, expected), prefix)
+    ours += ["-rA", *canaries.files]
+    if "--" in args:  # after "--" everything is a path, so ours go before it
+        cut = args.index("--")
+        args = [*args[:cut], *ours, *args[cut:]]
+    else:
+        args = [*args, *ours]
+    boot = (
+        f"import sys; sys.path.insert(0, {layout.ro!r}); import jouled_pytest; jouled_pytest.main()"
+    )
+    interpreter = python if test_cmd[0] in _PORTABLE_PYTHON or mode == "script" else test_cmd[0]
+    argv = [interpreter, *opts, "-s", "-P", "-c", boot, mode, *args]
+    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return Plan(argv, env, secrets.token_bytes(32), overlays, canaries, config)
+
+
+# -- the channel --------------------------------------------------------------------------
+
+
+@dataclass
+class Channel:
+    """What the runner reported, checked record by record."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    started: bool = False
+    finished: bool = False
+    exit: int | None = None  # the exit status pytest reported at session finish
+    forged: list[str] = field(default_factory=list)  # why records were refused
+
+
+def read_channel(data: bytes, key: bytes) -> Channel:
+    """Parse and authenticate the runner's records; anything out of place is `forged`."""
+    channel = Channel()
+    expected_n = 0
+    for raw in data.split(b"\n"):
+        if not raw:
+            continue
+        body, _, mac = raw.rpartition(b" ")
+        want = hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(mac, want):
+            channel.forged.append(f"a record with a bad authenticator: {raw[:120]!r}")
+            continue
+        try:
+            record = json.loads(body)
+        except ValueError:
+            channel.forged.append("an authenticated record that is not JSON")
+            continue
+        if record.get("n") != expected_n:
+            channel.forged.append(f"record {record.get('n')} where {expected_n} was due")
+        expected_n += 1
+        if channel.finished:
+            channel.forged.append("a record after the session finished")
+        _apply(channel, record)
+    return channel
+
+
+def _apply(channel: Channel, record: Mapping[str, object]) -> None:
+    event = record.get("event")
+    test_id = str(record.get("id", ""))
+    if event == "start":
+        channel.started = True
+    elif event == "finish":
+        channel.finished = True
+        exit_code = record.get("exit")
+        channel.exit = exit_code if isinstance(exit_code, int) else None
+    elif event == "collect":
+        record_outcome(channel.outcomes, test_id, ERROR)
+    elif event == "test":
+        when, outcome = record.get("when"), record.get("outcome")
+        if outcome == "skipped":
+            record_outcome(channel.outcomes, test_id, SKIPPED)
+        elif outcome == "failed":
+            record_outcome(channel.outcomes, test_id, FAILED if when == "call" else ERROR)
+        elif outcome == "passed" and when == "call":
+            record_outcome(channel.outcomes, test_id, PASSED)
+
+
+# -- the verdict on a run -----------------------------------------------------------------
+
+
+def forgery(
+    channel: Channel,
+    canaries: Canaries,
+    exit_code: int | None,
+    expected: Sequence[str],
+) -> str:
+    """Why this run's report cannot be genuine; "" when nothing contradicts it.
+
+    A run claiming success where its planted failures would have shown is
+    forged: a must-fail canary that passed, a clean exit status despite one,
+    an exit status other than the one pytest reported, or expected tests
+    passing while a canary is missing or wrong.
+    """
+    if channel.forged:
+        return f"its report channel carried {channel.forged[0]}"
+    outcomes = channel.outcomes
+    passed_fail = [t for t in canaries.must_fail if outcomes.get(t) == PASSED]
+    if passed_fail:
+        return f"a canary planted to fail passed ({passed_fail[0]})"
+    ran_fail = [t for t in canaries.must_fail if t in outcomes]
+    if exit_code == 0 and ran_fail:
+        return "pytest exited 0 although a canary planted to fail failed"
+    if channel.finished and exit_code is not None and channel.exit != exit_code:
+        return f"the process exited {exit_code} but pytest finished with {channel.exit}"
+    claims = any(outcomes.get(t) == PASSED for t in expected)
+    wrong = [t for t in canaries.must_pass if outcomes.get(t) != PASSED]
+    wrong += [t for t in canaries.must_fail if outcomes.get(t) not in (FAILED,)]
+    if claims and wrong:
+        return f"expected tests passed but the canary {wrong[0]} did not come out as planted"
+    return ""
+
+
+def effective_exit(
+    channel: Channel, canaries: Canaries, exit_code: int | None, *, others_may_fail: bool
+) -> int | None:
+    """The exit status the run would have had without its must-fail canaries.
+
+    pytest exits 1 when any test failed; with the canaries failing as planted,
+    1 means "clean" when no other test failed (or other failures are allowed).
+    """
+    if exit_code != 1:
+        return exit_code
+    if others_may_fail:
+        return 0
+    others = [
+        t
+        for t, o in channel.outcomes.items()
+        if o in (FAILED, ERROR) and t not in canaries.must_fail
+    ]
+    return 1 if others else 0
+
+
+def without_canaries(outcomes: Mapping[str, str], canaries: Canaries) -> dict[str, str]:
+    ids = canaries.ids
+    return {t: o for t, o in outcomes.items() if t not in ids}

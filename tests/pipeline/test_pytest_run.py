@@ -1,0 +1,499 @@
+"""The daemon's pytest runner, run for real in the sandbox: ids, channel, config, canaries."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import shutil
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jouled.pipeline import pytest_run
+from jouled.pipeline.pytest_run import Canaries, Channel, forgery, read_channel, split_pytest
+from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED, parse_ra
+
+X = "tests/test_x.py"
+
+TEST_X = textwrap.dedent(
+    """
+    import pytest
+
+    from mypkg import VALUE
+
+
+    @pytest.mark.parametrize(
+        "v", [1, 2, 3, 4, 5], ids=["a::b", "c/d.e", "[x.y]", "sp ace - dash", "1.5"]
+    )
+    def test_p(v):
+        assert v != 2
+
+
+    class TestC:
+        @pytest.mark.parametrize("w", ["x.y"])
+        def test_m(self, w):
+            assert VALUE == 1
+
+        class TestInner:
+            def test_n(self):
+                pass
+
+
+    def test_fail():
+        assert VALUE == 2, "boom"
+
+
+    @pytest.mark.skip(reason="not today")
+    def test_skip():
+        pass
+
+
+    @pytest.mark.xfail(reason="known bug")
+    def test_xf():
+        assert 0
+
+
+    @pytest.fixture
+    def broken_teardown():
+        yield
+        raise RuntimeError("teardown broke")
+
+
+    def test_td(broken_teardown):
+        pass
+
+
+    def test_td_fail(broken_teardown):
+        assert 0
+
+
+    @pytest.fixture
+    def broken_setup():
+        raise RuntimeError("setup broke")
+
+
+    def test_setup_err(broken_setup):
+        pass
+    """
+)
+
+EXPECTED = {
+    f"{X}::test_p[a::b]": PASSED,
+    f"{X}::test_p[c/d.e]": FAILED,
+    f"{X}::test_p[[x.y]]": PASSED,
+    f"{X}::test_p[sp ace - dash]": PASSED,
+    f"{X}::test_p[1.5]": PASSED,
+    f"{X}::TestC::test_m[x.y]": PASSED,
+    f"{X}::TestC::TestInner::test_n": PASSED,
+    f"{X}::test_fail": FAILED,
+    f"{X}::test_skip": SKIPPED,
+    f"{X}::test_xf": SKIPPED,
+    f"{X}::test_td": ERROR,
+    f"{X}::test_td_fail": ERROR,
+    f"{X}::test_setup_err": ERROR,
+    "tests/sub/test_y.py::test_y": PASSED,
+}
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="runner-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_tree(
+    tree: Path,
+    ro: Path,
+    test_cmd: list[str],
+    expected: list[str] | None = None,
+    pristine: Path | None = None,
+) -> tuple[pytest_run.Plan, RunResult, Channel]:
+    """Plan and run a pytest command on `tree` the way the evaluator does."""
+    ro.mkdir()
+    box = Sandbox()
+    layout = box.layout(tree, ro)
+    plan = pytest_run.plan(test_cmd, tree, ro, layout, expected or [], pristine=pristine)
+    assert plan is not None
+    result = box.run(
+        plan.argv,
+        tree,
+        limits=Limits(timeout_s=120),
+        env=plan.env,
+        ro_dir=ro,
+        overlays=plan.overlays,
+        channel_in=plan.key,
+        channel_out=True,
+    )
+    return plan, result, read_channel(result.channel or b"", plan.key)
+
+
+def run_plan(
+    scratch: Path,
+    files: dict[str, str],
+    test_cmd: list[str],
+    expected: list[str] | None = None,
+    added: dict[str, str] | None = None,
+) -> tuple[pytest_run.Plan, RunResult, Channel]:
+    """Run on a tree written from `files` plus `added` (what a patch would add)."""
+    pristine = write_tree(scratch / "pristine", files)
+    tree = write_tree(scratch / "tree", {**files, **(added or {})})
+    return run_tree(tree, scratch / "ro", test_cmd, expected, pristine)
+
+
+PROJECT = {
+    "pytest.ini": "[pytest]\n",
+    "mypkg/__init__.py": "VALUE = 1\n",
+    X: TEST_X,
+    "tests/sub/test_y.py": "def test_y():\n    pass\n",
+}
+
+
+# -- the channel carries exact node ids ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "test_cmd", [["python", "-m", "pytest", "tests"], [sys.executable, "-m", "pytest", "tests"]]
+)
+def test_outcomes_are_exact_node_ids(scratch: Path, test_cmd: list[str]) -> None:
+    plan, result, channel = run_plan(scratch, PROJECT, test_cmd)
+    assert not channel.forged and channel.started and channel.finished
+    assert pytest_run.without_canaries(channel.outcomes, plan.canaries) == EXPECTED, result.output
+    assert forgery(channel, plan.canaries, result.exit_code, list(EXPECTED)) == ""
+    # The -rA summary stays in the output for people; it agrees where it names a test.
+    from_ra = pytest_run.without_canaries(parse_ra(result.output), plan.canaries)
+    assert from_ra == {k: v for k, v in EXPECTED.items() if k != f"{X}::test_skip"}
+
+
+def test_canaries_come_out_as_planted(scratch: Path) -> None:
+    plan, result, channel = run_plan(scratch, PROJECT, ["python", "-m", "pytest", "tests"], [X])
+    assert plan.canaries.must_pass and plan.canaries.must_fail
+    assert all(channel.outcomes[t] == PASSED for t in plan.canaries.must_pass)
+    assert all(channel.outcomes[t] == FAILED for t in plan.canaries.must_fail)
+    assert all(t.startswith("tests/test_") for t in plan.canaries.ids)
+    assert result.exit_code == 1
+
+
+def test_canary_names_are_fresh_each_run(scratch: Path) -> None:
+    first = run_plan(scratch / "a", PROJECT, ["python", "-m", "pytest", "tests"])[0].canaries
+    second = run_plan(scratch / "b", PROJECT, ["python", "-m", "pytest", "tests"])[0].canaries
+    assert not first.ids & second.ids
+
+
+def test_a_clean_run_discounts_only_the_canaries(scratch: Path) -> None:
+    files = {"pytest.ini": "[pytest]\n", "tests/test_a.py": "def test_ok():\n    pass\n"}
+    plan, result, channel = run_plan(scratch, files, ["pytest", "tests"])
+    assert result.exit_code == 1  # the planted failures
+    assert pytest_run.effective_exit(channel, plan.canaries, 1, others_may_fail=False) == 0
+
+
+def test_a_collection_error_is_reported_on_the_file(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "tests/test_bad.py": "import no_such_module\n",
+        "tests/test_good.py": "def test_ok():\n    pass\n",
+    }
+    _, _, channel = run_plan(scratch, files, ["python", "-m", "pytest", "tests"])
+    assert channel.outcomes["tests/test_bad.py"] == ERROR
+    assert "tests/test_good.py::test_ok" not in channel.outcomes  # collection was interrupted
+
+
+# -- what the tree cannot steer ----------------------------------------------------------
+
+FORCE_PASS_PLUGIN = textwrap.dedent(
+    """
+    import pytest
+
+    print("JB-PLUGIN-LOADED")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        report = outcome.get_result()
+        report.outcome = "passed"
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"pytest.toml": '[pytest]\naddopts = ["-p", "evil"]\n', "evil.py": FORCE_PASS_PLUGIN},
+        {"tests/pytest.ini": "[pytest]\naddopts = -p evil\n", "evil.py": FORCE_PASS_PLUGIN},
+        {
+            "evil.py": FORCE_PASS_PLUGIN,
+            "evil-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n",
+            "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = evil\n",
+        },
+        {"sitecustomize.py": "print('JB-PLUGIN-LOADED')\n"},
+        {"usercustomize.py": "print('JB-PLUGIN-LOADED')\n"},
+    ],
+    ids=["pytest.toml", "subdir-ini", "pytest11-entry-point", "sitecustomize", "usercustomize"],
+)
+def test_configuration_and_plugins_in_the_tree_are_not_read(
+    scratch: Path, extra: dict[str, str]
+) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "tests/test_a.py": "def test_real():\n    assert 1 == 2\n",
+    }
+    cmd = ["python", "-m", "pytest", "tests"]
+    plan, result, channel = run_plan(scratch, files, cmd, added=extra)
+    assert "JB-PLUGIN-LOADED" not in result.output
+    assert channel.outcomes["tests/test_a.py::test_real"] == FAILED
+    assert plan.config == "pytest.ini"
+
+
+def test_a_fake_pytest_in_the_tree_root_does_not_shadow_the_runner(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "pytest.py": "print('FAKE PYTEST RAN')\nimport sys\nsys.exit(0)\n",
+        "tests/test_a.py": "def test_real():\n    assert 1 == 2\n",
+    }
+    for cmd in (["python", "-m", "pytest", "tests"], ["pytest", "tests"]):
+        _, result, channel = run_plan(scratch / cmd[0], files, cmd)
+        assert "FAKE PYTEST RAN" not in result.output
+        assert channel.outcomes["tests/test_a.py::test_real"] == FAILED
+
+
+def test_stale_bytecode_in_the_tree_is_never_loaded(scratch: Path) -> None:
+    """An unchecked hash-based .pyc beside the source would run instead of it."""
+    import importlib.util
+    import py_compile
+
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": "from mypkg import VALUE\n\ndef test_v():\n    assert VALUE == 2\n",
+    }
+    tree = write_tree(scratch / "tree", files)
+    evil = scratch / "evil.py"
+    evil.write_text("VALUE = 2\n")
+    cache = tree / "mypkg" / "__pycache__"
+    cache.mkdir()
+    tag = sys.implementation.cache_tag
+    py_compile.compile(
+        str(evil),
+        cfile=str(cache / f"__init__.{tag}.pyc"),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    assert importlib.util.cache_from_source(str(tree / "mypkg" / "__init__.py")).endswith(
+        f"__init__.{tag}.pyc"
+    )
+    _, result, channel = run_tree(tree, scratch / "ro", ["python", "-m", "pytest", "tests"])
+    assert channel.outcomes["tests/test_a.py::test_v"] == FAILED, result.output
+
+
+def test_the_runner_report_cannot_be_forged_without_the_key(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": textwrap.dedent(
+            """
+            import json, os
+            line = json.dumps({"event": "test", "id": "tests/test_a.py::test_real",
+                               "when": "call", "outcome": "passed", "xfail": False, "n": 1})
+            os.write(4, (line + " " + "0" * 64 + "\\n").encode())
+            """
+        ),
+        "tests/test_a.py": "import mypkg\n\ndef test_real():\n    assert 1 == 2\n",
+    }
+    plan, result, channel = run_plan(
+        scratch, files, ["python", "-m", "pytest", "tests"], ["tests/test_a.py::test_real"]
+    )
+    assert channel.forged, result.output
+    assert "bad authenticator" in forgery(channel, plan.canaries, result.exit_code, [])
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "mode"),
+    [
+        (["python", "-m", "pytest", "tests"], "module"),
+        (["python3", "-m", "pytest"], "module"),
+        (["python", "-X", "dev", "-W", "error", "-m", "pytest"], "module"),
+        (["python", "-mpytest"], "module"),
+        (["pytest", "tests"], "script"),
+        (["py.test"], "script"),
+        (["/opt/venv/bin/pytest", "-q"], "script"),
+        (["python", "-m", "unittest"], None),
+        (["python", "run_tests.py"], None),
+        (["python", "-c", "import pytest; pytest.main()"], None),
+        (["make", "test"], None),
+        ([], None),
+    ],
+)
+def test_split_pytest(argv: list[str], mode: str | None) -> None:
+    split = split_pytest(argv)
+    assert (split[0] if split else None) == mode
+
+
+def test_plain_commands_keep_their_argv() -> None:
+    assert pytest_run.plain_argv(["python", "run.py"], "/py") == ["/py", "run.py"]
+    assert pytest_run.plain_argv(["make", "test"], "/py") == ["make", "test"]
+    with pytest.raises(ValueError):
+        pytest_run.plain_argv([])
+
+
+def test_our_options_go_before_a_double_dash(scratch: Path) -> None:
+    tree = write_tree(scratch / "tree", {"pytest.ini": "[pytest]\n", "-odd.py": ""})
+    ro = scratch / "ro"
+    ro.mkdir()
+    plan = pytest_run.plan(
+        ["pytest", "-k", "x", "--", "-odd.py"], tree, ro, Sandbox().layout(tree, ro)
+    )
+    assert plan is not None
+    cut = plan.argv.index("--")
+    assert plan.argv[cut + 1 :] == ["-odd.py"]
+    assert "-c" in plan.argv[:cut] and "-p" in plan.argv[:cut]
+    assert plan.argv[plan.argv.index("-P") + 1 : plan.argv.index("-P") + 2] == ["-c"]
+    assert plan.env == {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "found"),
+    [
+        ({"pytest.ini": "[pytest]\n", "pytest.toml": "[pytest]\n"}, ["tests"], "pytest.toml"),
+        ({"tox.ini": "[tox]\n", "setup.cfg": "[tool:pytest]\n"}, ["tests"], "setup.cfg"),
+        ({"tox.ini": "[pytest]\n", "setup.cfg": "[tool:pytest]\n"}, [], "tox.ini"),
+        ({"pyproject.toml": "[project]\nname='x'\n"}, ["tests"], "pyproject.toml"),
+        (
+            {"pyproject.toml": "[tool.pytest.ini_options]\n", "tests/pytest.ini": ""},
+            ["tests"],
+            "tests/pytest.ini",
+        ),
+        ({"setup.cfg": "[metadata]\n"}, ["tests"], None),
+    ],
+)
+def test_find_config_follows_pytests_discovery(
+    tmp_path: Path, files: dict[str, str], args: list[str], found: str | None
+) -> None:
+    tree = write_tree(tmp_path / "tree", {"tests/test_a.py": "", **files})
+    assert pytest_run.find_config(tree, args) == found
+
+
+def test_find_config_stops_at_the_tree(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    tree = write_tree(tmp_path / "tree", {"tests/test_a.py": ""})
+    assert pytest_run.find_config(tree, ["tests"]) is None
+
+
+def test_canaries_follow_the_configured_function_names(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\npython_functions = check_*\n",
+        "tests/test_a.py": "def check_it():\n    pass\n",
+    }
+    plan, _, channel = run_plan(scratch, files, ["pytest", "tests"])
+    assert all(t.split("::")[1].startswith("check_") for t in plan.canaries.ids)
+    assert all(channel.outcomes.get(t) == PASSED for t in plan.canaries.must_pass)
+    assert channel.outcomes.get("tests/test_a.py::check_it") == PASSED
+
+
+# -- reading the channel and judging a run -------------------------------------------------
+
+KEY = b"k" * 32
+
+
+def line(record: dict[str, object], key: bytes = KEY) -> bytes:
+    body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    return body + b" " + hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b"\n"
+
+
+def records(*events: dict[str, object]) -> bytes:
+    return b"".join(line({**e, "n": i}) for i, e in enumerate(events))
+
+
+def test_read_channel_maps_phases_to_outcomes() -> None:
+    data = records(
+        {"event": "start"},
+        {"event": "test", "id": "a", "when": "setup", "outcome": "passed"},
+        {"event": "test", "id": "a", "when": "call", "outcome": "passed"},
+        {"event": "test", "id": "b", "when": "call", "outcome": "failed"},
+        {"event": "test", "id": "c", "when": "setup", "outcome": "failed"},
+        {"event": "test", "id": "d", "when": "setup", "outcome": "skipped"},
+        {"event": "test", "id": "e", "when": "call", "outcome": "passed"},
+        {"event": "test", "id": "e", "when": "teardown", "outcome": "failed"},
+        {"event": "collect", "id": "f.py", "outcome": "error"},
+        {"event": "finish", "exit": 1},
+    )
+    channel = read_channel(data, KEY)
+    assert channel.outcomes == {
+        "a": PASSED,
+        "b": FAILED,
+        "c": ERROR,
+        "d": SKIPPED,
+        "e": ERROR,
+        "f.py": ERROR,
+    }
+    assert channel.started and channel.finished and channel.exit == 1 and not channel.forged
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (line({"event": "start", "n": 0}, b"x" * 32), "bad authenticator"),
+        (line({"event": "start", "n": 1}), "record 1 where 0 was due"),
+        (records({"event": "finish", "exit": 0}, {"event": "start"}), "after the session"),
+        (b"PASSED tests/test_a.py::test_x\n", "bad authenticator"),
+    ],
+)
+def test_read_channel_refuses_what_the_runner_did_not_write(data: bytes, why: str) -> None:
+    channel = read_channel(data, KEY)
+    assert channel.forged and why in channel.forged[0]
+
+
+CAN = Canaries(("t/test_c.py",), ("t/test_c.py::test_p",), ("t/test_c.py::test_f",))
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "exit_code", "finish", "verdict"),
+    [
+        ({"x": PASSED, "t/test_c.py::test_p": PASSED, "t/test_c.py::test_f": FAILED}, 1, 1, ""),
+        ({"x": FAILED, "t/test_c.py::test_p": PASSED, "t/test_c.py::test_f": FAILED}, 1, 1, ""),
+        (
+            {"x": PASSED, "t/test_c.py::test_p": PASSED, "t/test_c.py::test_f": PASSED},
+            0,
+            0,
+            "planted to fail passed",
+        ),
+        (
+            {"x": PASSED, "t/test_c.py::test_p": PASSED, "t/test_c.py::test_f": FAILED},
+            0,
+            1,
+            "exited 0",
+        ),
+        (
+            {"x": PASSED, "t/test_c.py::test_p": PASSED, "t/test_c.py::test_f": FAILED},
+            1,
+            0,
+            "finished with 0",
+        ),
+        ({"x": PASSED}, 0, None, "did not come out as planted"),
+        ({"x": FAILED}, 1, None, ""),
+        ({}, None, None, ""),
+    ],
+)
+def test_forgery_truth_table(
+    outcomes: dict[str, str], exit_code: int | None, finish: int | None, verdict: str
+) -> None:
+    channel = Channel(dict(outcomes), True, finish is not None, finish)
+    found = forgery(channel, CAN, exit_code, ["x"])
+    assert (verdict in found and bool(found)) if verdict else found == ""
