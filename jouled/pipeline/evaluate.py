@@ -150,6 +150,32 @@ def prepare_tree(contract: Contract, tree: Path, patch: Patch | None) -> list[st
     return restored
 
 
+MAX_READ_ONLY_FILES = 512
+
+
+def read_only_tests(contract: Contract, tree: Path, protected: Sequence[str]) -> dict[str, Path]:
+    """The protected paths shown read-only over themselves while the tests run.
+
+    Code under test then cannot rewrite a test module before pytest imports
+    it. A pattern naming a whole directory (`tests/**`) is one mount; other
+    protected files are mounted one by one, up to MAX_READ_ONLY_FILES.
+    """
+    overlays: dict[str, Path] = {}
+    for pattern in contract.test_files:
+        base = pattern.strip("/").removesuffix("/**").strip("/")
+        directory = tree / base
+        plain = base and not any(c in "*?[" for c in base)
+        if plain and directory.is_dir() and not directory.is_symlink():
+            overlays[base] = directory
+    covered = tuple(f"{d}/" for d in overlays)
+    rest = [rel for rel in protected if not rel.startswith(covered)]
+    for rel in rest[:MAX_READ_ONLY_FILES]:
+        path = tree / rel
+        if path.is_file() and not path.is_symlink():
+            overlays[rel] = path
+    return overlays
+
+
 def default_limits(contract: Contract) -> Limits:
     # Real repositories (numpy- and BLAS-heavy ones) need more than the 4 GiB default.
     if contract.kind == "swebench":
@@ -187,8 +213,15 @@ class Evaluator:
         ro = Path(tempfile.mkdtemp(prefix="ro-", dir=tree.parent))
         try:
             layout = self.sandbox.layout(tree, ro)
+            protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
             plan = pytest_run.plan(
-                contract.test_cmd, tree, ro, layout, expected, pristine=contract.pristine
+                contract.test_cmd,
+                tree,
+                ro,
+                layout,
+                expected,
+                pristine=contract.pristine,
+                protected=protected,
             )
             limits = self._limits(contract)
             if plan is None:
@@ -202,7 +235,7 @@ class Evaluator:
                 limits=limits,
                 env=plan.env,
                 ro_dir=ro,
-                overlays=plan.overlays,
+                overlays={**read_only_tests(contract, tree, protected), **plan.overlays},
                 channel_in=plan.key,
                 channel_out=True,
             )

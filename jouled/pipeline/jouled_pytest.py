@@ -12,9 +12,15 @@ terminal output, which the code under test can rewrite at will: this plugin
 writes one record per report to a pipe the daemon reads (fd 4), each line
 authenticated with a per-run key the daemon sends on fd 3. The key is read and
 its descriptor closed before any code of the tree runs, and the report pipe is
-kept out of the processes the tests start. Code running inside this process
-can still find both in memory: the channel raises the cost of a forgery, the
-daemon's canary tests detect the forgeries that do not know them.
+kept out of the processes the tests start.
+
+Before each test runs, the plugin also checks that the test function runs no
+code from the tree other than the protected test files (`protected.json`
+beside this file lists them) and that no trace or profile function is
+installed; what it finds goes on the channel as a `tamper` record. Code
+running inside this process can still find the key and the pipe in memory:
+the channel raises the cost of a forgery, the daemon's canary tests detect
+the forgeries that do not know them.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class Reporter:
         self._key = key
         self._fd = fd
         self._n = 0
+        self._root, self._protected = _load_protected()
 
     def _emit(self, record: dict[str, Any]) -> None:
         record["n"] = self._n
@@ -47,6 +54,12 @@ class Reporter:
         data = f"{line} {mac}\n".encode()
         while data:
             data = data[os.write(self._fd, data) :]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        why = _tampering(item, self._root, self._protected)
+        if why:
+            self._emit({"event": "tamper", "id": item.nodeid, "why": why})
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._emit({"event": "start", "pytest": pytest.__version__})
@@ -68,6 +81,42 @@ class Reporter:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._emit({"event": "finish", "exit": int(exitstatus)})
+
+
+def _load_protected() -> tuple[str, frozenset[str]]:
+    """The workdir and the files in it whose code tests may run (pristine tests, canaries)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "protected.json")
+    try:
+        with open(path) as fh:
+            listing = json.load(fh)
+    except (OSError, ValueError):
+        return "", frozenset()
+    root = os.path.realpath(listing["root"])
+    return root, frozenset(os.path.join(root, rel) for rel in listing["files"])
+
+
+def _tampering(item: pytest.Item, root: str, protected: frozenset[str]) -> str:
+    """Why `item` no longer runs the code its file defines; "" when nothing says so.
+
+    Every layer of the test function (decorators follow `__wrapped__`) must
+    come from outside the workdir (the standard library, installed packages:
+    read-only) or from one of its protected files: code from the tree the
+    patch could change has no business standing in for a test.
+    """
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        return "a trace or profile function is installed"
+    function = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
+    seen = 0
+    while function is not None and seen < 100:
+        seen += 1
+        code = getattr(getattr(function, "__func__", function), "__code__", None)
+        if code is not None and root:
+            defined = os.path.realpath(code.co_filename)
+            inside = defined == root or defined.startswith(root + os.sep)
+            if inside and defined not in protected:
+                return f"the test runs code from {code.co_filename}, which the patch can change"
+        function = getattr(function, "__wrapped__", None)
+    return ""
 
 
 def _read_key() -> bytes:

@@ -300,6 +300,7 @@ def plan(
     layout: Layout,
     expected: Sequence[str] = (),
     pristine: Path | None = None,
+    protected: Sequence[str] = (),
     python: str = sys.executable,
 ) -> Plan | None:
     """Prepare `ro_dir` and the workdir for one pytest run; None when not a pytest command.
@@ -308,6 +309,8 @@ def plan(
     when there is none) and its pristine bytes are what the run reads. `ro_dir`
     receives the runner and the configuration; the canaries go into the tree
     (after protected paths were restored, so nothing removes them).
+    `protected` lists the tree's protected files: the only files of the tree
+    whose code a test may run.
     """
     split = split_pytest(test_cmd)
     if split is None:
@@ -336,6 +339,9 @@ def plan(
     prefix = _function_prefix(frozen if config else None)
     canaries = plant_canaries(tree, rootdir, _canary_dirs(tree, args, expected), prefix)
     ours += ["-rA", *canaries.files]
+    listing = {"root": layout.workdir, "files": sorted({*protected, *canaries.files})}
+    (ro_dir / "protected.json").write_text(json.dumps(listing))
+    os.chmod(ro_dir / "protected.json", 0o644)
     if "--" in args:  # after "--" everything is a path, so ours go before it
         cut = args.index("--")
         args = [*args[:cut], *ours, *args[cut:]]
@@ -399,6 +405,8 @@ def _apply(channel: Channel, record: Mapping[str, object]) -> None:
         channel.finished = True
         exit_code = record.get("exit")
         channel.exit = exit_code if isinstance(exit_code, int) else None
+    elif event == "tamper":
+        channel.forged.append(f"a test that was tampered with: {record.get('why')} ({test_id})")
     elif event == "collect":
         record_outcome(channel.outcomes, test_id, ERROR)
     elif event == "test":
@@ -438,6 +446,8 @@ def forgery(
         return "pytest exited 0 although a canary planted to fail failed"
     if channel.finished and exit_code is not None and channel.exit != exit_code:
         return f"the process exited {exit_code} but pytest finished with {channel.exit}"
+    if exit_code == 0 and not channel.finished and canaries.must_fail:
+        return "the process exited 0 but pytest never finished"
     claims = any(outcomes.get(t) == PASSED for t in expected)
     wrong = [t for t in canaries.must_pass if outcomes.get(t) != PASSED]
     wrong += [t for t in canaries.must_fail if outcomes.get(t) not in (FAILED,)]

@@ -127,7 +127,11 @@ def run_tree(
     ro.mkdir()
     box = Sandbox()
     layout = box.layout(tree, ro)
-    plan = pytest_run.plan(test_cmd, tree, ro, layout, expected or [], pristine=pristine)
+    tests = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.py"))
+    protected = [rel for rel in tests if rel.startswith("tests/")]
+    plan = pytest_run.plan(
+        test_cmd, tree, ro, layout, expected or [], pristine=pristine, protected=protected
+    )
     assert plan is not None
     result = box.run(
         plan.argv,
@@ -486,7 +490,8 @@ CAN = Canaries(("t/test_c.py",), ("t/test_c.py::test_p",), ("t/test_c.py::test_f
             0,
             "finished with 0",
         ),
-        ({"x": PASSED}, 0, None, "did not come out as planted"),
+        ({"x": PASSED}, 0, None, "never finished"),
+        ({"x": PASSED}, 1, 1, "did not come out as planted"),
         ({"x": FAILED}, 1, None, ""),
         ({}, None, None, ""),
     ],
