@@ -380,6 +380,7 @@ class Daemon:
             "tests": body["tests"],
             "energy": body["energy"],
             "solver": body["solver"],
+            "audit": body.get("audit", []),
             "leaf_hash": entry.leaf_hash.hex(),
             "replayed": replayed,
             # Not signed: the body signs the kept output's sha256 and size.

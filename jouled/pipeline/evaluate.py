@@ -26,6 +26,7 @@ from jouled.errors import JouledError, PatchError, TaskError
 from jouled.meter.metering import Metering
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, parse_patch
+from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, run
 from jouled.pipeline.testreport import (
     PASSED,
@@ -46,6 +47,7 @@ RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID = (
     "error",
     "invalid",
 )
+TAMPERED = "tampered"  # the run's canaries did not come out as planted: never resolved
 
 
 # Reference fixes and SWE-bench test patches come with the task, not from a
@@ -342,6 +344,7 @@ class Evaluator:
             error = err.diagnostics() if isinstance(err, JouledError) else str(err)
             progress("error", error)
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
+        body["audit"] = audit_flags(contract, patch)  # evidence only: never part of the verdict
         if output:
             body["output"] = output
         return body
@@ -477,3 +480,29 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
     if any(before.outcomes.get(t) != PASSED for t in p2p):
         return Expected(f2p, p2p, False, "some pass_to_pass tests fail before the fix")
     return Expected(f2p, p2p, True)
+
+
+# -- patch audit ---------------------------------------------------------------------------
+
+AUDIT_MAX_FILE_BYTES = 4 << 20
+
+
+def audit_flags(contract: Contract, patch: Patch | None) -> list[dict[str, Any]]:
+    """The signed audit flags of a patch, judged against the pristine files it changes."""
+    if patch is None:
+        return []
+    before: dict[str, str] = {}
+    for file in patch.files:
+        if file.old_path is None:
+            continue
+        path = contract.pristine / file.old_path
+        try:
+            small = path.is_file() and path.stat().st_size <= AUDIT_MAX_FILE_BYTES
+            if small and not path.is_symlink():
+                before[file.old_path] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # judged by its added lines alone
+    try:
+        return to_wire(audit_patch(patch, before))
+    except Exception as err:  # hostile input must never cost a result its verdict
+        return [{"code": "audit-failed", "path": "", "line": 0, "detail": type(err).__name__}]
