@@ -177,8 +177,9 @@ class Daemon:
 
     def task_files(self, task_id: str) -> Iterator[tuple[str, bytes, int]]:
         """(path, bytes, mode) of each file of the pristine tree a remote agent works on."""
-        for rel, path in iter_tree(self.task(task_id).pristine):
-            if path.is_symlink():
+        contract = self.task(task_id)
+        for rel, path in iter_tree(contract.pristine):
+            if path.is_symlink() or contract.is_hidden(rel):  # hidden tests stay here
                 continue
             yield rel, path.read_bytes(), path.stat().st_mode & 0o777
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jouled import __version__
-from jouled.contracts.contract import IGNORED_NAMES, Contract, iter_tree
+from jouled.contracts.contract import Contract, iter_tree
 from jouled.contracts.swebench import match_dataset_ids
 from jouled.errors import JouledError, PatchError, TaskError
 from jouled.meter.metering import Metering
@@ -105,13 +105,11 @@ class Attempt:
 
 
 def seed(contract: Contract, dest: Path) -> Path:
-    """A fresh copy of the pristine tree; symlinks are copied as links, never followed."""
-    shutil.copytree(
-        contract.pristine,
-        dest,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(*IGNORED_NAMES, "*.pyc"),
-    )
+    """A fresh copy of the pristine tree; symlinks are copied as links, never followed.
+
+    Hidden test files are left out: `restore_protected` copies them in to grade.
+    """
+    shutil.copytree(contract.pristine, dest, symlinks=True, ignore=contract.seed_ignore())
     return dest
 
 
@@ -135,7 +133,8 @@ def restore_protected(contract: Contract, tree: Path) -> list[str]:
         if contract.is_protected(rel) and not target.exists() and not target.is_symlink():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(original, target)
-            touched.append(rel)
+            if not contract.is_hidden(rel):  # hidden tests were never there to be undone
+                touched.append(rel)
     return sorted(set(touched))
 
 
