@@ -55,11 +55,13 @@ def _pct(value: float | None) -> str:
 
 def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
     table = _table(f"{len(tasks)} tasks")
-    for col in ("task", "kind", "digest", "timeout", "prompt"):
+    for col in ("task", "kind", "digest", "timeout", "hidden", "prompt"):
         table.add_column(col)
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
-        table.add_row(t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", first[:70])
+        hidden = str(t.get("hidden_files") or "-")
+        row = (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first[:70])
+        table.add_row(*row)
     _console(False).print(table)
 
 

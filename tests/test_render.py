@@ -95,3 +95,12 @@ def test_truncated_audit_is_marked(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "audit: 3+ flag(s)" in out
     assert "7 more flags" in out
+
+
+def test_tasks_table_shows_the_hidden_count(capsys: pytest.CaptureFixture[str]) -> None:
+    task = {"task_id": "s/a", "kind": "local", "digest": "ab" * 32, "timeout_s": 60}
+    render.tasks_table([{**task, "prompt": "fix it", "hidden_files": 2}])
+    out = capsys.readouterr().out
+    assert "hidden" in out
+    row = next(line for line in out.splitlines() if "s/a" in line)
+    assert [c.strip() for c in row.split("│") if c.strip()][4] == "2"
