@@ -196,7 +196,11 @@ _JUNIT_RE = re.compile(r"(?i)junit|<testsuites?[\s>]|<testcase[\s>/]")
 # A line as pytest's `-rA` summary prints it: "PASSED tests/test_x.py::test_y".
 _SUMMARY_RE = re.compile(r"(?m)^(?:PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) \S+::")
 PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONSTARTUP")
-TEST_DETECTION = ("PYTEST_CURRENT_TEST", "PYTEST_VERSION", "pytest", "_pytest", "unittest")
+TEST_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_VERSION")
+# Runner names flag only where code tests for them ("pytest" in sys.modules), not in
+# a dependency list.
+RUNNER_NAMES = ("pytest", "_pytest", "unittest", "py.test")
+_PROBES = ("startswith", "endswith", "find", "rfind", "index", "count", "__contains__")
 
 # File names.
 _REPORT_FILE_RE = re.compile(r"(?i)(?:junit|report|results?)[^/]*\.xml$")
@@ -271,20 +275,41 @@ def _match(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _string_flag(value: str) -> tuple[str, str] | None:
+def _string_flag(value: str, probed: bool) -> tuple[str, str] | None:
     if _PROC_RE.match(value):
         return "procfs", value[:40]
     if _JUNIT_RE.search(value):
         return "report-file", _clip(value)
     if _SUMMARY_RE.search(value):
         return "report-forgery", _clip(value)
+    # Code that writes these files at run time plants what a patch may not add.
+    name = value.rsplit("/", 1)[-1]
+    if name == "conftest.py":
+        return "conftest", _clip(value)
+    if name in STARTUP_FILES or (name.endswith(".pth") and len(name) > 4):
+        return "startup-hook", _clip(value)
     if "pytest11" in value:
         return "entry-points", "pytest11"
     if value in PYTEST_ENV:
         return "pytest-env", value
-    if value in TEST_DETECTION:
+    if value in TEST_ENV or (probed and value in RUNNER_NAMES):
         return "test-detection", repr(value)
     return None
+
+
+def _probed(tree: ast.AST) -> set[int]:
+    """ids of the constants code compares or searches with: `"pytest" in sys.modules`."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            found.update(id(n) for n in (node.left, *node.comparators))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _PROBES
+        ):
+            found.update(id(n) for n in node.args)
+    return found
 
 
 def _clip(text: str, width: int = 40) -> str:
@@ -372,6 +397,7 @@ def _findings(tree: ast.AST, *, names: _Names | None = None) -> list[_Finding]:
         if isinstance(node, ast.Attribute):
             inner.add(id(node.value))
     docstrings = _docstrings(tree)
+    probed = _probed(tree)
     found: list[_Finding] = []
 
     def add(node: ast.AST, flag: tuple[str, str] | None) -> None:
@@ -410,7 +436,7 @@ def _findings(tree: ast.AST, *, names: _Names | None = None) -> list[_Finding]:
             if isinstance(value, bytes):
                 value = value.decode("latin-1")
             if isinstance(value, str):
-                add(node, _string_flag(value))
+                add(node, _string_flag(value, id(node) in probed))
     return found
 
 
