@@ -42,7 +42,17 @@ class Flag:
     detail: str
 
     def to_wire(self) -> dict[str, Any]:
-        return {"code": self.code, "path": self.path, "line": self.line, "detail": self.detail}
+        return {
+            "code": self.code,
+            "path": _utf8(self.path),
+            "line": self.line,
+            "detail": _utf8(self.detail),
+        }
+
+
+def _utf8(text: str) -> str:
+    # A string literal can spell a lone surrogate ("\udcff"); signed bodies must be UTF-8.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # -- what to look for ------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 
 from jouled.contracts.contract import iter_tree
 from jouled.contracts.task import discover
+from jouled.ledger import canonical
 from jouled.patch import Patch, diff_trees, parse_patch, patched_text
 from jouled.pipeline.audit import (
     MAX_FLAGS,
@@ -517,6 +518,14 @@ def test_wire_form_is_bounded_with_a_marker(tmp_path: Path) -> None:
     assert wire[-1] == {"code": TRUNCATED, "path": "", "line": 0, "detail": "31 more flags"}
     assert wire[:MAX_FLAGS] == [f.to_wire() for f in flags[:MAX_FLAGS]]
     assert to_wire(reversed(flags)) == wire  # the order never depends on how flags arrive
+
+
+def test_wire_form_is_always_signable() -> None:
+    (flag,) = audit_file("pkg/a.py", "P = '/proc/\\udcff'\n")
+    assert flag.code == "procfs"
+    wire = to_wire([flag])
+    assert canonical.dumpb(wire)  # a lone surrogate would not encode as UTF-8
+    assert wire[0]["detail"] == "/proc/\\udcff"
 
 
 def test_details_are_short() -> None:
