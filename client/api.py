@@ -322,4 +322,5 @@ def _task(t: pb.Task) -> dict[str, Any]:
         "pass_to_pass": list(t.pass_to_pass),
         "source": t.source,
         "license": t.license,
+        "hidden_files": t.hidden_files,
     }

@@ -55,11 +55,13 @@ def _pct(value: float | None) -> str:
 
 def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
     table = _table(f"{len(tasks)} tasks")
-    for col in ("task", "kind", "digest", "timeout", "prompt"):
+    for col in ("task", "kind", "digest", "timeout", "hidden", "prompt"):
         table.add_column(col)
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
-        table.add_row(t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", first[:70])
+        hidden = str(t.get("hidden_files") or "-")
+        row = (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first[:70])
+        table.add_row(*row)
     _console(False).print(table)
 
 
@@ -75,6 +77,30 @@ def receipt_line(r: dict[str, Any]) -> None:
         f"  grade {j} J ({grade.get('source', '?')})  seq {r['seq']}"
         + ("  (replayed)" if r.get("replayed") else "")
     )
+    audit_lines(r.get("audit") or [])
+
+
+def audit_lines(flags: Sequence[dict[str, Any]], shown: int = 10) -> None:
+    """A patch's audit flags under its receipt: evidence for a reader, not the verdict."""
+    if not flags:
+        return
+    console = _console(False)
+    listed = [f for f in flags if f.get("code") != "truncated"]
+    more = "+" if len(listed) < len(flags) else ""  # the signed list was cut short
+    console.print(
+        f"  [yellow]audit: {len(listed)}{more} flag(s)[/] (reaching into the test machinery; "
+        "the verdict stands)",
+        highlight=False,
+    )
+    for f in flags[:shown]:
+        where = f"{f.get('path', '')}:{f.get('line', 0)}" if f.get("path") else ""
+        console.print(
+            f"    {f.get('code', '?')!s:<18} {where:<32} {f.get('detail', '')}",
+            highlight=False,
+            markup=False,
+        )
+    if len(flags) > shown:
+        console.print(f"    ... {len(flags) - shown} more (see --json)", highlight=False)
 
 
 def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
@@ -95,6 +121,8 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
         "$ claimed",
         "source",
         "reliable",
+        "tampered",
+        "audit flagged",
     )
     for col in cols:
         table.add_column(
@@ -119,6 +147,8 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
             f"{r['usd_total']:.4f}",
             r["energy_source"],
             _pct(r["reliable_share"]),
+            str(r.get("tampered", 0)),
+            str(r.get("audit_flagged", 0)),
         )
     _console(False).print(table)
 
@@ -136,6 +166,7 @@ def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
         "J cumulative",
         "$ cumulative",
         "pass@k",
+        "tampered",
     ):
         table.add_column(col)
     for r in rows:
@@ -150,6 +181,7 @@ def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
             _joules(r["joules_cumulative"]),
             f"{r['usd_cumulative']:.4f}",
             _pct(r["pass_at_k"]),
+            str(r.get("tampered", 0)),
         )
     _console(False).print(table)
 

@@ -183,8 +183,9 @@ class Daemon:
 
     def task_files(self, task_id: str) -> Iterator[tuple[str, bytes, int]]:
         """(path, bytes, mode) of each file of the pristine tree a remote agent works on."""
-        for rel, path in iter_tree(self.task(task_id).pristine):
-            if path.is_symlink():
+        contract = self.task(task_id)
+        for rel, path in iter_tree(contract.pristine):
+            if path.is_symlink() or contract.is_hidden(rel):  # hidden tests stay here
                 continue
             yield rel, path.read_bytes(), path.stat().st_mode & 0o777
 
@@ -386,6 +387,7 @@ class Daemon:
             "tests": body["tests"],
             "energy": body["energy"],
             "solver": body["solver"],
+            "audit": body.get("audit", []),
             "leaf_hash": entry.leaf_hash.hex(),
             "replayed": replayed,
             # Not signed: the body signs the kept output's sha256 and size.

@@ -13,6 +13,11 @@ Counting rules, decided once here so every consumer agrees:
 - `invalid` attempts (the task's baseline did not fail) stay in `attempts` and
   in the energy totals, because the work ran and the solver was asked, but are
   never resolved; they are counted in `invalid`.
+- `tampered` attempts (the run's canaries did not come out as planted: its
+  report was forged) are treated as `invalid` ones: in `attempts` and the
+  energy totals, never resolved, counted in `tampered` (best-of-k too).
+- `audit_flagged` counts the attempts (errors aside) whose patch earned any
+  audit flag; flags are evidence for a reader and change no other column.
 - An attempt is resolved only when its status is `resolved` *and* its
   `resolved` flag is true: two fields that disagree do not earn a success.
 - An attempt's cost is the energy of its `solve` phase (when the daemon ran
@@ -53,7 +58,8 @@ UNRESOLVED = "unresolved"
 TIMEOUT = "timeout"
 ERROR = "error"
 INVALID = "invalid"
-STATUSES = frozenset({RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID})
+TAMPERED = "tampered"
+STATUSES = frozenset({RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED})
 
 COUNTED_PHASES = ("solve", "grade")
 
@@ -169,6 +175,7 @@ class _Attempt:
     energy: _Energy
     usd_micros: int
     claimed_mj: int
+    audit_flagged: bool = False
 
     @property
     def key(self) -> _Key:
@@ -231,6 +238,7 @@ def _parse(body: Mapping[str, Any]) -> _Attempt:
         energy=_counted_energy(body.get("energy") or {}),
         usd_micros=int(claimed.get("usd_micros") or 0),
         claimed_mj=int(claimed.get("joules_mj") or 0),
+        audit_flagged=isinstance(body.get("audit"), list) and bool(body["audit"]),
     )
 
 
@@ -266,6 +274,8 @@ class _Group:
     attempts: int = 0
     errors: int = 0
     invalid: int = 0
+    tampered: int = 0
+    audit_flagged: int = 0
     timeouts: int = 0
     resolved: int = 0
     gross_mj: int = 0
@@ -289,6 +299,8 @@ class _Group:
         e = a.energy
         self.attempts += 1
         self.invalid += a.status == INVALID
+        self.tampered += a.status == TAMPERED
+        self.audit_flagged += a.audit_flagged
         self.timeouts += a.status == TIMEOUT
         self.resolved += a.resolved
         # Integer millijoules are summed before dividing, so the float is the
@@ -340,6 +352,8 @@ class _Group:
             "reliable_share": self.reliable_windows / self.windows if self.windows else None,
             "invalid_windows": self.invalid_windows,
             "invalid": self.invalid,
+            "tampered": self.tampered,
+            "audit_flagged": self.audit_flagged,
             "errors": self.errors,
             "timeouts": self.timeouts,
         }
@@ -435,6 +449,7 @@ def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int)
         "resolution_within_k": len(solved) / tasks,
         "joules_cumulative": sum(a.energy.gross_mj for a in first_k) / 1000,
         "invalid_windows": sum(a.energy.invalid_windows for a in first_k),
+        "tampered": sum(a.status == TAMPERED for a in first_k),
         "usd_cumulative": sum(a.usd_micros for a in first_k) / 1_000_000,
         "usd_source": USD_SOURCE,
         "pass_at_k": statistics.fmean(estimates) if estimates else None,

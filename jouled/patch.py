@@ -818,7 +818,20 @@ def _read_existing(root: Path, rel: str, *, deleting: bool) -> _Original:
     return _Original(data=data, mode=stat.S_IMODE(st.st_mode))
 
 
-def _apply_hunks(path: str, lines: list[str], hunks: Sequence[Hunk]) -> list[str]:
+def patched_text(file: FilePatch, old_text: str) -> tuple[str, list[int]]:
+    """A file's text after `file` applies to `old_text` ("" for a new file), in memory.
+
+    Also returns the 1-based line numbers, in the new text, of the lines the
+    patch added. Raises PatchError where a hunk does not apply.
+    """
+    added: list[int] = []
+    lines = _apply_hunks(file.path, _split_lines(old_text), file.hunks, added)
+    return "".join(lines), added
+
+
+def _apply_hunks(
+    path: str, lines: list[str], hunks: Sequence[Hunk], added: list[int] | None = None
+) -> list[str]:
     out: list[str] = []
     cursor = 0  # first line of the old file not yet copied to `out`
     drift = 0  # how far the previous hunk landed from its header; later hunks likely share it
@@ -830,6 +843,8 @@ def _apply_hunks(path: str, lines: list[str], hunks: Sequence[Hunk]) -> list[str
             raise _mismatch(path, number, hunk, lines, old, max(stated + drift, 0), cursor)
         drift = at - stated
         out += lines[cursor:at]
+        if added is not None:
+            added += _added_lines(hunk, len(out))
         out += new
         cursor = at + len(old)
     out += lines[cursor:]
@@ -840,6 +855,18 @@ def _apply_hunks(path: str, lines: list[str], hunks: Sequence[Hunk]) -> list[str
             hint="the hunk touching the end of the file must include its last line; " + _REGENERATE,
         )
     return out
+
+
+def _added_lines(hunk: Hunk, start: int) -> list[int]:
+    """The new-side line numbers of a hunk's '+' lines, its first new line being start + 1."""
+    numbers: list[int] = []
+    at = start
+    for line in hunk.lines:
+        if line[0] in " +":
+            at += 1
+            if line[0] == "+":
+                numbers.append(at)
+    return numbers
 
 
 def _locate(lines: list[str], block: list[str], expected: int, lo: int) -> int | None:

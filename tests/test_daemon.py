@@ -62,3 +62,25 @@ def test_a_key_reused_for_another_patch_is_refused(daemon: Daemon) -> None:
     )
     with pytest.raises(UsageError, match="already used for a different submission"):
         daemon.submit(Submission("smoke/interval", other, "a", idempotency_key="k-2"))
+
+
+def test_audit_flags_are_signed_and_change_no_verdict(daemon: Daemon) -> None:
+    contract = daemon.task("smoke/interval")
+    assert contract.reference_patch is not None
+    hack = (
+        b"diff --git a/interval/spy.py b/interval/spy.py\nnew file mode 100644\n--- /dev/null\n"
+        b"+++ b/interval/spy.py\n@@ -0,0 +1,2 @@\n+import sys\n+SEEN = 'pytest' in sys.modules\n"
+    )
+    flagged = daemon.submit(Submission("smoke/interval", contract.reference_patch + hack, "agent"))
+    assert flagged["status"] == "resolved"  # the fix is right; the flags are evidence only
+    assert {(f["code"], f["path"], f["line"]) for f in flagged["audit"]} == {
+        ("sys-modules", "interval/spy.py", 2),
+        ("test-detection", "interval/spy.py", 2),
+    }
+    body = daemon.ledger.get(flagged["seq"]).body  # signed into the entry itself
+    assert body["audit"] == flagged["audit"]
+    clean = daemon.submit(Submission("smoke/interval", None, "reference"))
+    assert clean["status"] == "resolved"
+    assert clean["audit"] == [] == daemon.ledger.get(clean["seq"]).body["audit"]
+    row = daemon.frontier("smoke")["rows"]
+    assert {r["solver"]: r["audit_flagged"] for r in row} == {"agent": 1, "reference": 0}

@@ -226,6 +226,8 @@ def test_rows_have_exact_figures() -> None:
         "reliable_share": 2 / 3,
         "invalid_windows": 0,
         "invalid": 0,
+        "tampered": 0,
+        "audit_flagged": 0,
         "errors": 0,
         "timeouts": 0,
         "pareto": True,
@@ -346,6 +348,90 @@ def test_invalid_attempts_count_but_never_resolve() -> None:
     assert row["invalid"] == 1
     assert row["timeouts"] == 1
     assert row["joules_total"] == 3.0
+
+
+def test_tampered_attempts_count_but_never_resolve() -> None:
+    # A forged report may well claim success in both fields: it still earns nothing.
+    row = only_row(
+        [
+            result("smoke/a"),
+            result("smoke/b", status="tampered", resolved=True),
+            result("smoke/c", status="tampered", energy={"grade": window(4000)}),
+            result("smoke/d", status="invalid"),
+        ]
+    )
+    assert row["attempts"] == 4
+    assert row["tasks"] == 4
+    assert row["resolved"] == 1
+    assert row["resolution"] == 0.25
+    assert row["tampered"] == 2
+    assert row["invalid"] == 1
+    assert row["joules_total"] == 7.0  # the forged runs' work was done and metered
+    assert row["joules_per_resolved"] == 7.0
+
+
+def test_a_group_of_only_tampered_attempts_is_off_the_frontier() -> None:
+    rows = frontier_rows(
+        [result("smoke/a", solver="forger", status="tampered", resolved=True), result("smoke/a")]
+    )
+    by_solver = {r["solver"]: r for r in rows}
+    assert by_solver["forger"]["resolved"] == 0
+    assert by_solver["forger"]["joules_per_resolved"] is None
+    assert by_solver["forger"]["pareto"] is False
+    assert by_solver["reference"]["pareto"] is True
+
+
+def test_tampered_column_survives_the_wire_format() -> None:
+    rows = frontier_rows([result("smoke/a", status="tampered")])
+    decoded = json.loads(json.dumps({"rows": rows}, allow_nan=False))
+    assert decoded["rows"][0]["tampered"] == 1
+    assert decoded["rows"][0]["resolved"] == 0
+
+
+FLAG = {"code": "sys-modules", "path": "pkg/core.py", "line": 3, "detail": "sys.modules"}
+
+
+def flagged(task: str, audit: list[dict[str, Any]] | None, **kwargs: Any) -> dict[str, Any]:
+    body = result(task, **kwargs)
+    if audit is not None:
+        body["audit"] = audit
+    return body
+
+
+def test_audit_flagged_counts_attempts_with_any_flag() -> None:
+    row = only_row(
+        [
+            flagged("smoke/a", [FLAG, {**FLAG, "line": 9}]),  # two flags, one attempt
+            flagged("smoke/b", [FLAG], status="unresolved"),
+            flagged("smoke/c", []),
+            flagged("smoke/d", None),  # written before results were audited
+            flagged("smoke/e", [FLAG], status="error"),  # errors stay out, as everywhere
+        ]
+    )
+    assert row["attempts"] == 4
+    assert row["audit_flagged"] == 2
+    assert row["errors"] == 1
+
+
+def test_audit_flags_change_no_verdict_or_cost() -> None:
+    plain = [result("smoke/a"), result("smoke/b", status="unresolved")]
+    marked = [flagged("smoke/a", [FLAG]), flagged("smoke/b", [FLAG], status="unresolved")]
+    a, b = only_row(plain), only_row(marked)
+    assert b["audit_flagged"] == 2
+    assert {**b, "audit_flagged": 0} == a
+
+
+def test_best_of_k_counts_tampered_within_k() -> None:
+    results = [
+        result("s/a", status="tampered", resolved=True, rollout=0),
+        result("s/a", status="resolved", rollout=1),
+        result("s/b", status="unresolved", rollout=0),
+        result("s/b", status="tampered", rollout=1),
+    ]
+    rows = best_of_k(results)
+    assert [r["tampered"] for r in rows] == [1, 2]
+    assert [r["resolved_within_k"] for r in rows] == [0, 1]
+    assert rows[0]["pass_at_k"] == pytest.approx(0.25)  # a: 1 of 2 samples; b: none
 
 
 def test_status_and_flag_must_agree_to_resolve() -> None:

@@ -81,6 +81,7 @@ def _task(c: Contract) -> pb.Task:
         source=c.source,
         license=c.license,
         kind=c.kind,
+        hidden_files=c.hidden_count,
     )
 
 

@@ -7,7 +7,8 @@ nothing downstream knows which one it came from.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -49,6 +50,10 @@ class Contract:
     test_patch: bytes | None = None  # applied after restoring protected paths (SWE-bench)
     source: str = ""
     license: str = ""
+    # Test files kept from the solver: globs relative to the tree, always protected,
+    # left out of the tree agents fetch and of the seeded workdir, copied in to grade.
+    hidden: tuple[str, ...] = ()
+    hidden_count: int = 0  # how many files of the pristine tree the globs match
 
     @property
     def has_expected_ids(self) -> bool:
@@ -59,7 +64,25 @@ class Contract:
         name = rel.rsplit("/", 1)[-1]
         if name in TEST_CONFIG_NAMES or rel in ROOT_CONFIG_NAMES:
             return True
-        return any(glob_match(rel, pattern) for pattern in self.test_files)
+        return self.is_hidden(rel) or any(glob_match(rel, p) for p in self.test_files)
+
+    def is_hidden(self, rel: str) -> bool:
+        """Whether `rel` is a hidden test file: never shown, present only while grading."""
+        return any(glob_match(rel, pattern) for pattern in self.hidden)
+
+    def seed_ignore(self) -> Callable[[str, list[str]], set[str]]:
+        """A `shutil.copytree` ignore for seeding: caches, bytecode and hidden files."""
+        caches = shutil.ignore_patterns(*IGNORED_NAMES, "*.pyc")
+
+        def ignore(directory: str, names: list[str]) -> set[str]:
+            skipped = set(caches(directory, names))
+            if self.hidden:
+                where = Path(directory).relative_to(self.pristine).as_posix()
+                prefix = "" if where == "." else where + "/"
+                skipped.update(n for n in names if self.is_hidden(prefix + n))
+            return skipped
+
+        return ignore
 
 
 @cache

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from jouled.contracts.contract import IGNORED_NAMES, Contract, as_tuple, iter_tree
+from jouled.contracts.contract import IGNORED_NAMES, Contract, as_tuple, glob_match, iter_tree
 from jouled.errors import TaskError
 
 REQUIRED_KEYS = ("name", "prompt", "test_cmd")
@@ -72,6 +72,7 @@ def load_task(task_dir: Path, suite: str | None = None) -> Contract:
         raise TaskError(f"{toml_path}: give both fail_to_pass and pass_to_pass, or neither")
     suite = suite or task_dir.parent.name
     reference = task_dir / "reference"
+    hidden = _str_list(meta, "hidden_files", toml_path) or ()
     return Contract(
         task_id=f"{suite}/{task_dir.name}",
         suite=suite,
@@ -88,7 +89,25 @@ def load_task(task_dir: Path, suite: str | None = None) -> Contract:
         reference_patch=reference_patch(before, reference) if reference.is_dir() else None,
         source=str(meta.get("source", "")),
         license=str(meta.get("license", "")),
+        hidden=hidden,
+        hidden_count=_count_hidden(before, hidden, toml_path),
     )
+
+
+def _count_hidden(before: Path, hidden: tuple[str, ...], where: Path) -> int:
+    """How many files of before/ the hidden globs match; each glob must match one at least."""
+    if not hidden:
+        return 0
+    files = [rel for rel, _ in iter_tree(before)]
+    for pattern in hidden:
+        if pattern.startswith("/") or ".." in pattern.split("/"):
+            raise TaskError(f"{where}: hidden_files pattern {pattern!r} is not inside the tree")
+        if not any(glob_match(rel, pattern) for rel in files):
+            raise TaskError(
+                f"{where}: hidden_files pattern {pattern!r} matches no file of before/",
+                hint="hidden test files live in before/ like the others; check the glob",
+            )
+    return sum(any(glob_match(rel, p) for p in hidden) for rel in files)
 
 
 def reference_patch(before: Path, reference: Path) -> bytes | None:

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jouled import __version__
-from jouled.contracts.contract import IGNORED_NAMES, Contract, iter_tree
+from jouled.contracts.contract import Contract, iter_tree
 from jouled.contracts.swebench import match_dataset_ids
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, parse_patch
 from jouled.pipeline import guard, pytest_run
+from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
 
@@ -101,13 +102,11 @@ class Attempt:
 
 
 def seed(contract: Contract, dest: Path) -> Path:
-    """A fresh copy of the pristine tree; symlinks are copied as links, never followed."""
-    shutil.copytree(
-        contract.pristine,
-        dest,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(*IGNORED_NAMES, "*.pyc"),
-    )
+    """A fresh copy of the pristine tree; symlinks are copied as links, never followed.
+
+    Hidden test files are left out: `restore_protected` copies them in to grade.
+    """
+    shutil.copytree(contract.pristine, dest, symlinks=True, ignore=contract.seed_ignore())
     return dest
 
 
@@ -131,7 +130,8 @@ def restore_protected(contract: Contract, tree: Path) -> list[str]:
         if contract.is_protected(rel) and not target.exists() and not target.is_symlink():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(original, target)
-            touched.append(rel)
+            if not contract.is_hidden(rel):  # hidden tests were never there to be undone
+                touched.append(rel)
     return sorted(set(touched))
 
 
@@ -420,6 +420,7 @@ class Evaluator:
             progress("error", error)
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
         body.update(extra)
+        body["audit"] = audit_flags(contract, patch)  # evidence only: never part of the verdict
         return body
 
     def _daemon_solve(self, attempt: Attempt) -> Patch | None:
@@ -558,3 +559,29 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
     if any(before.outcomes.get(t) != PASSED for t in p2p):
         return Expected(f2p, p2p, False, "some pass_to_pass tests fail before the fix")
     return Expected(f2p, p2p, True)
+
+
+# -- patch audit ---------------------------------------------------------------------------
+
+AUDIT_MAX_FILE_BYTES = 4 << 20
+
+
+def audit_flags(contract: Contract, patch: Patch | None) -> list[dict[str, Any]]:
+    """The signed audit flags of a patch, judged against the pristine files it changes."""
+    if patch is None:
+        return []
+    before: dict[str, str] = {}
+    for file in patch.files:
+        if file.old_path is None:
+            continue
+        path = contract.pristine / file.old_path
+        try:
+            small = path.is_file() and path.stat().st_size <= AUDIT_MAX_FILE_BYTES
+            if small and not path.is_symlink():
+                before[file.old_path] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # judged by its added lines alone
+    try:
+        return to_wire(audit_patch(patch, before))
+    except Exception as err:  # hostile input must never cost a result its verdict
+        return [{"code": "audit-failed", "path": "", "line": 0, "detail": type(err).__name__}]
