@@ -51,6 +51,8 @@ from typing import Any
 
 from jouled.errors import SandboxError
 from jouled.pipeline.bwrap import Bwrap, bwrap
+from jouled.pipeline.cgroup import Group
+from jouled.pipeline.cgroup import groups as cgroups
 
 # Where a run sees its workdir and the read-only files the daemon gives it.
 SANDBOX_WORKDIR = "/testbed"
@@ -75,9 +77,10 @@ class Limits:
     timeout_s: float
     cpu_s: int | None = None  # RLIMIT_CPU
     memory_bytes: int | None = 4 << 30  # RLIMIT_AS, per process
+    total_memory_bytes: int | None = 4 << 30  # the whole run (cgroup, where the host has one)
     file_bytes: int | None = 256 << 20  # RLIMIT_FSIZE
     open_files: int | None = 1024  # RLIMIT_NOFILE
-    processes: int | None = 256  # RLIMIT_NPROC: counts the run's own uid (bwrap as root)
+    processes: int | None = 256  # the run's processes (cgroup pids; else RLIMIT_NPROC as root)
     tmp_bytes: int = 512 << 20  # the private /tmp (and $HOME) tmpfs
     output_bytes: int = 1 << 20  # keep at most this much of stdout+stderr (tail)
 
@@ -285,27 +288,27 @@ def _probe_host() -> Host:
 # -- the sandbox --------------------------------------------------------------------------
 
 
-class _UidPool:
-    """Unprivileged uids handed to concurrent runs, one each."""
+class _SlotPool:
+    """Slots handed to concurrent runs, one each: a run's uid and cgroup go by its slot."""
 
-    def __init__(self, base: int, size: int) -> None:
-        self._free = list(range(base + size - 1, base - 1, -1))
+    def __init__(self, size: int) -> None:
+        self._free = list(range(size - 1, -1, -1))
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[int]:
         with self._lock:
             if not self._free:
-                raise SandboxError("every sandbox uid is in use", hint="lower the worker count")
-            uid = self._free.pop()
+                raise SandboxError("every sandbox slot is in use", hint="lower the worker count")
+            slot = self._free.pop()
         try:
-            yield uid
+            yield slot
         finally:
             with self._lock:
-                self._free.append(uid)
+                self._free.append(slot)
 
 
-_uids = _UidPool(UID_BASE, UID_POOL)
+_slots = _SlotPool(UID_POOL)
 
 
 def _interpreter_paths() -> list[str]:
@@ -471,9 +474,15 @@ class Sandbox:
             )
         workdir = workdir.resolve()
         with contextlib.ExitStack() as stack:
-            uid = stack.enter_context(_uids.lease()) if where.root else None
+            slot = stack.enter_context(_slots.lease())
+            uid = UID_BASE + slot if where.root else None
             if uid is not None:
                 _chown_tree(workdir, uid)
+            group = None
+            if where.level == BWRAP:
+                group = stack.enter_context(cgroups().slot(slot))
+                if group is not None:
+                    group.limit(limits.total_memory_bytes, limits.processes)
             if where.level == BWRAP:
                 home = f"{SANDBOX_TMP}/home"
                 full_env = {
@@ -510,7 +519,7 @@ class Sandbox:
                 "probe": probe,
                 "rlimits": _rlimits(limits, per_uid=uid is not None),
             }
-            isolation = self._isolation(where, uid, limits)
+            isolation = self._isolation(where, uid, limits, group)
             return _run_started(
                 argv,
                 prefix,
@@ -521,10 +530,13 @@ class Sandbox:
                 isolation,
                 channel_in,
                 channel_out,
+                group,
             )
         raise AssertionError("unreachable")  # pragma: no cover (ExitStack swallows nothing)
 
-    def _isolation(self, where: Host, uid: int | None, limits: Limits) -> dict[str, Any]:
+    def _isolation(
+        self, where: Host, uid: int | None, limits: Limits, group: Group | None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"level": where.level}
         if where.level == BWRAP and where.bwrap is not None:
             out["bwrap"] = where.bwrap.describe()
@@ -532,10 +544,13 @@ class Sandbox:
                 [] if where.root else ["user"]
             )
         out["uid"] = "pooled" if uid is not None else ("mapped" if where.level == BWRAP else "own")
+        out["cgroup"] = group.kind if group is not None else None
+        counted = group is not None or uid is not None
         out["limits"] = {
             "cpu_s": limits.cpu_s,
             "memory_bytes_per_process": limits.memory_bytes,
-            "processes": limits.processes if uid is not None else None,
+            "memory_bytes_total": limits.total_memory_bytes if group is not None else None,
+            "processes": limits.processes if counted else None,
             "file_bytes": limits.file_bytes,
             "open_files": limits.open_files,
             "tmp_bytes": limits.tmp_bytes if where.level == BWRAP else None,
@@ -563,7 +578,7 @@ class Sandbox:
         else:
             args += ["--unshare-all", "--unshare-user", "--disable-userns"]
             args += ["--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
-        args += ["--hostname", "jouled-sandbox", "--info-fd", "{info}"]
+        args += ["--hostname", "jouled-sandbox", "--info-fd", "{info}", "--block-fd", "{block}"]
         args += _system_binds()
         bound: set[str] = {*_SYSTEM_DIRS, "/etc"}
         made: set[str] = {"/"}
@@ -798,16 +813,16 @@ def _wait_gone(pidfd: int | None) -> None:
         sel.select()
 
 
-def _sandbox_init(info: bytes) -> int | None:
-    """A pidfd of the sandbox's pid 1, from bwrap's --info-fd JSON; None if it is gone."""
+def _sandbox_init(info: bytes) -> tuple[int | None, int | None]:
+    """A pidfd and the pid of the sandbox's pid 1, from bwrap's --info-fd JSON."""
     try:
         child = int(json.loads(info.decode())["child-pid"])
     except (ValueError, KeyError, TypeError):
-        return None
+        return None, None
     try:
-        return os.pidfd_open(child)
+        return os.pidfd_open(child), child
     except OSError:
-        return None
+        return None, None
 
 
 @dataclass
@@ -841,12 +856,13 @@ def _run_started(
     isolation: dict[str, Any],
     channel_in: bytes | None,
     channel_out: bool,
+    group: Group | None = None,
 ) -> RunResult:
     """Launch, watch, clean up after and account for one command."""
     pipes = _Pipes()
     try:
         return _supervise(
-            pipes, argv, prefix, cfg, env, limits, level, isolation, channel_in, channel_out
+            pipes, argv, prefix, cfg, env, limits, level, isolation, channel_in, channel_out, group
         )
     finally:
         pipes.close_all()
@@ -863,7 +879,9 @@ def _supervise(
     isolation: dict[str, Any],
     channel_in: bytes | None,
     channel_out: bool,
+    group: Group | None,
 ) -> RunResult:
+    oom_before = group.oom_kills() if group is not None else 0
     status_r, status_w = pipes.pipe()
     out_r, out_w = pipes.pipe()
     passed = [status_w]
@@ -879,13 +897,15 @@ def _supervise(
         chan_r, chan_w = pipes.pipe()
         passed.append(chan_w)
         moves.append((chan_w, CHANNEL_OUT_FD))
-    info_r = info_w = -1
+    info_r = info_w = block_r = block_w = -1
     if prefix:
         info_r, info_w = pipes.pipe()
-        passed.append(info_w)
+        block_r, block_w = pipes.pipe()
+        passed += [info_w, block_r]
     cfg = {**cfg, "status_fd": status_w, "moves": moves}
     launcher = [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, marshal.dumps(cfg).hex()]
-    full = [a.replace("{info}", str(info_w)) for a in prefix] + [*launcher, *argv]
+    fds = {"{info}": str(info_w), "{block}": str(block_r)}
+    full = [fds.get(a, a) for a in prefix] + [*launcher, *argv]
     begin = time.monotonic_ns()
     try:
         proc = subprocess.Popen(
@@ -903,7 +923,16 @@ def _supervise(
     for fd in passed:
         pipes.close(fd)
     pipes.close(out_w)
-    init = _sandbox_init(_read_info(info_r)) if prefix else None
+    init = None
+    if prefix:
+        init, child = _sandbox_init(_read_info(info_r))
+        # The sandbox's pid 1 waits on the block pipe until it is in its cgroup.
+        try:
+            if group is not None and child is not None:
+                group.add(child)
+        finally:
+            os.write(block_w, b"x")
+            pipes.close(block_w)
     tail, channel = _Tail(limits.output_bytes), _Tail(CHANNEL_MAX_BYTES)
     streams = _Streams({out_r: tail, **({chan_r: channel} if channel_out else {})})
     status: int | None = None
@@ -936,6 +965,12 @@ def _supervise(
         late = _late_failure(status_r, status)
         if late:
             raise SandboxError(f"cannot start {argv[0]!r}: {late}")
+        if group is not None:
+            isolation = {
+                **isolation,
+                "memory_peak_bytes": group.peak_memory(),
+                "oom_killed": group.oom_kills() > oom_before,
+            }
     finally:
         streams.close()
         if proc.returncode is None:

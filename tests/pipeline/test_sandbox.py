@@ -18,7 +18,7 @@ import pytest
 
 from jouled.errors import SandboxError
 from jouled.pipeline import bwrap as bwrap_mod
-from jouled.pipeline import sandbox
+from jouled.pipeline import cgroup, sandbox
 from jouled.pipeline.sandbox import (
     BWRAP,
     PROCESS,
@@ -419,3 +419,67 @@ def test_probe_describes_the_host() -> None:
         check=True,
     )
     assert json.loads(done.stdout)["level"] == LEVEL
+
+
+# -- cgroups ------------------------------------------------------------------------------
+
+HAS_CGROUP = LEVEL == BWRAP and bool(cgroup.groups().kind)
+
+
+@pytest.mark.skipif(not HAS_CGROUP, reason="this host delegates no cgroup")
+def test_memory_is_bounded_for_the_run_as_a_whole(workdir: Path) -> None:
+    result = py(
+        """
+        import os, time
+        kids = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                block = bytearray(150 << 20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(5)
+                os._exit(0)
+            kids.append(pid)
+        held = sum(os.waitpid(pid, 0)[1] == 0 for pid in kids)
+        print("held", held)
+        """,
+        workdir,
+        Limits(timeout_s=120, memory_bytes=1 << 30, total_memory_bytes=400 << 20),
+    )
+    assert "held" in result.output, result.output
+    assert int(result.output.split("held")[1].split()[0]) < 4
+    assert result.isolation["cgroup"] in ("v1", "v2")
+    assert result.isolation["oom_killed"] is True
+    assert result.isolation["limits"]["memory_bytes_total"] == 400 << 20
+
+
+def test_cgroup_v1_groups_are_made_per_slot_in_a_fake_hierarchy(tmp_path: Path) -> None:
+    """A fake /sys/fs/cgroup (the kernel's files are the hardware boundary here)."""
+    for controller in ("memory", "pids"):
+        (tmp_path / controller / "svc").mkdir(parents=True)
+    groups = cgroup.Groups(tmp_path, proc_cgroup="5:memory:/svc\n4:pids:/svc\n0::/\n")
+    assert groups.kind == "v1"
+    with groups.slot(3) as group:
+        assert group is not None
+        group.limit(100 << 20, 32)
+        group.add(12345)
+    memory = tmp_path / "memory" / "svc" / "jouled-run-3"
+    assert (memory / "memory.limit_in_bytes").read_text() == str(100 << 20)
+    assert (memory / "cgroup.procs").read_text() == "12345"
+    assert (tmp_path / "pids" / "svc" / "jouled-run-3" / "pids.max").read_text() == "32"
+
+
+def test_cgroup_v2_needs_a_delegated_group(tmp_path: Path) -> None:
+    group = tmp_path / "svc"
+    group.mkdir()
+    (group / "cgroup.controllers").write_text("cpu io\n")
+    groups = cgroup.Groups(tmp_path, proc_cgroup="0::/svc\n")
+    assert groups.kind == ""
+    assert "not delegated" in groups.why_not
+    (group / "cgroup.controllers").write_text("cpu memory pids\n")
+    (group / "cgroup.subtree_control").write_text("")
+    delegated = cgroup.Groups(tmp_path, proc_cgroup="0::/svc\n")
+    assert delegated.kind == "v2"
+    assert (group / "daemon" / "cgroup.procs").read_text() == str(os.getpid())
+    assert (group / "cgroup.subtree_control").read_text() == "+memory +pids"
