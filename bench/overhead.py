@@ -8,7 +8,7 @@ What it measures, for `smoke/lrucache` graded with its reference patch:
 - A2: `jb_client.Client.submit` in-process on an open channel: the same
   attempt without the CLI's interpreter start-up and imports;
 - B: the very argv the daemon runs for the task's tests
-  (`jouled.pipeline.testreport.pytest_argv`), started with `subprocess.run` in a tree
+  (`jouled.pipeline.pytest_run.plain_argv`), started with `subprocess.run` in a tree
   seeded once (before/ with reference/ laid over it), bytecode writing on so
   its `__pycache__` stays warm, as in a developer's checkout;
 - B-cold: B in a second such tree with `PYTHONDONTWRITEBYTECODE=1`, as the
@@ -74,9 +74,9 @@ from jouled.ledger.signing import load_or_create_key
 from jouled.ledger.store import Ledger
 from jouled.patch import apply_patch, diff_trees, parse_patch
 from jouled.pipeline.evaluate import restore_protected, seed
+from jouled.pipeline.pytest_run import plain_argv
 from jouled.pipeline.sandbox import Limits
 from jouled.pipeline.sandbox import run as sandbox_run
-from jouled.pipeline.testreport import pytest_argv
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"
@@ -294,9 +294,7 @@ def side_by_side(daemon: RunningDaemon, patch: bytes, scratch: Scratch, repeats:
     cli += ["--patch", str(patch_file), "--json"]
 
     tree = seeded_fixed_tree(scratch.fresh("direct"))
-    report_dir = scratch.fresh("direct-report")
-    report_dir.mkdir()
-    argv = pytest_argv(load_task(TASK_DIR).test_cmd, report_dir / "junit.xml")
+    argv = plain_argv(load_task(TASK_DIR).test_cmd)
 
     def a1() -> dict[str, Any]:
         done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
@@ -480,16 +478,12 @@ def launch_overhead(contract: Contract, scratch: Scratch, repeats: int) -> Launc
     work.mkdir()
     os.chmod(work, 0o711)
     tree = seed(contract, work / "tree")
-    report_dir = work / "report"
-    report_dir.mkdir()
     noop = [sys.executable, "-c", "pass"]
     limits = Limits(timeout_s=contract.timeout_s)
-    level = sandbox_run(noop, tree, limits=limits, writable=(tree, report_dir)).level
+    level = sandbox_run(noop, tree, limits=limits).level
     sandboxed, plain = Series("sandbox"), Series("plain")
     for _ in range(repeats):
-        sandboxed.add(
-            timed(lambda: sandbox_run(noop, tree, limits=limits, writable=(tree, report_dir)))[0]
-        )
+        sandboxed.add(timed(lambda: sandbox_run(noop, tree, limits=limits))[0])
         plain.add(timed(lambda: subprocess.run(noop, cwd=tree, check=True))[0])
     return Launch(sandboxed, plain, level)
 

@@ -13,7 +13,8 @@ tests`); `plan` turns it into a run of the daemon's own runner
   one in force cannot change while the tests run; with none, an empty one
   and the tree root as rootdir;
 - `-s -P` for the interpreter: no user site-packages, and the tree goes on
-  sys.path only once pytest and the runner are loaded;
+  sys.path only once pytest and the runner are loaded; no bytecode in the
+  tree (`remove_bytecode`), so every module of the tree runs from its source;
 - outcomes from the runner's authenticated channel, never from files or
   output the tests can write;
 - canary tests planted fresh each run beside the real tests: some must pass
@@ -280,6 +281,21 @@ def plant_canaries(
     return Canaries(tuple(files), tuple(must_pass), tuple(must_fail))
 
 
+def remove_bytecode(tree: Path) -> None:
+    """Delete `__pycache__` directories and `.pyc` files: bytecode runs without its source.
+
+    An unchecked hash-based `.pyc` beside a module is loaded in its place
+    whatever the source says. Runs write none (PYTHONDONTWRITEBYTECODE).
+    """
+    for top, dirs, files in os.walk(tree):
+        for name in [d for d in dirs if d == "__pycache__"]:
+            shutil.rmtree(os.path.join(top, name), ignore_errors=True)
+            dirs.remove(name)
+        for name in files:
+            if name.endswith((".pyc", ".pyo")):
+                os.unlink(os.path.join(top, name))
+
+
 # -- the plan -----------------------------------------------------------------------------
 
 
@@ -316,6 +332,7 @@ def plan(
     if split is None:
         return None
     mode, opts, args = split
+    remove_bytecode(tree)
     shutil.copyfile(RUNNER, ro_dir / "jouled_pytest.py")
     source = pristine or tree
     config = find_config(source, args)

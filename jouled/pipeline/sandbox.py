@@ -489,7 +489,6 @@ class Sandbox:
                     **scrubbed_env(),
                     "HOME": home,
                     "TMPDIR": SANDBOX_TMP,
-                    "PYTHONPYCACHEPREFIX": f"{SANDBOX_TMP}/pycache",
                     **(env or {}),
                 }
                 exe = _resolve(argv[0], full_env["PATH"], workdir, SANDBOX_WORKDIR)
@@ -504,7 +503,6 @@ class Sandbox:
                     **scrubbed_env(),
                     "HOME": home,
                     "TMPDIR": str(private),
-                    "PYTHONPYCACHEPREFIX": str(private / "pycache"),
                     **(env or {}),
                 }
                 exe = _resolve(argv[0], full_env["PATH"], workdir, str(workdir))

@@ -1,0 +1,173 @@
+"""The isolation's cost per attempt: bare, the previous launcher, and the bwrap sandbox.
+
+Side by side in one run, interleaved round by round so that machine noise
+lands on all three alike, on one bundled task's fixed tree:
+
+- bare: the task's test command as a person runs it (`subprocess.run`);
+- launcher: the process sandbox this project used before bubblewrap (its own
+  session, rlimits, a private network namespace and a uid drop where the host
+  allowed), loaded from the git history (REFERENCE below) so it is measured
+  as it was, not kept in the package;
+- bwrap: what the daemon runs now for that command: the bwrap sandbox, the
+  daemon's pytest runner with the pristine configuration, read-only tests,
+  canaries and the authenticated report channel (`Evaluator.run_check`).
+
+Each configuration is also timed on a no-op command (`python -c pass`) to
+show the launch cost alone. Prints a Markdown section; medians over repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from jouled.contracts.task import load_task
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.patch import parse_patch
+from jouled.pipeline.evaluate import Evaluator, prepare_tree, seed
+from jouled.pipeline.pytest_run import plain_argv
+from jouled.pipeline.sandbox import Limits, Sandbox, sandbox_level
+from jouled.pipeline.taskcheck import _NoStore
+
+REPO = Path(__file__).resolve().parents[1]
+TASK_DIR = REPO / "tasks" / "smoke" / "lrucache"
+# The last commit whose launcher (then jouled/sandbox.py, with jouled/testreport.py
+# for its pytest command) ran every attempt.
+REFERENCE = "5886ce9"
+
+
+def _from_git(path: str, name: str) -> ModuleType:
+    source = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{REFERENCE}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    exec(compile(source, f"{REFERENCE}:{path}", "exec"), module.__dict__)
+    return module
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+
+    old_sandbox = _from_git("jouled/sandbox.py", "old_sandbox")
+    old_report = _from_git("jouled/testreport.py", "old_testreport")
+    contract = load_task(TASK_DIR, suite="smoke")
+    fix = parse_patch(contract.reference_patch or b"")
+    scratch = Path(tempfile.mkdtemp(prefix="jb-sandbox-bench-"))
+    os.chmod(scratch, 0o711)
+    box = Sandbox()
+    evaluator = Evaluator(
+        Metering(EstimatorMeter(), None, "exclusive"), _NoStore(), scratch / "work", sandbox=box
+    )
+    limits = Limits(timeout_s=contract.timeout_s)
+    ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
+
+    def tree(name: str) -> Path:
+        work = scratch / name
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir()
+        os.chmod(work, 0o711)
+        t = seed(contract, work / "tree")
+        prepare_tree(contract, t, fix)
+        return t
+
+    env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+    bare_argv = plain_argv(contract.test_cmd)
+    noop = [sys.executable, "-c", "pass"]
+
+    def bare(cmd: list[str]) -> None:
+        done = subprocess.run(cmd, cwd=tree("bare"), env=env, capture_output=True)
+        assert done.returncode in (0, 1), done.stdout
+
+    def launcher(test: bool) -> None:
+        t = tree("launcher")
+        report = t.parent / "report"
+        report.mkdir()
+        cmd = old_report.pytest_argv(contract.test_cmd, report / "junit.xml") if test else noop
+        result = old_sandbox.run(cmd, t, limits=old_sandbox.Limits(60), writable=(t, report))
+        assert result.exit_code == 0, result.output
+
+    def bwrapped(test: bool) -> None:
+        t = tree("bwrap")
+        if test:
+            check = evaluator.run_check(contract, t, ids)
+            assert check.exit == 0 and not check.forged, check.result.output
+        else:
+            assert box.run(noop, t, limits=limits).exit_code == 0
+
+    runs: dict[str, Callable[[], None]] = {
+        "bare tests": lambda: bare(bare_argv),
+        "launcher tests": lambda: launcher(True),
+        "bwrap tests": lambda: bwrapped(True),
+        "bare no-op": lambda: bare(noop),
+        "launcher no-op": lambda: launcher(False),
+        "bwrap no-op": lambda: bwrapped(False),
+    }
+    for fn in runs.values():  # warm the page cache and the lazy imports once
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, fn in runs.items():
+            times[name].append(timed(fn))
+    shutil.rmtree(scratch, ignore_errors=True)
+    med = {name: statistics.median(values) for name, values in times.items()}
+
+    def spread(name: str) -> str:
+        values = sorted(times[name])
+        q = len(values) // 4
+        return f"{values[q]:.1f}–{values[-1 - q]:.1f}"
+
+    print("## Issue 7: the isolation's cost per attempt\n")
+    print(
+        f"Task `{contract.task_id}` (its reference fix applied), {args.repeats} interleaved "
+        f"rounds, medians in ms with the interquartile range; {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, sandbox level `{sandbox_level()}`.\n"
+    )
+    print("| run | bare | previous launcher | bwrap sandbox |")
+    print("|---|---|---|---|")
+    for what in ("tests", "no-op"):
+        cells = [
+            f"{med[f'{k} {what}']:.1f} ({spread(f'{k} {what}')})"
+            for k in ("bare", "launcher", "bwrap")
+        ]
+        print(f"| {what} | " + " | ".join(cells) + " |")
+    over_bare = med["bwrap tests"] - med["bare tests"]
+    over_launcher = med["bwrap tests"] - med["launcher tests"]
+    print(
+        f"\nbwrap over bare: {over_bare:+.1f} ms per attempt "
+        f"({med['bwrap tests'] / med['bare tests']:.2f}x); over the previous launcher: "
+        f"{over_launcher:+.1f} ms ({med['bwrap tests'] / med['launcher tests']:.2f}x). "
+        f"Launch alone (no-op): bwrap {med['bwrap no-op'] - med['bare no-op']:+.1f} ms, "
+        f"launcher {med['launcher no-op'] - med['bare no-op']:+.1f} ms over bare."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
