@@ -244,6 +244,9 @@ class Host:
             out["bwrap"] = self.bwrap.describe()
         if self.lacking:
             out["lacking"] = self.lacking
+        groups = cgroups()
+        out["cgroup"] = groups.kind or f"none: {groups.why_not or 'no memory/pids cgroup'}"
+        out["uid"] = "a pooled uid per run" if self.root else "65534 in a user namespace"
         return out
 
 

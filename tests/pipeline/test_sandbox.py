@@ -483,3 +483,71 @@ def test_cgroup_v2_needs_a_delegated_group(tmp_path: Path) -> None:
     assert delegated.kind == "v2"
     assert (group / "daemon" / "cgroup.procs").read_text() == str(os.getpid())
     assert (group / "cgroup.subtree_control").read_text() == "+memory +pids"
+
+
+def _system_python() -> str | None:
+    """A Python 3.11+ outside /root that an unprivileged user can run."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        real = os.path.realpath(candidate)
+        if not os.path.exists(real) or real.startswith("/root"):
+            continue
+        done = subprocess.run(
+            [real, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.stdout.strip() == "True":
+            return real
+    return None
+
+
+@needs_root
+def test_an_unprivileged_daemon_gets_a_user_namespace(tmp_path: Path) -> None:
+    """jouled as a service user: bwrap maps the run to 65534 in a user namespace of its own."""
+    python = _system_python()
+    site = Path(sysconfig_purelib())
+    if python is None or not os.access(site, os.R_OK):
+        pytest.skip("no system Python 3.11+ that an unprivileged user can run")
+    repo = Path(__file__).resolve().parents[2]
+    work = Path(tempfile.mkdtemp(prefix="sandbox-nobody-"))
+    os.chown(work, 65534, 65534)
+    code = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from jouled.pipeline import sandbox
+        result = sandbox.run(["sh", "-c", "id -u; cat /proc/self/uid_map"], Path({str(work)!r}),
+                             limits=sandbox.Limits(60))
+        print(result.level, ",".join(result.isolation["namespaces"]), result.isolation["uid"])
+        print(result.output)
+        """
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", code],
+            cwd=work,
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{repo}:{site}"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if "cannot start a sandbox" in done.stderr + done.stdout or "below the minimum" in done.stderr:
+        pytest.skip(f"this host gives unprivileged users no user namespaces: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr
+    head, uid, uid_map = done.stdout.splitlines()[:3]
+    assert head == "bwrap ipc,mount,net,pid,uts,user mapped"
+    # Inside, 65534; bwrap nests a second user namespace to set it, so the map
+    # read from inside names the intermediate namespace's ids.
+    assert uid == "65534" and uid_map.split()[0] == "65534"
+
+
+def sysconfig_purelib() -> str:
+    import sysconfig
+
+    return sysconfig.get_paths()["purelib"]
