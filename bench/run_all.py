@@ -14,6 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RUNS = (
     ["overhead.py"],
+    ["sandbox_bench.py"],
     ["meter_bench.py"],
     ["ledger_bench.py", "--quick"],
 )
