@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.test_swebench import GIT, make_instance
 
-from .conftest import Daemon
+from .conftest import Daemon, start_daemon
 
 
 @pytest.fixture
@@ -40,16 +41,17 @@ def instances(tmp_path: Path) -> tuple[Path, Path, Path]:
     return dataset, predictions, root
 
 
+@pytest.fixture
+def daemon(instances: tuple, tmp_path: Path) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path / "data", "--checkout-root", str(instances[2]))
+    yield d
+    assert d.stop() == 0, d.log.read_text()
+
+
 def test_predictions_are_graded_and_signed(daemon: Daemon, instances: tuple) -> None:
     dataset, predictions, root = instances
     report = daemon.client_json(
-        "swebench",
-        "--dataset",
-        str(dataset),
-        "--predictions",
-        str(predictions),
-        "--checkout-root",
-        str(root),
+        "swebench", "--dataset", str(dataset), "--predictions", str(predictions)
     )
     by_task = {r["task_id"]: r for r in report["receipts"]}
     assert by_task["swebench-verified/acme__calc-1"]["status"] == "resolved"
@@ -64,26 +66,52 @@ def test_predictions_are_graded_and_signed(daemon: Daemon, instances: tuple) -> 
         str(dataset),
         "--predictions",
         str(predictions),
-        "--checkout-root",
-        str(root),
         "--run-id",
         report["run_id"],
     )
     assert [r["seq"] for r in again["receipts"]] == [r["seq"] for r in report["receipts"]]
+    # Registrations survive a restart: the tasks are back without registering again.
+    assert daemon.stop() == 0
+    restarted = start_daemon(daemon.data_dir, "--checkout-root", str(root))
+    try:
+        tasks = restarted.client_json("tasks", "--suite", "swebench-verified")["tasks"]
+        assert {t["task_id"] for t in tasks} == set(by_task)
+    finally:
+        assert restarted.stop() == 0
 
 
-def test_a_missing_checkout_root_is_a_usage_error(
+def test_without_a_checkout_root_registration_is_refused(tmp_path: Path, instances: tuple) -> None:
+    dataset, predictions, _ = instances
+    d = start_daemon(tmp_path / "bare")
+    try:
+        done = d.client("swebench", "--dataset", str(dataset), "--predictions", str(predictions))
+        assert done.returncode == 2
+        assert "no checkout root" in done.stderr and "--checkout-root" in done.stderr
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_checkout_that_links_out_of_the_root_is_skipped(
     daemon: Daemon, instances: tuple, tmp_path: Path
 ) -> None:
-    dataset, predictions, _ = instances
-    done = daemon.client(
-        "swebench",
-        "--dataset",
-        str(dataset),
-        "--predictions",
-        str(predictions),
-        "--checkout-root",
-        str(tmp_path / "nowhere"),
+    """A record names an instance; a link to the data dir is no way to read the key."""
+    dataset, _, root = instances
+    record = json.loads(dataset.read_text().splitlines()[0])
+    record["instance_id"] = "acme__calc-99"
+    (root / "acme__calc-99").symlink_to(daemon.data_dir)
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(record) + "\n")
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(
+        json.dumps({"instance_id": "acme__calc-99", "model_name_or_path": "m", "model_patch": ""})
+        + "\n"
     )
-    assert done.returncode == 2
-    assert "is not a directory on the daemon's host" in done.stderr
+    report = daemon.client_json("swebench", "--dataset", str(one), "--predictions", str(preds))
+    assert report["receipts"] == []
+    assert "outside the checkout root" in report["skipped"][0]["reason"]
+    assert (
+        daemon.client(
+            "fetch", "--task", "swebench-verified/acme__calc-99", "--out", str(tmp_path / "x")
+        ).returncode
+        == 2
+    )
