@@ -104,6 +104,9 @@ def serve(
     min_free_mb: Annotated[
         int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
     ] = 256,
+    heartbeat: Annotated[
+        float, typer.Option(help="Seconds between heartbeats to a queued or running call.")
+    ] = 5.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the jouled.v1 API until SIGTERM or SIGINT."""
@@ -126,6 +129,7 @@ def serve(
             checkout_root=checkout_root,
             queue_limit=queue_limit,
             min_free_mb=min_free_mb,
+            heartbeat_s=heartbeat,
             energy=energy,
             calibrate_seconds=calibrate_seconds,
             gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else None,

@@ -97,13 +97,17 @@ class AttemptQueue:
             if self._closed:
                 raise PreconditionError("the daemon is stopping", hint="retry once it is back")
             if len(self._jobs) >= self.limit:
-                raise BusyError(
-                    f"the attempt queue is full: {len(self._jobs)} attempts waiting and "
-                    f"{running} running",
-                    hint="retry later with the same idempotency key",
-                )
+                raise self.full(running)
             self._jobs.append(job)
             self._cond.notify()
+
+    def full(self, running: int) -> BusyError:
+        """The refusal a caller gets while no attempt can join the queue."""
+        return BusyError(
+            f"the attempt queue is full: {len(self)} of {self.limit} attempts waiting, "
+            f"{running} running",
+            hint="retry later with the same idempotency key",
+        )
 
     def take(self) -> _Job | None:
         with self._cond:
@@ -490,9 +494,7 @@ class Daemon:
     def _enqueue(self, attempt: Attempt, progress: Progress) -> _Job:
         self.check_free_space()
         job = _Job(attempt, progress)
-        with self._running_lock:
-            running = self._running
-        self.queue.put(job, running)
+        self.queue.put(job, self.running)
         return job
 
     def check_free_space(self) -> None:
@@ -528,11 +530,34 @@ class Daemon:
             "refused before it fills",
         )
 
+    @property
+    def running(self) -> int:
+        with self._running_lock:
+            return self._running
+
+    def busy(self) -> BusyError:
+        """Why a call waiting on an attempt is refused now: the queue's depth and bound."""
+        return self.queue.full(self.running)
+
     def cancel(self, job: _Job) -> None:
+        if job.future.done():
+            return  # the call ended because its receipt was sent
         job.cancelled.set()
+        attempt = job.attempt
         if self.queue.remove(job):
+            log.info(
+                "attempt %s (key %s) dropped: its call ended before it started",
+                attempt.attempt_id,
+                attempt.idempotency_key or "-",
+            )
             job.future.set_exception(
                 CancelledError("the call ended before its attempt started: nothing was run")
+            )
+        elif job.started.is_set():
+            log.info(
+                "attempt %s (key %s): its call ended while it ran; it will be recorded as an abort",
+                attempt.attempt_id,
+                attempt.idempotency_key or "-",
             )
 
     def _work(self) -> None:

@@ -33,7 +33,7 @@ from jouled.api.peercred import PeerRelay
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon, Submission, Ticket
-from jouled.errors import BusyError, ConfigError, JouledError, Kind, UsageError
+from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
@@ -169,14 +169,8 @@ class Servicer(pb_grpc.JouledServicer):
         """
         daemon = self.daemon
         if not daemon.callers.acquire(blocking=False):
-            _abort(
-                context,
-                BusyError(
-                    f"{daemon.max_callers} calls are already waiting on attempts "
-                    f"({len(daemon.queue)} queued)",
-                    hint="retry later with the same idempotency key",
-                ),
-            )
+            # Every slot is held by a call that waits on a queued or running attempt.
+            _abort(context, daemon.busy())
         try:
             events: queue.Queue[pb.AttemptEvent | None] = queue.Queue()
 
