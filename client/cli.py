@@ -324,17 +324,33 @@ def swebench(
     run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
     as_json: Json = False,
 ) -> None:
-    """Grade SWE-bench predictions: register the records with the daemon, submit each patch."""
+    """Grade SWE-bench predictions: register the records with the daemon, submit each patch.
+
+    A malformed prediction (not a prediction object, or a patch that does not parse or
+    apply) is reported and skipped, and the rest are graded; an empty one is graded
+    as the pristine tree and signed unresolved, as the official harness counts it.
+    """
     import dataclasses
 
     from jouled.contracts.swebench import load_predictions, load_records
+    from jouled.errors import PatchError, TaskError
 
     run_id = run_id or uuid.uuid4().hex[:12]
     receipts: list[dict[str, Any]] = []
     empty: list[str] = []
+    malformed: list[dict[str, str]] = []
+
+    def skip(instance_id: str, reason: str) -> None:
+        malformed.append({"instance_id": instance_id, "reason": reason})
+        shown = f"{instance_id}: {reason}" if instance_id else reason
+        render.err.print(f"[yellow]malformed prediction skipped:[/] {shown}", highlight=False)
+
     try:
         records = load_records(dataset)
-        preds = load_predictions(predictions)
+        refused: list[TaskError] = []
+        preds = load_predictions(predictions, refused)
+        for err in refused:
+            skip("", err.message)  # names the file and line
         wanted = [r for r in records if r.instance_id in preds]
         missing = sorted(set(preds) - {r.instance_id for r in records})
         if missing:
@@ -349,18 +365,27 @@ def swebench(
             for n, task_id in enumerate(reg["registered"], 1):
                 pred = preds[task_id.split("/", 1)[1]]
                 render.err.print(f"[{n}/{len(reg['registered'])}] {task_id}", highlight=False)
-                if not pred.model_patch.strip():
-                    # Graded all the same: the daemon signs it unresolved, as the
-                    # official harness counts it.
-                    empty.append(task_id)
-                r = c.submit(
-                    task_id,
-                    pred.model_patch.encode(),
-                    solver=pred.model_name_or_path,
-                    model=pred.model_name_or_path,
-                    run_id=run_id,
-                    idempotency_key=f"{run_id}:{task_id}",
-                )
+                try:
+                    if pred.to_patch() is None:
+                        # Graded all the same: the daemon signs it unresolved, as the
+                        # official harness counts it.
+                        empty.append(task_id)
+                    r = c.submit(
+                        task_id,
+                        (pred.model_patch or "").encode("utf-8", errors="surrogateescape"),
+                        solver=pred.model_name_or_path,
+                        model=pred.model_name_or_path,
+                        run_id=run_id,
+                        idempotency_key=f"{run_id}:{task_id}",
+                    )
+                except PatchError as err:
+                    skip(pred.instance_id, err.message)
+                    continue
+                except JouledError as err:
+                    if err.kind != Kind.INVALID_ARGUMENT:
+                        raise
+                    skip(pred.instance_id, err.message)  # the daemon refused this one alone
+                    continue
                 receipts.append(r)
                 if not as_json:
                     render.receipt_line(r)
@@ -373,6 +398,7 @@ def swebench(
         "resolved": resolved,
         "submitted": len(receipts),
         "empty_patch": empty,
+        "malformed": malformed,
         "skipped": reg["skipped"],
         "total": total,
         "receipts": receipts,
@@ -381,8 +407,8 @@ def swebench(
         _emit(summary)
     else:
         render.out.print(
-            f"resolved {resolved}/{total} (run {run_id}); "
-            f"{len(reg['skipped'])} skipped, {len(empty)} empty patches"
+            f"resolved {resolved}/{total} (run {run_id}); {len(reg['skipped'])} skipped, "
+            f"{len(malformed)} malformed, {len(empty)} empty patches"
         )
 
 

@@ -115,3 +115,64 @@ def test_a_checkout_that_links_out_of_the_root_is_skipped(
         ).returncode
         == 2
     )
+
+
+def test_malformed_predictions_are_reported_and_skipped_and_empty_ones_signed_unresolved(
+    tmp_path: Path,
+) -> None:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    root = tmp_path / "checkouts"
+    ids = ["acme__calc-1", "acme__calc-2", "acme__calc-3", "acme__calc-4"]
+    rows = [make_instance(root, i) for i in ids]
+    dataset = tmp_path / "verified.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def pred(instance_id: str, patch: str | None) -> str:
+        return json.dumps(
+            {"instance_id": instance_id, "model_name_or_path": "m1", "model_patch": patch}
+        )
+
+    missing_file = "--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n"
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text(
+        "\n".join(
+            [
+                pred("acme__calc-1", rows[0]["patch"]),  # graded: resolved
+                pred("acme__calc-2", None),  # empty: signed unresolved
+                pred("acme__calc-3", "this is not a diff\n"),  # does not parse
+                pred("acme__calc-4", missing_file),  # parses, does not apply
+                '{"instance_id": "acme__calc-5", "model_patch": ""}',  # no model name
+                "{not json",
+            ]
+        )
+        + "\n"
+    )
+    d = start_daemon(tmp_path / "data", "--checkout-root", str(root))
+    try:
+        done = d.client(
+            "swebench", "--dataset", str(dataset), "--predictions", str(predictions), "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        by_task = {r["task_id"].split("/")[1]: r for r in report["receipts"]}
+        assert set(by_task) == {"acme__calc-1", "acme__calc-2"}
+        assert by_task["acme__calc-1"]["status"] == "resolved"
+        assert by_task["acme__calc-2"]["status"] == "unresolved"
+        assert report["empty_patch"] == ["swebench-verified/acme__calc-2"]
+        reasons = {m["instance_id"]: m["reason"] for m in report["malformed"]}
+        assert len(report["malformed"]) == 4, report["malformed"]
+        assert "acme__calc-3" in reasons and "acme__calc-4" in reasons
+        assert "nope.py" in reasons["acme__calc-4"]
+        assert any("model_name_or_path" in m["reason"] for m in report["malformed"])
+        assert any("not valid JSON" in m["reason"] for m in report["malformed"])
+        assert "malformed prediction skipped" in done.stderr and "Traceback" not in done.stderr
+        # The empty prediction's result is signed like any other.
+        export = tmp_path / "ledger.jsonl"
+        assert d.client("export", "--out", str(export)).returncode == 0
+        verified = d.client("verify", str(export), "--pubkey", str(d.pubkey))
+        assert verified.returncode == 0, verified.stderr
+        seqs = {json.loads(line)["seq"] for line in export.read_text().splitlines()}
+        assert by_task["acme__calc-2"]["seq"] in seqs
+    finally:
+        assert d.stop() == 0, d.log.read_text()
