@@ -1,7 +1,7 @@
 """A small Python API over the jouled.v1 gRPC service.
 
 Every call returns plain data (dicts and lists) shaped as the wire formats in
-DESIGN.md; gRPC errors become `ClientError` carrying the daemon's message.
+the README; gRPC errors become `ClientError` carrying the daemon's message.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _KINDS = {
     grpc.StatusCode.FAILED_PRECONDITION: Kind.FAILED_PRECONDITION,
     grpc.StatusCode.RESOURCE_EXHAUSTED: Kind.RESOURCE_EXHAUSTED,
     grpc.StatusCode.PERMISSION_DENIED: Kind.PERMISSION_DENIED,
-    grpc.StatusCode.UNAUTHENTICATED: Kind.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED: Kind.UNAUTHENTICATED,
     grpc.StatusCode.UNAVAILABLE: Kind.UNAVAILABLE,
 }
 
@@ -55,17 +55,82 @@ def _normalise(target: str) -> str:
     return target
 
 
-class Client:
-    def __init__(self, target: str | None = None, *, timeout_s: float | None = None) -> None:
-        self.target = _normalise(target or default_target())
-        self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(
-            self.target,
-            options=[
-                ("grpc.max_receive_message_length", 16 << 20),
-                ("grpc.max_send_message_length", 16 << 20),
-            ],
+def _read_file(path: str | Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise ClientError(
+            f"cannot read the {what} {path}: {err.strerror}", Kind.INVALID_ARGUMENT
+        ) from None
+
+
+def channel_credentials(
+    target: str,
+    *,
+    token: str = "",
+    ca: str | Path | None = None,
+    cert: str | Path | None = None,
+    key: str | Path | None = None,
+    insecure: bool = False,
+) -> grpc.ChannelCredentials | None:
+    """The credentials a channel to `target` uses; None: a plain Unix-socket channel.
+
+    On the Unix socket the daemon knows the caller by its uid; a token, when given,
+    travels too (gRPC's local credentials let call credentials through). Over TCP:
+    TLS, trusting `ca` (else the system's roots), with a client certificate for
+    mTLS; or, with `insecure`, loopback plaintext. The token goes as a bearer token.
+    """
+    calls = [grpc.access_token_call_credentials(token)] if token else []
+    if target.startswith("unix"):
+        if not calls:
+            return None
+        base = grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)
+    elif insecure:
+        base = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    else:
+        if bool(cert) != bool(key):
+            raise ClientError("--cert and --key go together", Kind.INVALID_ARGUMENT)
+        base = grpc.ssl_channel_credentials(
+            root_certificates=_read_file(ca, "CA certificate") if ca else None,
+            private_key=_read_file(key, "client key") if key else None,
+            certificate_chain=_read_file(cert, "client certificate") if cert else None,
         )
+    return grpc.composite_channel_credentials(base, *calls) if calls else base
+
+
+class Client:
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        timeout_s: float | None = None,
+        token: str | None = None,
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+        insecure: bool | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """A channel to the daemon; token, CA, mode default to $JB_TOKEN, $JB_CA, $JB_INSECURE."""
+        env = os.environ if env is None else env
+        self.target = _normalise(target or default_target(env))
+        self.timeout_s = timeout_s
+        creds = channel_credentials(
+            self.target,
+            token=env.get("JB_TOKEN", "") if token is None else token,
+            ca=ca or env.get("JB_CA") or None,
+            cert=cert or env.get("JB_CERT") or None,
+            key=key or env.get("JB_KEY") or None,
+            insecure=env.get("JB_INSECURE", "") not in ("", "0") if insecure is None else insecure,
+        )
+        options = [
+            ("grpc.max_receive_message_length", 16 << 20),
+            ("grpc.max_send_message_length", 16 << 20),
+        ]
+        if creds is None:
+            self._channel = grpc.insecure_channel(self.target, options=options)
+        else:
+            self._channel = grpc.secure_channel(self.target, creds, options=options)
         self._stub = pb_grpc.JouledStub(self._channel)
 
     def close(self) -> None:
@@ -109,6 +174,15 @@ class Client:
     def _error(self, err: grpc.RpcError) -> ClientError:
         code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
+        if code == grpc.StatusCode.UNAVAILABLE and (
+            "handshake" in details.lower() or "ssl" in details.lower()
+        ):
+            return ClientError(
+                f"TLS with {self.target} failed: {details}",
+                Kind.UNAVAILABLE,
+                hint="pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it "
+                "wants client certificates)",
+            )
         if code == grpc.StatusCode.UNAVAILABLE and "jouled" not in details:
             return ClientError(
                 f"cannot reach the daemon at {self.target}: {details}",
@@ -158,7 +232,7 @@ class Client:
         task_id: str,
         patch: bytes,
         *,
-        solver: str = "remote",
+        solver: str = "",
         model: str = "",
         agent: str = "",
         run_id: str = "",
@@ -287,13 +361,23 @@ class Client:
     def meter(self) -> dict[str, Any]:
         return dict(self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
 
-    def register_swebench(
-        self, records: list[dict[str, Any]], checkout_root: str, suite: str = ""
-    ) -> dict[str, Any]:
-        request = pb.RegisterSwebenchRequest(
-            records_json=json.dumps(records), checkout_root=checkout_root, suite=suite
-        )
+    def register_swebench(self, records: list[dict[str, Any]], suite: str = "") -> dict[str, Any]:
+        """Register records against the checkouts under the daemon's --checkout-root."""
+        request = pb.RegisterSwebenchRequest(records_json=json.dumps(records), suite=suite)
         return dict(self._doc(self._stub.RegisterSwebench, request))
+
+    def receipt(self, *, idempotency_key: str = "", seq: int | None = None) -> dict[str, Any]:
+        """A result's receipt again (fresh proof), by idempotency key or seq."""
+        if idempotency_key:
+            request = pb.GetReceiptRequest(idempotency_key=idempotency_key)
+        elif seq is not None:
+            request = pb.GetReceiptRequest(seq=seq)
+        else:
+            raise ClientError("give an idempotency key or a seq", Kind.INVALID_ARGUMENT)
+        return dict(json.loads(self._call(self._stub.GetReceipt, request).json))
+
+    def public_keys(self) -> dict[str, Any]:
+        return dict(self._doc(self._stub.PublicKeys, pb.PublicKeysRequest()))
 
     def calibrate(self, seconds: int) -> dict[str, Any]:
         return dict(self._doc(self._stub.Calibrate, pb.CalibrateRequest(seconds=seconds)))

@@ -19,6 +19,10 @@ from jb_client import render
 from jb_client.api import Client, checkpoint_history_path, parquet_path
 
 from jouled.errors import JouledError, Kind, VerificationError
+from jouled.ledger.canonical import MAX_SAFE_INTEGER
+from jouled.limits import ROLLOUT_MAX
+
+CLAIM_MAX = MAX_SAFE_INTEGER
 
 T = TypeVar("T")
 
@@ -38,6 +42,11 @@ Suite = Annotated[str, typer.Option("--suite", help="Only this suite.")]
 
 class State:
     target: str | None = None
+    token: str | None = None
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    insecure: bool | None = None
     verbose: bool = False
 
 
@@ -54,14 +63,41 @@ def main_options(
             "daemon's socket in $JOULED_HOME).",
         ),
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token (default $JB_TOKEN); over TCP it is how the daemon knows you."
+        ),
+    ] = None,
+    ca: Annotated[
+        Path | None,
+        typer.Option(help="CA certificate the daemon's TLS certificate chains to ($JB_CA)."),
+    ] = None,
+    cert: Annotated[
+        Path | None, typer.Option(help="Client certificate for mTLS ($JB_CERT).")
+    ] = None,
+    key: Annotated[Path | None, typer.Option(help="Client key for mTLS ($JB_KEY).")] = None,
+    insecure: Annotated[
+        bool | None,
+        typer.Option("--insecure", help="Plaintext TCP to a loopback daemon ($JB_INSECURE=1)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks.")] = False,
 ) -> None:
     state.target = target
+    state.token, state.ca, state.cert, state.key = token, ca, cert, key
+    state.insecure = insecure
     state.verbose = verbose
 
 
 def _client() -> Client:
-    return Client(state.target)
+    return Client(
+        state.target,
+        token=state.token,
+        ca=state.ca,
+        cert=state.cert,
+        key=state.key,
+        insecure=state.insecure,
+    )
 
 
 def _ask(call: Callable[[Client], T]) -> T:
@@ -126,15 +162,24 @@ def fetch(
 def submit(
     task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
     patch: Annotated[Path, typer.Option("--patch", help="Unified diff file ('-' for stdin).")],
-    solver: Annotated[str, typer.Option(help="Who produced the patch.")] = "remote",
+    solver: Annotated[
+        str, typer.Option(help="Who produced the patch (default: your credential's name).")
+    ] = "",
     model: Annotated[str, typer.Option(help="The model behind the solver.")] = "",
-    agent: Annotated[str, typer.Option(help="The agent harness.")] = "",
     run_id: Annotated[str, typer.Option(help="Groups attempts into a run.")] = "",
-    rollout: Annotated[int, typer.Option(help="Rollout index within the run.")] = 0,
-    tokens_in: Annotated[int, typer.Option(help="Claimed input tokens.")] = 0,
-    tokens_out: Annotated[int, typer.Option(help="Claimed output tokens.")] = 0,
-    usd_micros: Annotated[int, typer.Option(help="Claimed cost in micro-dollars.")] = 0,
-    claimed_joules_mj: Annotated[int, typer.Option(help="Agent-reported mJ (claimed).")] = 0,
+    rollout: Annotated[
+        int, typer.Option(min=0, max=ROLLOUT_MAX, help="Rollout index within the run.")
+    ] = 0,
+    tokens_in: Annotated[int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed input tokens.")] = 0,
+    tokens_out: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed output tokens.")
+    ] = 0,
+    usd_micros: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed cost in micro-dollars.")
+    ] = 0,
+    claimed_joules_mj: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Agent-reported mJ (claimed).")
+    ] = 0,
     idempotency_key: Annotated[
         str, typer.Option(help="Reuse to retry safely; default: a fresh key.")
     ] = "",
@@ -155,7 +200,6 @@ def submit(
                 raw,
                 solver=solver,
                 model=model,
-                agent=agent,
                 run_id=run_id,
                 rollout=rollout,
                 claimed=claimed,
@@ -184,7 +228,9 @@ def run(
     solvers: Annotated[
         str, typer.Option(help="Daemon-hosted solvers, comma separated.")
     ] = "reference,noop",
-    rollouts: Annotated[int, typer.Option(min=1, help="Attempts per task and solver.")] = 1,
+    rollouts: Annotated[
+        int, typer.Option(min=1, max=ROLLOUT_MAX, help="Attempts per task and solver.")
+    ] = 1,
     run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
     as_json: Json = False,
 ) -> None:
@@ -272,26 +318,39 @@ def _export_results(path: Path) -> list[dict[str, Any]]:
 def swebench(
     dataset: Annotated[Path, typer.Option(help="SWE-bench records (JSON, JSONL).")],
     predictions: Annotated[Path, typer.Option(help="Predictions (SWE-bench format).")],
-    checkout_root: Annotated[
-        str, typer.Option(help="On the daemon's host: one checkout per instance id.")
-    ],
     suite: Annotated[
         str, typer.Option(help="Suite for the registered tasks.")
     ] = "swebench-verified",
     run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
     as_json: Json = False,
 ) -> None:
-    """Grade SWE-bench predictions: register the records with the daemon, submit each patch."""
+    """Grade SWE-bench predictions: register the records with the daemon, submit each patch.
+
+    A malformed prediction (not a prediction object, or a patch that does not parse or
+    apply) is reported and skipped, and the rest are graded; an empty one is graded
+    as the pristine tree and signed unresolved, as the official harness counts it.
+    """
     import dataclasses
 
     from jouled.contracts.swebench import load_predictions, load_records
+    from jouled.errors import PatchError, TaskError
 
     run_id = run_id or uuid.uuid4().hex[:12]
     receipts: list[dict[str, Any]] = []
     empty: list[str] = []
+    malformed: list[dict[str, str]] = []
+
+    def skip(instance_id: str, reason: str) -> None:
+        malformed.append({"instance_id": instance_id, "reason": reason})
+        shown = f"{instance_id}: {reason}" if instance_id else reason
+        render.err.print(f"[yellow]malformed prediction skipped:[/] {shown}", highlight=False)
+
     try:
         records = load_records(dataset)
-        preds = load_predictions(predictions)
+        refused: list[TaskError] = []
+        preds = load_predictions(predictions, refused)
+        for err in refused:
+            skip("", err.message)  # names the file and line
         wanted = [r for r in records if r.instance_id in preds]
         missing = sorted(set(preds) - {r.instance_id for r in records})
         if missing:
@@ -300,37 +359,46 @@ def swebench(
                 f"not in {dataset}: {', '.join(missing[:5])}"
             )
         with _client() as c:
-            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], checkout_root, suite)
+            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
             for s in reg["skipped"]:
                 render.err.print(f"[yellow]skipped[/] {s['instance_id']}: {s['reason']}")
             for n, task_id in enumerate(reg["registered"], 1):
                 pred = preds[task_id.split("/", 1)[1]]
                 render.err.print(f"[{n}/{len(reg['registered'])}] {task_id}", highlight=False)
-                if not pred.model_patch.strip():
-                    empty.append(task_id)
-                    render.err.print("  empty patch: not submitted, counted unresolved")
+                try:
+                    if pred.to_patch() is None:
+                        # Graded all the same: the daemon signs it unresolved, as the
+                        # official harness counts it.
+                        empty.append(task_id)
+                    r = c.submit(
+                        task_id,
+                        (pred.model_patch or "").encode("utf-8", errors="surrogateescape"),
+                        solver=pred.model_name_or_path,
+                        model=pred.model_name_or_path,
+                        run_id=run_id,
+                        idempotency_key=f"{run_id}:{task_id}",
+                    )
+                except PatchError as err:
+                    skip(pred.instance_id, err.message)
                     continue
-                r = c.submit(
-                    task_id,
-                    pred.model_patch.encode(),
-                    solver=pred.model_name_or_path,
-                    model=pred.model_name_or_path,
-                    agent="swebench-predictions",
-                    run_id=run_id,
-                    idempotency_key=f"{run_id}:{task_id}",
-                )
+                except JouledError as err:
+                    if err.kind != Kind.INVALID_ARGUMENT:
+                        raise
+                    skip(pred.instance_id, err.message)  # the daemon refused this one alone
+                    continue
                 receipts.append(r)
                 if not as_json:
                     render.receipt_line(r)
     except JouledError as err:
         _fail(err)
     resolved = sum(r["resolved"] for r in receipts)
-    total = len(receipts) + len(empty)
+    total = len(receipts)
     summary = {
         "run_id": run_id,
         "resolved": resolved,
         "submitted": len(receipts),
         "empty_patch": empty,
+        "malformed": malformed,
         "skipped": reg["skipped"],
         "total": total,
         "receipts": receipts,
@@ -339,9 +407,40 @@ def swebench(
         _emit(summary)
     else:
         render.out.print(
-            f"resolved {resolved}/{total} (run {run_id}); "
-            f"{len(reg['skipped'])} skipped, {len(empty)} empty patches"
+            f"resolved {resolved}/{total} (run {run_id}); {len(reg['skipped'])} skipped, "
+            f"{len(malformed)} malformed, {len(empty)} empty patches"
         )
+
+
+@app.command()
+def receipt(
+    key: Annotated[str, typer.Option("--key", help="The submission's idempotency key.")] = "",
+    seq: Annotated[
+        int | None, typer.Option("--seq", min=0, max=CLAIM_MAX, help="The result's entry.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """A result's receipt again, with a fresh inclusion proof (by idempotency key or seq)."""
+    if not key and seq is None:
+        render.err.print("[red]error:[/] give --key or --seq")
+        raise typer.Exit(EXIT_USAGE)
+    r = _ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
+    if as_json:
+        _emit(r)
+    else:
+        render.receipt_line(r)
+
+
+@app.command()
+def keys(as_json: Json = False) -> None:
+    """The daemon's public signing keys and key ids (pin them out of band to verify)."""
+    doc = _ask(lambda c: c.public_keys())
+    if as_json:
+        _emit(doc)
+    else:
+        for k in doc["keys"]:
+            render.out.print(f"{k['status']:8} {k['keyid']}", highlight=False)
+            sys.stdout.write(k["pem"])
 
 
 @app.command()
@@ -483,8 +582,10 @@ def checkpoint_cmd(as_json: Json = False) -> None:
 
 @app.command()
 def proof(
-    seq: Annotated[int, typer.Option("--seq", help="Ledger entry.")],
-    tree_size: Annotated[int, typer.Option(help="Tree size (0: latest).")] = 0,
+    seq: Annotated[int, typer.Option("--seq", min=0, max=CLAIM_MAX, help="Ledger entry.")],
+    tree_size: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Tree size (0: latest).")
+    ] = 0,
     as_json: Json = False,
 ) -> None:
     """An inclusion proof of one entry in the ledger's Merkle tree."""
@@ -497,8 +598,12 @@ def proof(
 
 @app.command()
 def consistency(
-    old: Annotated[int, typer.Option("--old", help="The size you saw before.")],
-    new: Annotated[int, typer.Option("--new", help="The later size (0: latest).")] = 0,
+    old: Annotated[
+        int, typer.Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")
+    ],
+    new: Annotated[
+        int, typer.Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
+    ] = 0,
     as_json: Json = False,
 ) -> None:
     """A consistency proof: the ledger of size --new extends the one of size --old."""
@@ -523,7 +628,7 @@ def meter(as_json: Json = False) -> None:
 
 @app.command()
 def calibrate(
-    seconds: Annotated[int, typer.Option(min=1, help="Seconds of quiet to sample.")] = 10,
+    seconds: Annotated[int, typer.Option(min=1, max=600, help="Seconds of quiet to sample.")] = 10,
     as_json: Json = False,
 ) -> None:
     """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""

@@ -24,6 +24,8 @@ keys_app = typer.Typer(help="Manage the ledger's signing key.", no_args_is_help=
 tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
 meter_app = typer.Typer(help="Inspect this host's energy meters.", no_args_is_help=True)
 sandbox_app = typer.Typer(help="Inspect this host's sandbox.", no_args_is_help=True)
+tokens_app = typer.Typer(help="Manage bearer tokens for TCP clients.", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(meter_app, name="meter")
 app.add_typer(keys_app, name="keys")
@@ -59,7 +61,12 @@ def _fail(err: JouledError, code: int) -> typer.Exit:
 def serve(
     data_dir: DataDir = None,
     tasks: Tasks = None,
-    listen: Annotated[str | None, typer.Option(help="unix:PATH or HOST:PORT.")] = None,
+    listen: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="unix:PATH or HOST:PORT; repeat for several (default: the data dir's socket)."
+        ),
+    ] = None,
     energy: Annotated[str, typer.Option(help="auto, rapl, nvml or estimator.")] = "auto",
     calibrate_seconds: Annotated[
         float, typer.Option(help="Idle calibration at start; 0 reuses the last one.")
@@ -70,7 +77,38 @@ def serve(
     estimator_mode: Annotated[str, typer.Option(help="wall or cpu.")] = "wall",
     workers: Annotated[int, typer.Option(help="Attempts evaluated at once.")] = 4,
     grace: Annotated[float, typer.Option(help="Seconds running attempts get on stop.")] = 30.0,
-    insecure: Annotated[bool, typer.Option(help="Allow plaintext TCP off loopback.")] = False,
+    insecure: Annotated[
+        bool, typer.Option(help="Plaintext TCP on a loopback address (never off it).")
+    ] = False,
+    tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate chain (PEM).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="TLS private key (PEM).")] = None,
+    tls_client_ca: Annotated[
+        Path | None, typer.Option(help="Require client certificates signed by this CA (mTLS).")
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option("--tokens", help="Bearer tokens file (hashed; `jouled tokens add`)."),
+    ] = None,
+    peer_role: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Unix-socket peers to roles: uid:N, user:NAME, gid:N or group:NAME = "
+            "ROLE[,ROLE]. The daemon's own uid and root are operators."
+        ),
+    ] = None,
+    socket_group: Annotated[
+        str, typer.Option(help="Group that may connect to the Unix socket (mode 0660).")
+    ] = "",
+    checkout_root: Annotated[
+        Path | None, typer.Option(help="SWE-bench checkouts, one per instance id.")
+    ] = None,
+    queue_limit: Annotated[int, typer.Option(help="Attempts that may wait for a worker.")] = 64,
+    min_free_mb: Annotated[
+        int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
+    ] = 256,
+    heartbeat: Annotated[
+        float, typer.Option(help="Seconds between heartbeats to a queued or running call.")
+    ] = 5.0,
     min_isolation: Annotated[
         str, typer.Option(help="Refuse to grade below this sandbox level: bwrap or process.")
     ] = "bwrap",
@@ -78,6 +116,7 @@ def serve(
 ) -> None:
     """Serve the jouled.v1 API until SIGTERM or SIGINT."""
     from jouled.api.server import Server
+    from jouled.auth import PeerRule
     from jouled.daemon import Daemon
 
     _setup_logging(verbose)
@@ -85,7 +124,17 @@ def serve(
         config = Config.from_env(
             data_dir=data_dir,
             task_dirs=tuple(tasks) if tasks else None,
-            listen=listen,
+            listen=tuple(listen) if listen else None,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            tokens_file=tokens,
+            peer_rules=tuple(PeerRule.parse(r) for r in peer_role or ()),
+            socket_group=socket_group,
+            checkout_root=checkout_root,
+            queue_limit=queue_limit,
+            min_free_mb=min_free_mb,
+            heartbeat_s=heartbeat,
             energy=energy,
             calibrate_seconds=calibrate_seconds,
             gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else None,
@@ -144,6 +193,29 @@ def _print_reports(reports: list[dict[str, Any]]) -> None:
             typer.echo(f"    {key} ({len(ids)}): " + ", ".join(ids[:6]) + more)
     bad = sum(not r["ok"] for r in reports)
     typer.echo(f"{len(reports) - bad} ok, {bad} bad", err=True)
+
+
+@tokens_app.command("add")
+def tokens_add(
+    name: Annotated[str, typer.Option(help="Who holds the token; results name it as agent.")],
+    role: Annotated[list[str], typer.Option(help="agent, auditor or operator; repeatable.")],
+    tokens: Annotated[Path, typer.Option("--tokens", help="The tokens file to append to.")],
+    solver_prefix: Annotated[
+        str | None,
+        typer.Option(help="Solver names the holder may sign start with this (default: its name)."),
+    ] = None,
+) -> None:
+    """Create a bearer token: its hash goes into the tokens file, the token to stdout once."""
+    from jouled.auth import add_token
+
+    try:
+        token = add_token(tokens, name, role, solver_prefix)
+    except JouledError as err:
+        raise _fail(err, EXIT_USAGE) from None
+    typer.echo(
+        f"added {name} to {tokens}; give the holder this token (it is not stored):", err=True
+    )
+    typer.echo(token)
 
 
 @keys_app.command("rotate")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from jouled.auth import PeerRule
 from jouled.errors import ConfigError
 
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")
@@ -46,8 +47,18 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 class Config:
     data_dir: Path = field(default_factory=default_home)
     task_dirs: tuple[Path, ...] = ()
-    listen: str = ""  # "unix:PATH" or "HOST:PORT"; empty: the socket in the data dir
-    insecure: bool = False
+    # "unix:PATH" or "HOST:PORT", one or more; empty: the socket in the data dir
+    listen: tuple[str, ...] = ()
+    insecure: bool = False  # plaintext TCP, on loopback only
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None  # set: TLS clients need a certificate it signed (mTLS)
+    tokens_file: Path | None = None  # bearer tokens, hashed (see jouled.auth.TokenStore)
+    peer_rules: tuple[PeerRule, ...] = ()  # Unix-socket peers -> roles
+    own_uid_operator: bool = True  # the daemon's own uid and root are operators on the socket
+    socket_group: str = ""  # the Unix socket's group (mode 0660); empty: owner only (0600)
+    checkout_root: Path | None = None  # SWE-bench checkouts: CHECKOUT_ROOT/<instance_id>
+    min_free_mb: int = 256  # below this much free space in the data dir, attempts are refused
     energy: str = "auto"
     calibrate_seconds: float = 10.0
     active_watts: float = 15.0
@@ -59,7 +70,8 @@ class Config:
     attribution: str = "exclusive"
     max_patch_bytes: int = 1 << 20
     workers: int = 4  # attempts evaluated at once (metered phases still serialise when exclusive)
-    queue_limit: int = 64  # accepted attempts waiting beyond that are refused
+    queue_limit: int = 64  # attempts waiting for a worker; beyond that Submit is refused
+    heartbeat_s: float = 5.0  # a queued or running call hears from the daemon this often
     grace_s: float = 30.0
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
     min_isolation: str = "bwrap"  # below this, the daemon refuses to grade
@@ -96,6 +108,18 @@ class Config:
             )
         if self.workers < 1:
             raise ConfigError("workers must be at least 1")
+        if self.queue_limit < 0:
+            raise ConfigError("--queue-limit must be 0 or more")
+        if self.min_free_mb < 0:
+            raise ConfigError("--min-free-mb must be 0 or more")
+        if self.heartbeat_s <= 0:
+            raise ConfigError("the heartbeat interval must be positive")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+        if isinstance(self.listen, str):
+            return replace(self, listen=(self.listen,) if self.listen else ()).validated()
         config = self
         if not config.task_dirs:
             config = replace(config, task_dirs=(bundled_tasks(),))
@@ -126,9 +150,23 @@ class Config:
         return self.data_dir / "work"
 
     @property
+    def private_socket_path(self) -> Path:
+        """gRPC's own listener behind the Unix socket (only the daemon's user reaches it)."""
+        return self.data_dir / "rpc.sock"
+
+    @property
+    def registrations_path(self) -> Path:
+        """SWE-bench records registered over the API, replayed at start."""
+        return self.data_dir / "swebench-records.jsonl"
+
+    @property
+    def listen_addresses(self) -> tuple[str, ...]:
+        """The addresses as gRPC spells them."""
+        return self.listen or (f"unix:{self.socket_path}",)
+
+    @property
     def listen_address(self) -> str:
-        """The address as gRPC spells it."""
-        return self.listen or f"unix:{self.socket_path}"
+        return self.listen_addresses[0]
 
     @property
     def hostname(self) -> str:

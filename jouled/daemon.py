@@ -5,10 +5,14 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
+import shutil
 import threading
 import uuid
+from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -16,21 +20,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jouled import __version__, frontier
+from jouled import __version__, frontier, limits
+from jouled.auth import Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
-from jouled.errors import BusyError, JouledError, UsageError
+from jouled.errors import (
+    BusyError,
+    CancelledError,
+    DiskFullError,
+    JouledError,
+    NotFoundError,
+    PreconditionError,
+    UsageError,
+)
 from jouled.ledger import keys
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.entry import Entry
 from jouled.ledger.keys import KeyPaths
+from jouled.ledger.signing import public_pem
 from jouled.ledger.store import Ledger, current_keyid
 from jouled.meter import calibration as calibration_mod
 from jouled.meter.auto import open_meter
 from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
-from jouled.patch import parse_patch
+from jouled.patch import Patch, parse_patch, patch_sha256
 from jouled.pipeline.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox
 
@@ -54,6 +68,98 @@ class Submission:
     rollout: int = 0
     claimed: Mapping[str, int] = field(default_factory=dict)
     idempotency_key: str = ""
+    # Who asks: names its results and bounds what it may sign. None: an in-process
+    # caller the daemon trusts (tests, tools), whose names are taken as given.
+    caller: Identity | None = None
+
+
+class _Job:
+    """An accepted attempt waiting for, or holding, a worker."""
+
+    def __init__(self, attempt: Attempt, progress: Progress) -> None:
+        self.attempt = attempt
+        self.progress = progress
+        self.future: Future[dict[str, Any]] = Future()
+        self.cancelled = threading.Event()
+        self.started = threading.Event()
+
+
+class AttemptQueue:
+    """Attempts waiting for a worker, bounded; a full queue refuses at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._jobs: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, job: _Job, running: int) -> None:
+        with self._cond:
+            if self._closed:
+                raise PreconditionError("the daemon is stopping", hint="retry once it is back")
+            if len(self._jobs) >= self.limit:
+                raise self.full(running)
+            self._jobs.append(job)
+            self._cond.notify()
+
+    def full(self, running: int) -> BusyError:
+        """The refusal a caller gets while no attempt can join the queue."""
+        return BusyError(
+            f"the attempt queue is full: {len(self)} of {self.limit} attempts waiting, "
+            f"{running} running",
+            hint="retry later with the same idempotency key",
+        )
+
+    def take(self) -> _Job | None:
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            return self._jobs.popleft() if self._jobs else None
+
+    def remove(self, job: _Job) -> bool:
+        with self._cond:
+            try:
+                self._jobs.remove(job)
+            except ValueError:
+                return False
+            return True
+
+    def position(self, job: _Job) -> int | None:
+        """1 for the next attempt to start; None once it left the queue."""
+        with self._cond:
+            try:
+                return self._jobs.index(job) + 1
+            except ValueError:
+                return None
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._jobs)
+
+    def close(self) -> list[_Job]:
+        with self._cond:
+            self._closed = True
+            left = list(self._jobs)
+            self._jobs.clear()
+            self._cond.notify_all()
+            return left
+
+
+class Ticket:
+    """A submission the daemon accepted: its receipt to come, its place in the queue."""
+
+    def __init__(self, future: Future[dict[str, Any]], daemon: Daemon, job: _Job | None) -> None:
+        self.future = future
+        self._daemon = daemon
+        self._job = job
+
+    def position(self) -> int | None:
+        return None if self._job is None else self._daemon.queue.position(self._job)
+
+    def cancel(self) -> None:
+        """The caller went away: drop the attempt if it has not started, else record an abort."""
+        if self._job is not None:
+            self._daemon.cancel(self._job)
 
 
 def _age_s(rfc3339: str) -> int | None:
@@ -100,9 +206,8 @@ class Daemon:
         self.config = config
         self.registry = TaskRegistry.from_dirs(config.task_dirs)
         # Refuses to start below the minimum isolation, saying what the host lacks.
-        self.sandbox = Sandbox(
-            min_level=config.min_isolation, secret=[config.data_dir, *config.task_dirs]
-        )
+        pristine = [*config.task_dirs, *([config.checkout_root] if config.checkout_root else [])]
+        self.sandbox = Sandbox(min_level=config.min_isolation, secret=[config.data_dir, *pristine])
         self.isolation = self.sandbox.check_host()
         self.meter = meter or open_meter(
             config.energy,
@@ -125,7 +230,23 @@ class Daemon:
         self._frontier = frontier.Frontier(self.ledger.result_bodies())
         self._inflight: dict[str, Future[dict[str, Any]]] = {}
         self._inflight_lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(config.queue_limit)
+        self._load_registrations()
+        self.queue = AttemptQueue(config.queue_limit)
+        self._running = 0
+        self._running_lock = threading.Lock()
+        # Calls waiting on an attempt (queued, running or replaying) hold an RPC thread
+        # each; bounding them keeps threads free for every other call.
+        self.callers = threading.BoundedSemaphore(self.max_callers)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"attempt-{i}", daemon=True)
+            for i in range(config.workers)
+        ]
+        for t in self._workers:
+            t.start()
+
+    @property
+    def max_callers(self) -> int:
+        return self.config.queue_limit + self.config.workers
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -189,28 +310,94 @@ class Daemon:
                 continue
             yield rel, path.read_bytes(), path.stat().st_mode & 0o777
 
-    def register_swebench(
-        self, records: list[dict[str, Any]], checkout_root: str, suite: str = ""
-    ) -> dict[str, Any]:
-        """Compile SWE-bench records against checkouts on this host into tasks."""
-        root = Path(checkout_root).expanduser()
-        if not root.is_dir():
+    def register_swebench(self, records: list[dict[str, Any]], suite: str = "") -> dict[str, Any]:
+        """Compile SWE-bench records against the checkouts under --checkout-root into tasks.
+
+        A record names an instance, never a path: its tree is CHECKOUT_ROOT/<instance_id>,
+        and must resolve inside the root. Registrations are kept in the data dir and
+        replayed at start.
+        """
+        root = self._checkout_root()
+        suite = limits.name("suite", suite or swebench.DEFAULT_SUITE)
+        if len(records) > limits.SWEBENCH_RECORDS_MAX:
             raise UsageError(
-                f"checkout root {root} is not a directory on the daemon's host",
+                f"{len(records)} records in one request; the limit is "
+                f"{limits.SWEBENCH_RECORDS_MAX}",
+                hint="register them in batches",
+            )
+        registered, skipped, new = [], [], []
+        for i, raw in enumerate(records):
+            record = swebench.SweBenchRecord.from_dict(raw, f"record {i}")
+            iid = record.instance_id
+            try:
+                limits.name("instance_id", iid)
+                if "/" in iid:
+                    raise UsageError(f"instance_id {iid!r} holds '/'")
+                reason = swebench.unsupported_reason(record)
+                if reason:
+                    raise UsageError(reason)
+                self._inside(root, iid)
+                contract = swebench.to_contract(record, root, suite=suite)
+                if self.registry.register(contract):
+                    new.append({"suite": suite, "record": raw})
+            except JouledError as err:
+                skipped.append({"instance_id": iid[: limits.NAME_MAX], "reason": err.message})
+                continue
+            registered.append(contract.task_id)
+        if new:
+            self._save_registrations(new)
+        return {"registered": registered, "skipped": skipped}
+
+    def _checkout_root(self) -> Path:
+        root = self.config.checkout_root
+        if root is None:
+            raise PreconditionError(
+                "this daemon has no checkout root, so it cannot register SWE-bench records",
+                hint="start jouled with --checkout-root DIR holding one checkout per "
+                "instance id (DIR/<instance_id>)",
+            )
+        if not root.is_dir():
+            raise PreconditionError(
+                f"the checkout root {root} is not a directory on the daemon's host",
                 hint="clone each instance's repository at its base_commit into "
                 "CHECKOUT_ROOT/<instance_id> on the metered host",
             )
-        registered, skipped = [], []
-        for i, raw in enumerate(records):
-            record = swebench.SweBenchRecord.from_dict(raw, f"record {i}")
-            reason = swebench.unsupported_reason(record)
-            if reason:
-                skipped.append({"instance_id": record.instance_id, "reason": reason})
+        return root
+
+    @staticmethod
+    def _inside(root: Path, instance_id: str) -> None:
+        tree = (root / instance_id).resolve()
+        if not tree.is_relative_to(root.resolve()):
+            raise UsageError(
+                f"the checkout of {instance_id} resolves to {tree}, outside the checkout root",
+                hint="a checkout must be a directory under the checkout root, not a link out",
+            )
+
+    def _save_registrations(self, items: list[dict[str, Any]]) -> None:
+        with self.config.registrations_path.open("a", encoding="utf-8") as fh:
+            for item in items:
+                fh.write(json.dumps(item, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _load_registrations(self) -> None:
+        path = self.config.registrations_path
+        if not path.is_file():
+            return
+        root = self.config.checkout_root
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
                 continue
-            contract = swebench.to_contract(record, root, suite=suite or swebench.DEFAULT_SUITE)
-            self.registry.register(contract)
-            registered.append(contract.task_id)
-        return {"registered": registered, "skipped": skipped}
+            try:
+                item = json.loads(line)
+                if root is None:
+                    raise PreconditionError("no --checkout-root")
+                record = swebench.SweBenchRecord.from_dict(item["record"], f"{path}:{n}")
+                self._inside(root, record.instance_id)
+                self.registry.register(swebench.to_contract(record, root, suite=item["suite"]))
+            except (ValueError, KeyError, TypeError, JouledError) as err:
+                message = err.message if isinstance(err, JouledError) else repr(err)
+                log.warning("%s:%d: SWE-bench registration not restored: %s", path, n, message)
 
     # -- baselines (the evaluator's BaselineStore) -----------------------------------------
 
@@ -232,72 +419,223 @@ class Daemon:
 
     # -- attempts ---------------------------------------------------------------------------
 
-    def submit(self, sub: Submission, progress: Progress | None = None) -> dict[str, Any]:
-        """Validate, journal, evaluate, sign; the receipt. Idempotent on `idempotency_key`."""
+    def submit(
+        self,
+        sub: Submission,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        """Validate, queue, evaluate, sign; the receipt. Idempotent on `idempotency_key`."""
+        return self.start(sub, progress).future.result()
+
+    def start(self, sub: Submission, progress: Progress | None = None) -> Ticket:
+        """Accept a submission into the attempt queue; refuses at once when it is full."""
         progress = progress or (lambda phase, message: None)
         attempt = self._attempt(sub)
         key = sub.idempotency_key
-        if key:
-            with self._inflight_lock:
-                running = self._inflight.get(key)
-                if running is None:
-                    mine: Future[dict[str, Any]] = Future()
-                    self._inflight[key] = mine
-            if running is not None:
-                progress("replay", "the same submission is being evaluated; waiting for it")
-                receipt = running.result()
-                self._check_same(self.ledger.get(receipt["seq"]), attempt)
-                return {**receipt, "replayed": True}
-            # Looked up only once this key's slot is held: a run that finished
-            # meanwhile had signed its result before it gave the slot up.
+        if not key:
+            job = self._enqueue(attempt, progress)
+            return Ticket(job.future, self, job)
+        with self._inflight_lock:
+            running = self._inflight.get(key)
+            if running is None:
+                mine: Future[dict[str, Any]] = Future()
+                self._inflight[key] = mine
+        if running is not None:
+            progress("replay", "the same submission is being evaluated; waiting for it")
+            return Ticket(self._replay_of(running, attempt), self, None)
+        # Looked up only once this key's slot is held: a run that finished
+        # meanwhile had signed its result before it gave the slot up.
+        try:
             previous = self.ledger.result_for_key(key)
             if previous is not None:
-                try:
-                    replay = self.receipt(previous, replayed=True)
-                except BaseException as err:
-                    mine.set_exception(err)
-                    raise
-                else:
-                    # Whoever waits on this key gets the recorded result.
-                    mine.set_result(replay)
-                finally:
-                    with self._inflight_lock:
-                        self._inflight.pop(key, None)
+                replay = self.receipt(previous, replayed=True)
                 self._check_same(previous, attempt)
                 progress("replay", f"idempotency key seen before: entry {previous.seq}")
-                return replay
-        try:
-            receipt = self._run(attempt, progress)
+                self._settle(key, mine, replay, None)
+                return Ticket(mine, self, None)
+            job = self._enqueue(attempt, progress)
         except BaseException as err:
-            if key:
-                mine.set_exception(err)
+            self._settle(key, mine, None, err)
             raise
-        finally:
-            if key:
-                with self._inflight_lock:
-                    self._inflight.pop(key, None)
-        if key:
+
+        def done(f: Future[dict[str, Any]]) -> None:
+            err = f.exception()
+            self._settle(key, mine, None if err else f.result(), err)
+
+        job.future.add_done_callback(done)
+        return Ticket(mine, self, job)
+
+    def _settle(
+        self,
+        key: str,
+        mine: Future[dict[str, Any]],
+        receipt: dict[str, Any] | None,
+        err: BaseException | None,
+    ) -> None:
+        # The slot is given up first: whoever comes next finds the signed result.
+        with self._inflight_lock:
+            self._inflight.pop(key, None)
+        if err is not None:
+            mine.set_exception(err)
+        else:
+            assert receipt is not None
             mine.set_result(receipt)
-        return receipt
+
+    def _replay_of(
+        self, running: Future[dict[str, Any]], attempt: Attempt
+    ) -> Future[dict[str, Any]]:
+        out: Future[dict[str, Any]] = Future()
+
+        def done(f: Future[dict[str, Any]]) -> None:
+            try:
+                receipt = f.result()
+                self._check_same(self.ledger.get(receipt["seq"]), attempt)
+                out.set_result({**receipt, "replayed": True})
+            except BaseException as err:
+                out.set_exception(err)
+
+        running.add_done_callback(done)
+        return out
+
+    def _enqueue(self, attempt: Attempt, progress: Progress) -> _Job:
+        self.check_free_space()
+        job = _Job(attempt, progress)
+        self.queue.put(job, self.running)
+        return job
+
+    def check_free_space(self) -> None:
+        """Refuse new attempts while the data dir is below its free-space floor."""
+        floor = self.config.min_free_mb << 20
+        free = self._free_bytes()
+        if free is not None and free < floor:
+            raise DiskFullError(
+                f"only {free >> 20} MiB free in the data dir {self.config.data_dir}; new "
+                f"attempts are refused below {self.config.min_free_mb} MiB so the ledger "
+                "cannot run out of space",
+                hint="free space on that file system, or move the data dir",
+            )
+
+    def _free_bytes(self) -> int | None:
+        try:
+            return shutil.disk_usage(self.config.data_dir).free
+        except OSError:
+            return None
+
+    def _disk_full(self, err: BaseException) -> DiskFullError | None:
+        """A full file system, however the copy reported it, as one clear error."""
+        full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+        if isinstance(err, shutil.Error):
+            full = "No space left" in str(err) or "quota exceeded" in str(err).lower()
+        if not full:
+            return None
+        free = self._free_bytes()
+        return DiskFullError(
+            f"the data dir {self.config.data_dir} ran out of space while preparing the "
+            f"attempt ({'unknown' if free is None else free >> 20} MiB left)",
+            hint="free space on that file system, or raise --min-free-mb so attempts are "
+            "refused before it fills",
+        )
+
+    @property
+    def running(self) -> int:
+        with self._running_lock:
+            return self._running
+
+    def busy(self) -> BusyError:
+        """Why a call waiting on an attempt is refused now: the queue's depth and bound."""
+        return self.queue.full(self.running)
+
+    def cancel(self, job: _Job) -> None:
+        if job.future.done():
+            return  # the call ended because its receipt was sent
+        job.cancelled.set()
+        attempt = job.attempt
+        if self.queue.remove(job):
+            log.info(
+                "attempt %s (key %s) dropped: its call ended before it started",
+                attempt.attempt_id,
+                attempt.idempotency_key or "-",
+            )
+            job.future.set_exception(
+                CancelledError("the call ended before its attempt started: nothing was run")
+            )
+        elif job.started.is_set():
+            log.info(
+                "attempt %s (key %s): its call ended while it ran; it will be recorded as an abort",
+                attempt.attempt_id,
+                attempt.idempotency_key or "-",
+            )
+
+    def _work(self) -> None:
+        while True:
+            job = self.queue.take()
+            if job is None:
+                return
+            if job.cancelled.is_set():  # cancelled between leaving the queue and here
+                job.future.set_exception(
+                    CancelledError("the call ended before its attempt started")
+                )
+                continue
+            job.started.set()
+            with self._running_lock:
+                self._running += 1
+            try:
+                receipt = self._run(job)
+            except BaseException as err:
+                job.future.set_exception(self._disk_full(err) or err)
+            else:
+                job.future.set_result(receipt)
+            finally:
+                with self._running_lock:
+                    self._running -= 1
 
     def _attempt(self, sub: Submission) -> Attempt:
+        limits.task_id(sub.task_id)
         contract = self.registry.get(sub.task_id)
+        caller = sub.caller
         if sub.patch is None and sub.solver not in DAEMON_SOLVERS:
             raise UsageError(
                 f"solver {sub.solver!r} cannot run in the daemon",
                 hint=f"daemon-hosted solvers are {', '.join(DAEMON_SOLVERS)}; "
                 "other solvers submit patches",
             )
-        claimed = {k: int(v) for k, v in sub.claimed.items() if k in CLAIMED_KEYS and v}
+        solver = sub.solver or ("remote" if sub.patch is not None else "")
+        agent = sub.agent
+        if caller is not None:
+            if sub.patch is not None:
+                solver = caller.solver_for(sub.solver)
+            if sub.agent and sub.agent != caller.name:
+                raise UsageError(
+                    f"agent {sub.agent[:40]!r} is not the caller: results name the "
+                    f"credential's holder ({caller.name}) as their agent",
+                    hint="leave the agent out",
+                )
+            agent = caller.name
+        limits.name("solver", solver)
+        limits.name("model", sub.model, empty=True)
+        limits.name("agent", agent, empty=True)
+        limits.name("run id", sub.run_id, empty=True)
+        limits.name("idempotency key", sub.idempotency_key, max_len=limits.KEY_MAX, empty=True)
+        limits.integer("rollout", sub.rollout, high=limits.ROLLOUT_MAX)
+        claimed = {}
+        for k, v in sub.claimed.items():
+            if k not in CLAIMED_KEYS:
+                raise UsageError(f"unknown claimed figure {k!r}", hint=", ".join(CLAIMED_KEYS))
+            if v:
+                claimed[k] = limits.integer(f"claimed {k}", int(v))
         patch = None
         if sub.patch is not None:
-            patch = parse_patch(sub.patch, max_bytes=self.config.max_patch_bytes)
+            if not sub.patch.strip():
+                # An empty prediction is an answer: the pristine tree is graded, unresolved.
+                patch = Patch((), patch_sha256(b""))
+            else:
+                patch = parse_patch(sub.patch, max_bytes=self.config.max_patch_bytes)
         return Attempt(
             contract=contract,
             patch=patch,
-            solver=sub.solver or ("remote" if sub.patch is not None else ""),
+            solver=solver,
             model=sub.model,
-            agent=sub.agent,
+            agent=agent,
             run_id=sub.run_id,
             rollout=sub.rollout,
             claimed=claimed,
@@ -316,37 +654,48 @@ class Daemon:
                 hint="use a fresh idempotency key for each distinct submission",
             )
 
-    def _run(self, attempt: Attempt, progress: Progress) -> dict[str, Any]:
-        if not self._slots.acquire(blocking=False):
-            raise BusyError(
-                f"{self.config.queue_limit} attempts are already queued or running",
-                hint="retry later with the same idempotency key",
+    def _run(self, job: _Job) -> dict[str, Any]:
+        attempt, progress = job.attempt, job.progress
+        # A patch that does not apply is rejected here, before the journal sees it.
+        with self.evaluator.prepared(attempt, progress) as tree:
+            self.ledger.journal_accept(
+                attempt.attempt_id,
+                attempt.idempotency_key or None,
+                attempt.contract.task_id,
+                {
+                    "solver": attempt.solver,
+                    "run_id": attempt.run_id,
+                    "rollout": attempt.rollout,
+                },
             )
-        try:
-            # A patch that does not apply is rejected here, before the journal sees it.
-            with self.evaluator.prepared(attempt, progress) as tree:
-                self.ledger.journal_accept(
-                    attempt.attempt_id,
-                    attempt.idempotency_key or None,
-                    attempt.contract.task_id,
-                    {
-                        "solver": attempt.solver,
-                        "run_id": attempt.run_id,
-                        "rollout": attempt.rollout,
-                    },
-                )
-                try:
-                    body = self.evaluator.evaluate(attempt, progress, tree)
-                except JouledError:
-                    self.ledger.journal_drop(attempt.attempt_id)
-                    raise
-            entry = self.ledger.append("result", body)
-            self._save_output(attempt)
-            self._frontier.add(entry.body)
-            progress("signed", f"ledger entry {entry.seq}")
-            return self.receipt(entry)
-        finally:
-            self._slots.release()
+            try:
+                body = self.evaluator.evaluate(attempt, progress, tree)
+            except JouledError:
+                self.ledger.journal_drop(attempt.attempt_id)
+                raise
+        if job.cancelled.is_set():
+            # Nobody waits for this result: it is closed as an abort, which no frontier counts.
+            entry = self.ledger.append(
+                "abort",
+                {
+                    "attempt_id": attempt.attempt_id,
+                    "idempotency_key": attempt.idempotency_key,
+                    "task_id": attempt.contract.task_id,
+                    "suite": attempt.contract.suite,
+                    "solver": attempt.solver,
+                    "reason": "the caller cancelled (or its deadline passed) while it ran",
+                    "version": __version__,
+                },
+            )
+            log.info("attempt %s cancelled while running: abort %d", attempt.attempt_id, entry.seq)
+            raise CancelledError(
+                f"the call ended while its attempt ran; recorded as abort {entry.seq}"
+            )
+        entry = self.ledger.append("result", body)
+        self._save_output(attempt)
+        self._frontier.add(entry.body)
+        progress("signed", f"ledger entry {entry.seq}")
+        return self.receipt(entry)
 
     def _output_path(self, attempt_id: str) -> Path | None:
         if not attempt_id or not attempt_id.isalnum():
@@ -425,6 +774,51 @@ class Daemon:
             },
         }
 
+    def get_receipt(self, idempotency_key: str = "", seq: int | None = None) -> dict[str, Any]:
+        """A result's receipt again, by its idempotency key or its seq, with a fresh proof."""
+        if idempotency_key:
+            limits.name("idempotency key", idempotency_key, max_len=limits.KEY_MAX)
+            entry = self.ledger.result_for_key(idempotency_key)
+            if entry is None:
+                raise NotFoundError(
+                    f"no result has the idempotency key {idempotency_key!r}",
+                    hint="an attempt still running has no receipt yet; one that was refused "
+                    "or cancelled never will",
+                )
+        elif seq is not None:
+            limits.integer("seq", seq)
+            if seq >= self.ledger.size:
+                raise NotFoundError(
+                    f"entry {seq} does not exist: the ledger has {self.ledger.size}"
+                )
+            entry = self.ledger.get(seq)
+            if entry.kind != "result":
+                raise NotFoundError(f"entry {seq} is a {entry.kind} entry, not a result")
+        else:
+            raise UsageError("give an idempotency key or a seq")
+        return self.receipt(entry)
+
+    def public_keys(self) -> dict[str, Any]:
+        """The signing key and, during a rotation's overlap, the retired one."""
+        keys_ = [("current", self.ledger.signer)]
+        if self.ledger.retired is not None:
+            keys_.append(("retired", self.ledger.retired))
+        return {
+            "origin": self.ledger.origin,
+            "keys": [
+                {"keyid": s.keyid, "status": status, "pem": public_pem(s.public).decode("ascii")}
+                for status, s in keys_
+            ],
+        }
+
     def close(self) -> None:
+        for job in self.queue.close():
+            job.future.set_exception(
+                CancelledError("the daemon stopped before the attempt started")
+            )
+        for t in self._workers:
+            # A worker still grading finds the ledger closed; its journal entry becomes an
+            # abort at the next start.
+            t.join(timeout=1)
         self.meter.close()
         self.ledger.close()

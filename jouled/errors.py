@@ -16,6 +16,7 @@ class Kind(StrEnum):
     NOT_FOUND = "not_found"
     FAILED_PRECONDITION = "failed_precondition"
     RESOURCE_EXHAUSTED = "resource_exhausted"
+    UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
@@ -58,6 +59,31 @@ class PreconditionError(JouledError):
 
 class BusyError(JouledError):
     kind = Kind.RESOURCE_EXHAUSTED
+
+
+class DiskFullError(BusyError):
+    """The data dir's file system is (nearly) full: no new attempt is accepted."""
+
+
+class CancelledError(JouledError):
+    """The caller went away (cancelled, or its deadline passed) before the attempt ended."""
+
+    kind = Kind.UNAVAILABLE
+
+
+# -- who may do what ---------------------------------------------------------------------
+
+
+class UnauthenticatedError(JouledError):
+    """The caller presented no credential, or one the daemon does not know."""
+
+    kind = Kind.UNAUTHENTICATED
+
+
+class DeniedError(JouledError):
+    """The caller is known but its roles do not allow the request."""
+
+    kind = Kind.PERMISSION_DENIED
 
 
 # -- tasks and contracts ---------------------------------------------------------------

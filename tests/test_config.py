@@ -18,7 +18,7 @@ def test_environment_is_read_in_one_place(tmp_path: Path) -> None:
 def test_overrides_win_and_none_means_unset(tmp_path: Path) -> None:
     config = Config.from_env({}, data_dir=tmp_path, energy="estimator", listen=None)
     assert config.energy == "estimator"
-    assert config.listen == ""
+    assert config.listen == ()
 
 
 @pytest.mark.parametrize(

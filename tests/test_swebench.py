@@ -424,6 +424,28 @@ def test_malformed_predictions_are_refused(
         assert part in caught.value.message
 
 
+def test_malformed_predictions_can_be_collected_and_the_rest_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "preds.jsonl"
+    lines = [
+        json.dumps(prediction("o__r-1")),
+        "{not json",
+        json.dumps(prediction("o__r-2", 5)),  # type: ignore[arg-type]
+        json.dumps(prediction("o__r-1")),
+        json.dumps(prediction("o__r-3", None)),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    malformed: list[TaskError] = []
+    loaded = load_predictions(path, malformed)
+    assert sorted(loaded) == ["o__r-1", "o__r-3"]
+    messages = [m.message for m in malformed]
+    assert len(messages) == 3
+    assert messages[0].startswith(f"{path}:2: not valid JSON")
+    assert "model_patch must be a string or null" in messages[1]
+    assert "o__r-1 is predicted twice" in messages[2]
+    with pytest.raises(TaskError):
+        load_predictions(path)  # without a list to collect into, the first one refuses
+
+
 # -- contracts -------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ logged and answered INTERNAL while the daemon keeps serving.
 
 from __future__ import annotations
 
+import grp
 import json
 import logging
 import queue
@@ -14,15 +15,24 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from jouled import limits
+from jouled.api.auth import (
+    Authenticator,
+    RoleInterceptor,
+    current_identity,
+    server_credentials,
+)
+from jouled.api.peercred import PeerRelay
 from jouled.config import Config
 from jouled.contracts import Contract
-from jouled.daemon import Daemon, Submission
+from jouled.daemon import Daemon, Submission, Ticket
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
@@ -34,11 +44,14 @@ STATUS = {
     Kind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Kind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     Kind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Kind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Kind.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     Kind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Kind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 MAX_MESSAGE = 16 << 20  # above the patch bound, so an oversized patch meets our own error
+READ_THREADS = 16  # RPC threads no attempt can hold: health and reads always find one
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 
 T = TypeVar("T")
 
@@ -131,6 +144,7 @@ class Servicer(pb_grpc.JouledServicer):
                 k: getattr(claimed, k)
                 for k in ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
             },
+            caller=current_identity(),
         )
         yield from self._attempt(sub, context)
 
@@ -142,33 +156,73 @@ class Servicer(pb_grpc.JouledServicer):
             run_id=request.run_id,
             rollout=request.rollout,
             idempotency_key=request.idempotency_key,
+            caller=current_identity(),
         )
         yield from self._attempt(sub, context)
 
     def _attempt(self, sub: Submission, context: Any) -> Iterator[pb.AttemptEvent]:
-        """Run the attempt in a worker; stream its progress, then the receipt."""
-        events: queue.Queue[pb.AttemptEvent | BaseException | None] = queue.Queue()
+        """Queue the attempt; stream its queue position, heartbeats and progress, then the receipt.
 
-        def progress(phase: str, message: str) -> None:
-            events.put(pb.AttemptEvent(progress=pb.Progress(phase=phase, message=message)))
+        The attempt runs on one of the daemon's workers, never on this RPC thread;
+        a full queue is refused at once. When the call ends early (cancelled, or
+        past its deadline) the daemon drops the attempt if it has not started and
+        records it as an abort if it has.
+        """
+        daemon = self.daemon
+        if not daemon.callers.acquire(blocking=False):
+            # Every slot is held by a call that waits on a queued or running attempt.
+            _abort(context, daemon.busy())
+        try:
+            events: queue.Queue[pb.AttemptEvent | None] = queue.Queue()
 
-        def work() -> None:
+            def progress(phase: str, message: str) -> None:
+                events.put(pb.AttemptEvent(progress=pb.Progress(phase=phase, message=message)))
+
             try:
-                receipt = self.daemon.submit(sub, progress)
-                events.put(pb.AttemptEvent(receipt=_receipt(receipt)))
-                events.put(None)
-            except BaseException as err:
-                events.put(err)
-
-        # The attempt goes on if the client disconnects: its result is still
-        # signed, and a retry with the same idempotency key returns it.
-        threading.Thread(target=work, name="attempt", daemon=True).start()
-        while True:
-            item = events.get()
-            if item is None:
+                ticket = daemon.start(sub, progress)
+            except Exception as err:
+                _abort(context, err)
                 return
-            if isinstance(item, BaseException):
-                _abort(context, item)
+            context.add_callback(ticket.cancel)
+            ticket.future.add_done_callback(lambda f: events.put(None))
+            yield from self._follow(ticket, events, daemon.config.heartbeat_s)
+            try:
+                receipt = ticket.future.result()
+            except Exception as err:
+                _abort(context, err)
+                return
+            yield pb.AttemptEvent(receipt=_receipt(receipt))
+        finally:
+            daemon.callers.release()
+
+    @staticmethod
+    def _follow(
+        ticket: Ticket, events: queue.Queue[pb.AttemptEvent | None], every_s: float
+    ) -> Iterator[pb.AttemptEvent]:
+        shown: int | None = -1
+        while True:
+            position = ticket.position()
+            if position != shown and position is not None:
+                shown = position
+                yield pb.AttemptEvent(
+                    progress=pb.Progress(
+                        phase="queued",
+                        message=f"position {position} in the attempt queue",
+                        queue_position=position,
+                    )
+                )
+            try:
+                item = events.get(timeout=every_s)
+            except queue.Empty:
+                yield pb.AttemptEvent(
+                    progress=pb.Progress(
+                        phase="heartbeat",
+                        message="waiting for a worker" if position else "running",
+                        queue_position=position or 0,
+                    )
+                )
+                continue
+            if item is None:
                 return
             yield item
 
@@ -203,11 +257,17 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def InclusionProof(self, request: pb.InclusionProofRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.ledger.inclusion_proof(request.seq, request.tree_size))
+        seq, size = (
+            limits.integer("seq", request.seq),
+            limits.integer("tree_size", request.tree_size),
+        )
+        return _doc(self.daemon.ledger.inclusion_proof(seq, size))
 
     @_unary
     def ConsistencyProof(self, request: pb.ConsistencyProofRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.ledger.consistency_proof(request.old_size, request.new_size))
+        old = limits.integer("old_size", request.old_size)
+        new = limits.integer("new_size", request.new_size)
+        return _doc(self.daemon.ledger.consistency_proof(old, new))
 
     @_unary
     def MeterStatus(self, request: pb.MeterStatusRequest, context: Any) -> pb.Document:
@@ -215,7 +275,10 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def Calibrate(self, request: pb.CalibrateRequest, context: Any) -> pb.Document:
-        cal = self.daemon.calibrate(request.seconds or 10)
+        seconds = limits.integer(
+            "calibration seconds", request.seconds or 10, low=1, high=limits.CALIBRATE_MAX_S
+        )
+        cal = self.daemon.calibrate(seconds)
         return _doc({**cal.body(), "seq": cal.seq, "time": cal.time})
 
     @_unary
@@ -226,41 +289,63 @@ class Servicer(pb_grpc.JouledServicer):
             raise UsageError(f"records_json is not JSON: {err}") from err
         if not isinstance(records, list):
             raise UsageError("records_json must be a JSON array of SWE-bench records")
-        return _doc(self.daemon.register_swebench(records, request.checkout_root, request.suite))
+        return _doc(self.daemon.register_swebench(records, request.suite))
+
+    @_unary
+    def GetReceipt(self, request: pb.GetReceiptRequest, context: Any) -> pb.Receipt:
+        which = request.WhichOneof("key")
+        if which == "idempotency_key":
+            return _receipt(self.daemon.get_receipt(idempotency_key=request.idempotency_key))
+        if which == "seq":
+            return _receipt(self.daemon.get_receipt(seq=request.seq))
+        raise UsageError("GetReceipt needs an idempotency_key or a seq")
+
+    @_unary
+    def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:
+        return _doc(self.daemon.public_keys())
 
 
-def _check_listen(config: Config) -> str:
-    address = config.listen_address
-    if address.startswith("unix:"):
-        path = address[len("unix:") :].removeprefix("//")
-        from pathlib import Path
+def _unix_path(address: str) -> Path:
+    return Path(address[len("unix:") :].removeprefix("//"))
 
-        sock = Path(path)
-        sock.parent.mkdir(parents=True, exist_ok=True)
-        if sock.exists():
-            sock.unlink()  # a stale socket from a daemon that did not exit cleanly
-        return f"unix:{sock}"
-    host = address.rsplit(":", 1)[0].strip("[]")
-    loopback = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-    if not loopback and not config.insecure:
+
+def _group_id(name: str) -> int | None:
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid if not name.isdigit() else int(name)
+    except KeyError:
         raise ConfigError(
-            f"refusing to listen on non-loopback {address} without TLS",
-            hint="listen on a Unix socket or loopback, or pass --insecure on a trusted network",
-        )
-    return address
+            f"--socket-group {name!r} is not a group on this host",
+            hint="create it (groupadd --system jouled-agents) or name another",
+        ) from None
+
+
+def _reflection_v1(servicer: Any) -> grpc.GenericRpcHandler:
+    """grpc.reflection.v1 beside v1alpha: the same messages under the newer service name."""
+    return grpc.method_handlers_generic_handler(
+        REFLECTION_V1,
+        {
+            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+        },
+    )
 
 
 class Server:
-    """A running daemon: the gRPC server, its health service and graceful stop."""
+    """A running daemon: the gRPC server, its listeners, health service and graceful stop."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         config = daemon.config
-        self.address = _check_listen(config)
+        self.auth = Authenticator.from_config(config)
+        threads = daemon.max_callers + READ_THREADS
         self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(
-                max_workers=config.workers * 2 + 8, thread_name_prefix="rpc"
-            ),
+            futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
+            interceptors=[RoleInterceptor(self.auth)],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE),
                 ("grpc.max_send_message_length", MAX_MESSAGE),
@@ -273,21 +358,53 @@ class Server:
             pb.DESCRIPTOR.services_by_name["Jouled"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
+            REFLECTION_V1,
         )
+        reflection_servicer = reflection.ReflectionServicer(names)
         reflection.enable_server_reflection(names, self.grpc)
-        self.port = self.grpc.add_insecure_port(self.address)
-        if self.port == 0:
+        self.grpc.add_generic_rpc_handlers((_reflection_v1(reflection_servicer),))
+        self.addresses = config.listen_addresses
+        self.address = self.addresses[0]
+        self.relays: list[PeerRelay] = []
+        self.port = 0
+        for address in self.addresses:
+            self._listen(config, address)
+        self._stopped = threading.Event()
+
+    def _listen(self, config: Config, address: str) -> None:
+        if address.startswith("unix:"):
+            if self.relays:
+                raise ConfigError("one Unix socket per daemon", hint="give one unix: --listen")
+            # gRPC listens privately; the relay accepts on the public path and knows the peer.
+            private = config.private_socket_path
+            if private.exists():
+                private.unlink()
+            if self.grpc.add_insecure_port(f"unix:{private}") == 0:
+                raise ConfigError(f"cannot listen on {private}")
+            try:
+                relay = PeerRelay(
+                    _unix_path(address), private, group=_group_id(config.socket_group)
+                )
+            except OSError as err:
+                raise ConfigError(f"cannot listen on {address}: {err.strerror}") from err
+            self.auth.relay = relay
+            self.relays.append(relay)
+            return
+        port = self.grpc.add_secure_port(address, server_credentials(config, address))
+        if port == 0:
             raise ConfigError(
-                f"cannot listen on {self.address}",
+                f"cannot listen on {address}",
                 hint="is another jouled already listening there?",
             )
-        self._stopped = threading.Event()
+        self.port = self.port or port
 
     def start(self) -> None:
         self.grpc.start()
+        for relay in self.relays:
+            relay.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set("jouled.v1.Jouled", health_pb2.HealthCheckResponse.SERVING)
-        log.info("jouled serving on %s", self.address)
+        log.info("jouled serving on %s", ", ".join(self.addresses))
 
     def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let running attempts finish within the grace period, close."""
@@ -295,6 +412,8 @@ class Server:
             return
         self._stopped.set()
         self.health.enter_graceful_shutdown()
+        for relay in self.relays:
+            relay.close()
         grace = self.daemon.config.grace_s if grace is None else grace
         log.info("stopping: waiting up to %.0f s for running attempts", grace)
         self.grpc.stop(grace).wait()

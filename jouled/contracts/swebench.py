@@ -65,8 +65,9 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -266,11 +267,14 @@ def _line_col(text: str, pos: int) -> tuple[int, int]:
     return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
 
 
-def _documents(path: Path, what: str) -> Iterator[tuple[str, object]]:
+def _documents(
+    path: Path, what: str, bad: list[TaskError] | None = None
+) -> Iterator[tuple[str, object]]:
     """(where, decoded value) for each JSON value in a JSON or JSONL file.
 
     A file that parses as one JSON value is that value (an array yields its
-    items); otherwise every non-blank line must be one JSON value.
+    items); otherwise every non-blank line must be one JSON value. With `bad`,
+    a JSONL line that is not JSON is added there and skipped instead of refused.
     """
     text = _read_text(path, what)
     if not text.strip():
@@ -279,7 +283,8 @@ def _documents(path: Path, what: str) -> Iterator[tuple[str, object]]:
         whole = json.loads(text)
     except json.JSONDecodeError as err:
         # "Extra data" after a complete first value is what JSONL looks like to json.loads.
-        if err.msg != "Extra data":
+        lines = bad is not None and "\n" in text.strip()
+        if err.msg != "Extra data" and not lines:
             row, col = _line_col(text, err.pos)
             raise TaskError(f"{path}:{row}:{col}: not valid JSON: {err.msg}") from None
     else:
@@ -298,10 +303,14 @@ def _documents(path: Path, what: str) -> Iterator[tuple[str, object]]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as err:
-            raise TaskError(
+            refused = TaskError(
                 f"{path}:{lineno}: not valid JSON: {err.msg} (column {err.colno})",
                 hint="JSONL needs exactly one JSON object per line",
-            ) from None
+            )
+            if bad is None:
+                raise refused from None
+            bad.append(refused)
+            continue
         found = True
         yield f"{path}:{lineno}", value
     if not found:
@@ -372,25 +381,34 @@ def _prediction(data: object, where: str, key: str | None = None) -> Prediction:
     return Prediction(instance_id, model, patch)
 
 
-def load_predictions(path: Path) -> dict[str, Prediction]:
+def load_predictions(path: Path, malformed: list[TaskError] | None = None) -> dict[str, Prediction]:
     """Predictions by instance id, from a JSON list, JSONL, or a JSON object keyed by id.
 
     A single prediction object is accepted too. An instance predicted twice is
-    refused rather than silently keeping one of the two.
+    refused rather than silently keeping one of the two. With `malformed`, a
+    prediction that is refused (or a JSONL line that is not JSON) is added there
+    and skipped, and the others load; a file that cannot be read still raises.
     """
     found: dict[str, Prediction] = {}
     origin: dict[str, str] = {}
 
-    def add(prediction: Prediction, where: str) -> None:
-        if prediction.instance_id in found:
-            raise TaskError(
-                f"{where}: instance {prediction.instance_id} is predicted twice "
-                f"(first at {origin[prediction.instance_id]})"
-            )
+    def add(build: Callable[[], Prediction], where: str) -> None:
+        try:
+            prediction = build()
+            if prediction.instance_id in found:
+                raise TaskError(
+                    f"{where}: instance {prediction.instance_id} is predicted twice "
+                    f"(first at {origin[prediction.instance_id]})"
+                )
+        except TaskError as err:
+            if malformed is None:
+                raise
+            malformed.append(err)
+            return
         found[prediction.instance_id] = prediction
         origin[prediction.instance_id] = where
 
-    for where, value in _documents(Path(path), "predictions"):
+    for where, value in _documents(Path(path), "predictions", malformed):
         keyed = (
             isinstance(value, dict)
             and bool(value)
@@ -400,9 +418,10 @@ def load_predictions(path: Path) -> dict[str, Prediction]:
         if keyed:
             assert isinstance(value, dict)
             for key, item in value.items():
-                add(_prediction(item, f"{where}: key {key!r}", key), f"{where}: key {key!r}")
+                at = f"{where}: key {key!r}"
+                add(partial(_prediction, item, at, key), at)
         else:
-            add(_prediction(value, where), where)
+            add(partial(_prediction, value, where), where)
     return found
 
 

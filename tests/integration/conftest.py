@@ -1,4 +1,9 @@
-"""A real `jouled serve` subprocess on a Unix socket, driven by the real `jb-client`."""
+"""A real `jouled serve` subprocess on a Unix socket, driven by the real `jb-client`.
+
+On the Unix socket the tests' own uid is the daemon's, so they call as operator
+(the daemon maps its own uid and root to that role); `client_env` carries a
+token, CA or loopback mode for daemons that listen on TCP.
+"""
 
 from __future__ import annotations
 
@@ -59,9 +64,11 @@ class Daemon:
         return self.proc.wait(timeout=timeout)
 
 
-def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def wait_serving(
+    target: str, proc: subprocess.Popen[bytes], log: Path, env: dict[str, str] | None = None
+) -> None:
     try:
-        with Client(target) as client:
+        with Client(target, env={**os.environ, **(env or {})}) as client:
             client.wait_ready(60, alive=lambda: proc.poll() is None)
     except ClientError as err:
         raise AssertionError(f"{err.message}:\n{log.read_text()}") from None
@@ -73,6 +80,7 @@ def start_daemon(
     env: dict[str, str] | None = None,
     tasks: Path = TASKS,
     listen: str = "",
+    client_env: dict[str, str] | None = None,
 ) -> Daemon:
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir.parent / f"{data_dir.name}.log"
@@ -98,8 +106,8 @@ def start_daemon(
         proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
-    daemon = Daemon(data_dir, proc, log, listen=listen)
-    wait_serving(daemon.target, proc, log)
+    daemon = Daemon(data_dir, proc, log, extra_env=dict(client_env or {}), listen=listen)
+    wait_serving(daemon.target, proc, log, daemon.extra_env)
     return daemon
 
 

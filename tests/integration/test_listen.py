@@ -1,4 +1,4 @@
-"""Listening on TCP: loopback is served, anything else needs --insecure (no TLS is built in)."""
+"""Listening on TCP: TLS, or plaintext on loopback with --insecure; never plaintext off it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from jouled.auth import add_token
 
 from .conftest import TASKS, start_daemon
 
@@ -16,8 +18,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_a_loopback_tcp_listener_serves_the_client(tmp_path: Path) -> None:
-    d = start_daemon(tmp_path / "data", listen=f"127.0.0.1:{free_port()}")
+def test_a_loopback_tcp_listener_serves_a_token_holder(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    token = add_token(tokens, "alice", ["agent"], None)
+    d = start_daemon(
+        tmp_path / "data",
+        "--insecure",
+        "--tokens",
+        str(tokens),
+        listen=f"127.0.0.1:{free_port()}",
+        client_env={"JB_INSECURE": "1", "JB_TOKEN": token},
+    )
     try:
         tasks = d.client_json("tasks")["tasks"]
         assert "smoke/lrucache" in {t["task_id"] for t in tasks}
@@ -43,14 +54,15 @@ def test_a_public_listener_without_tls_is_refused(tmp_path: Path) -> None:
             "0",
             "--listen",
             f"0.0.0.0:{free_port()}",
+            "--insecure",
         ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 3
-    assert "refusing to listen on non-loopback" in done.stderr
-    assert "--insecure" in done.stderr
+    assert "without TLS" in done.stderr
+    assert "--tls-cert" in done.stderr
 
 
 def test_an_unreachable_daemon_exits_3(tmp_path: Path) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.test_swebench import GIT, make_instance
 
-from .conftest import Daemon
+from .conftest import Daemon, start_daemon
 
 
 @pytest.fixture
@@ -40,16 +41,17 @@ def instances(tmp_path: Path) -> tuple[Path, Path, Path]:
     return dataset, predictions, root
 
 
+@pytest.fixture
+def daemon(instances: tuple, tmp_path: Path) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path / "data", "--checkout-root", str(instances[2]))
+    yield d
+    assert d.stop() == 0, d.log.read_text()
+
+
 def test_predictions_are_graded_and_signed(daemon: Daemon, instances: tuple) -> None:
     dataset, predictions, root = instances
     report = daemon.client_json(
-        "swebench",
-        "--dataset",
-        str(dataset),
-        "--predictions",
-        str(predictions),
-        "--checkout-root",
-        str(root),
+        "swebench", "--dataset", str(dataset), "--predictions", str(predictions)
     )
     by_task = {r["task_id"]: r for r in report["receipts"]}
     assert by_task["swebench-verified/acme__calc-1"]["status"] == "resolved"
@@ -64,26 +66,113 @@ def test_predictions_are_graded_and_signed(daemon: Daemon, instances: tuple) -> 
         str(dataset),
         "--predictions",
         str(predictions),
-        "--checkout-root",
-        str(root),
         "--run-id",
         report["run_id"],
     )
     assert [r["seq"] for r in again["receipts"]] == [r["seq"] for r in report["receipts"]]
+    # Registrations survive a restart: the tasks are back without registering again.
+    assert daemon.stop() == 0
+    restarted = start_daemon(daemon.data_dir, "--checkout-root", str(root))
+    try:
+        tasks = restarted.client_json("tasks", "--suite", "swebench-verified")["tasks"]
+        assert {t["task_id"] for t in tasks} == set(by_task)
+    finally:
+        assert restarted.stop() == 0
 
 
-def test_a_missing_checkout_root_is_a_usage_error(
+def test_without_a_checkout_root_registration_is_refused(tmp_path: Path, instances: tuple) -> None:
+    dataset, predictions, _ = instances
+    d = start_daemon(tmp_path / "bare")
+    try:
+        done = d.client("swebench", "--dataset", str(dataset), "--predictions", str(predictions))
+        assert done.returncode == 2
+        assert "no checkout root" in done.stderr and "--checkout-root" in done.stderr
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_checkout_that_links_out_of_the_root_is_skipped(
     daemon: Daemon, instances: tuple, tmp_path: Path
 ) -> None:
-    dataset, predictions, _ = instances
-    done = daemon.client(
-        "swebench",
-        "--dataset",
-        str(dataset),
-        "--predictions",
-        str(predictions),
-        "--checkout-root",
-        str(tmp_path / "nowhere"),
+    """A record names an instance; a link to the data dir is no way to read the key."""
+    dataset, _, root = instances
+    record = json.loads(dataset.read_text().splitlines()[0])
+    record["instance_id"] = "acme__calc-99"
+    (root / "acme__calc-99").symlink_to(daemon.data_dir)
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(record) + "\n")
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(
+        json.dumps({"instance_id": "acme__calc-99", "model_name_or_path": "m", "model_patch": ""})
+        + "\n"
     )
-    assert done.returncode == 2
-    assert "is not a directory on the daemon's host" in done.stderr
+    report = daemon.client_json("swebench", "--dataset", str(one), "--predictions", str(preds))
+    assert report["receipts"] == []
+    assert "outside the checkout root" in report["skipped"][0]["reason"]
+    assert (
+        daemon.client(
+            "fetch", "--task", "swebench-verified/acme__calc-99", "--out", str(tmp_path / "x")
+        ).returncode
+        == 2
+    )
+
+
+def test_malformed_predictions_are_reported_and_skipped_and_empty_ones_signed_unresolved(
+    tmp_path: Path,
+) -> None:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    root = tmp_path / "checkouts"
+    ids = ["acme__calc-1", "acme__calc-2", "acme__calc-3", "acme__calc-4"]
+    rows = [make_instance(root, i) for i in ids]
+    dataset = tmp_path / "verified.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def pred(instance_id: str, patch: str | None) -> str:
+        return json.dumps(
+            {"instance_id": instance_id, "model_name_or_path": "m1", "model_patch": patch}
+        )
+
+    missing_file = "--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n"
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text(
+        "\n".join(
+            [
+                pred("acme__calc-1", rows[0]["patch"]),  # graded: resolved
+                pred("acme__calc-2", None),  # empty: signed unresolved
+                pred("acme__calc-3", "this is not a diff\n"),  # does not parse
+                pred("acme__calc-4", missing_file),  # parses, does not apply
+                '{"instance_id": "acme__calc-5", "model_patch": ""}',  # no model name
+                "{not json",
+            ]
+        )
+        + "\n"
+    )
+    d = start_daemon(tmp_path / "data", "--checkout-root", str(root))
+    try:
+        done = d.client(
+            "swebench", "--dataset", str(dataset), "--predictions", str(predictions), "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        by_task = {r["task_id"].split("/")[1]: r for r in report["receipts"]}
+        assert set(by_task) == {"acme__calc-1", "acme__calc-2"}
+        assert by_task["acme__calc-1"]["status"] == "resolved"
+        assert by_task["acme__calc-2"]["status"] == "unresolved"
+        assert report["empty_patch"] == ["swebench-verified/acme__calc-2"]
+        reasons = {m["instance_id"]: m["reason"] for m in report["malformed"]}
+        assert len(report["malformed"]) == 4, report["malformed"]
+        assert "acme__calc-3" in reasons and "acme__calc-4" in reasons
+        assert "nope.py" in reasons["acme__calc-4"]
+        assert any("model_name_or_path" in m["reason"] for m in report["malformed"])
+        assert any("not valid JSON" in m["reason"] for m in report["malformed"])
+        assert "malformed prediction skipped" in done.stderr and "Traceback" not in done.stderr
+        # The empty prediction's result is signed like any other.
+        export = tmp_path / "ledger.jsonl"
+        assert d.client("export", "--out", str(export)).returncode == 0
+        verified = d.client("verify", str(export), "--pubkey", str(d.pubkey))
+        assert verified.returncode == 0, verified.stderr
+        seqs = {json.loads(line)["seq"] for line in export.read_text().splitlines()}
+        assert by_task["acme__calc-2"]["seq"] in seqs
+    finally:
+        assert d.stop() == 0, d.log.read_text()

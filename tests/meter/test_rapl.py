@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -285,46 +283,51 @@ def test_poll_interval_follows_the_counter_range(fake: FakePowercap, clock: Fake
         assert m.describe()["rapl"]["interval_s"] == m.interval_s  # type: ignore[index]
 
 
-@pytest.fixture
-def helper_stop() -> Iterator[threading.Event]:
-    stop = threading.Event()
-    yield stop
-    stop.set()
-
-
-def test_real_time_window_over_several_wraps_is_within_two_percent(
-    fake: FakePowercap, helper_stop: threading.Event
+def test_the_sampler_thread_counts_every_wrap_between_a_windows_edges(
+    fake: FakePowercap,
 ) -> None:
-    """A counter advancing in real time at 20 W through a 6 J range wraps every
-    300 ms; only the sampler's reads between the window's edges see them all."""
-    top, watts = 6_000_000, 20.0
+    """A counter wrapping several times between two snapshots: only the sampler
+    thread's reads in between see each wrap, and the window's energy is exact.
+
+    The counter advances with the meter's clock: each read (the sampler thread's
+    or a snapshot's) finds it one poll interval further on, at 140 W through a
+    6 J range, so it wraps every few polls. The sampler runs as in production, on
+    its own thread at the interval derived from the range and ceiling; what the
+    test controls is only how far the counter moves between two reads, so a slow
+    host cannot make reads look too far apart.
+    """
+    top, watts = 6_000_000, 140.0
     fake.package(0, max_uj=top)
-    written = [0]
+    lock = threading.Lock()
+    state = {"t_ns": 1_000_000_000, "written_uj": 0, "interval_ns": 0}
+    written_at: dict[int, int] = {}  # the counter's true total at each read's time
+    wrapped = threading.Event()
 
-    def advance() -> None:
-        t0 = time.monotonic_ns()
-        while not helper_stop.is_set():
-            total = round(watts * (time.monotonic_ns() - t0) / 1000)  # W x ns / 1000 = uJ
-            fake.set("intel-rapl:0", total % (top + 1))
-            written[0] = total
-            time.sleep(0.001)
+    def clock() -> int:
+        # Called under the sampler's lock just before it reads the counter.
+        with lock:
+            state["t_ns"] += state["interval_ns"]
+            state["written_uj"] += round(watts * state["interval_ns"] / 1000)  # W x ns = nJ
+            fake.set("intel-rapl:0", state["written_uj"] % (top + 1))
+            written_at[state["t_ns"]] = state["written_uj"]
+            if state["written_uj"] > 5 * top:
+                wrapped.set()
+            return state["t_ns"]
 
-    with RaplMeter(fake.root, ceiling_w=150.0) as m:
+    with RaplMeter(fake.root, ceiling_w=150.0, clock=clock) as m:
+        # A quarter of the time the ceiling needs to cross the range, as derived.
+        assert m.interval_s * 150.0 * 1e6 <= top / 4
+        with lock:
+            state["interval_ns"] = round(m.interval_s * 1e9)
         start = m.snapshot()
-        helper = threading.Thread(target=advance, name="fake-rapl", daemon=True)
-        helper.start()
-        try:
-            time.sleep(1.5)
-        finally:
-            helper_stop.set()
-            helper.join()
+        assert wrapped.wait(300), "the sampler thread stopped polling"
         end = m.snapshot()
     pe = phase_energy(m.source, m.domains(), start, end, None)
-    truth_mj = written[0] / 1000
-    assert truth_mj > 4 * top / 1000  # it wrapped several times
+    truth_uj = written_at[end.t_ns] - written_at[start.t_ns]
+    assert truth_uj > 4 * top  # it wrapped several times between the edges
     assert pe.valid, pe.reasons
     assert pe.gross_mj is not None
-    assert abs(pe.gross_mj - truth_mj) <= 0.02 * truth_mj
+    assert abs(pe.gross_mj - truth_uj / 1000) <= 1  # exact, to the millijoule
 
 
 def test_a_mirror_is_found_when_a_counter_update_falls_between_two_reads() -> None:
