@@ -16,6 +16,7 @@ RUNS = (
     ["overhead.py"],
     ["meter_bench.py"],
     ["ledger_bench.py", "--quick"],
+    ["load_bench.py"],
 )
 
 
