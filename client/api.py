@@ -263,6 +263,7 @@ class Client:
         rollout: int = 0,
         idempotency_key: str = "",
         progress: Progress | None = None,
+        model: str = "",
     ) -> dict[str, Any]:
         request = pb.RunSolverRequest(
             task_id=task_id,
@@ -270,6 +271,7 @@ class Client:
             run_id=run_id,
             rollout=rollout,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
+            model=model,
         )
         return self._attempt(self._stub.RunSolver, request, progress)
 

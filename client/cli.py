@@ -232,9 +232,12 @@ def run(
         int, typer.Option(min=1, max=ROLLOUT_MAX, help="Attempts per task and solver.")
     ] = 1,
     run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    model: Annotated[
+        str, typer.Option(help="The model a command solver runs (default: its own).")
+    ] = "",
     as_json: Json = False,
 ) -> None:
-    """Run daemon-hosted solvers over a suite, then print its frontier."""
+    """Run daemon-hosted solvers (built-in or agent CLIs) over a suite, then its frontier."""
     run_id = run_id or uuid.uuid4().hex[:12]
     names = [s.strip() for s in solvers.split(",") if s.strip()]
     receipts = []
@@ -254,13 +257,14 @@ def run(
                             f"[{n}/{total}] {solver} r{rollout} {t['task_id']}", highlight=False
                         )
                         # The key makes a re-run of the same run id resume, not duplicate.
-                        key = f"{run_id}:{solver}:{rollout}:{t['task_id']}"
+                        key = f"{run_id}:{solver}:{model}:{rollout}:{t['task_id']}"
                         r = c.run_solver(
                             t["task_id"],
                             solver,
                             run_id=run_id,
                             rollout=rollout,
                             idempotency_key=key,
+                            model=model,
                         )
                         receipts.append(r)
                         if not as_json:

@@ -154,6 +154,7 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
 
 
 def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
+    # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.
     table = _table("best-of-k: resolved within the first k rollouts")
     for col in (
         "suite",
@@ -163,6 +164,7 @@ def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
         "tasks",
         "resolved<=k",
         "resolution<=k",
+        "selected",
         "J cumulative",
         "$ cumulative",
         "pass@k",
@@ -178,6 +180,7 @@ def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
             str(r["tasks"]),
             str(r["resolved_within_k"]),
             _pct(r["resolution_within_k"]),
+            _pct(r.get("selected_resolution")),
             _joules(r["joules_cumulative"]),
             f"{r['usd_cumulative']:.4f}",
             _pct(r["pass_at_k"]),

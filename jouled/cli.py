@@ -112,6 +112,9 @@ def serve(
     min_isolation: Annotated[
         str, typer.Option(help="Refuse to grade below this sandbox level: bwrap or process.")
     ] = "bwrap",
+    solvers: Annotated[
+        Path | None, typer.Option(help="Agent CLIs to run as solvers (TOML; see deploy/).")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the jouled.v1 API until SIGTERM or SIGINT."""
@@ -145,6 +148,7 @@ def serve(
             grace_s=grace,
             insecure=insecure,
             min_isolation=min_isolation,
+            solvers_file=solvers,
         )
         daemon = Daemon(config)
         try:

@@ -75,6 +75,7 @@ class Config:
     grace_s: float = 30.0
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
     min_isolation: str = "bwrap"  # below this, the daemon refuses to grade
+    solvers_file: Path | None = None  # agent CLIs the daemon may run as solvers (TOML)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:

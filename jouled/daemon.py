@@ -28,6 +28,7 @@ from jouled.contracts.contract import iter_tree
 from jouled.errors import (
     BusyError,
     CancelledError,
+    DeniedError,
     DiskFullError,
     JouledError,
     NotFoundError,
@@ -45,8 +46,9 @@ from jouled.meter.auto import open_meter
 from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.patch import Patch, parse_patch, patch_sha256
-from jouled.pipeline.evaluate import DAEMON_SOLVERS, Attempt, Evaluator, Expected, Progress
+from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox
+from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
 
@@ -206,6 +208,7 @@ class Daemon:
         self.config = config
         self.registry = TaskRegistry.from_dirs(config.task_dirs)
         # Refuses to start below the minimum isolation, saying what the host lacks.
+        self.solvers = load_solvers(config.solvers_file)
         pristine = [*config.task_dirs, *([config.checkout_root] if config.checkout_root else [])]
         self.sandbox = Sandbox(min_level=config.min_isolation, secret=[config.data_dir, *pristine])
         self.isolation = self.sandbox.check_host()
@@ -225,7 +228,9 @@ class Daemon:
             raise
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
-        self.evaluator = Evaluator(self.metering, self, config.work_root, sandbox=self.sandbox)
+        self.evaluator = Evaluator(
+            self.metering, self, config.work_root, sandbox=self.sandbox, solvers=self.solvers
+        )
         # Kept current as results are signed, so serving it never rescans the ledger.
         self._frontier = frontier.Frontier(self.ledger.result_bodies())
         self._inflight: dict[str, Future[dict[str, Any]]] = {}
@@ -593,11 +598,17 @@ class Daemon:
         limits.task_id(sub.task_id)
         contract = self.registry.get(sub.task_id)
         caller = sub.caller
-        if sub.patch is None and sub.solver not in DAEMON_SOLVERS:
+        if sub.patch is None and not self.solvers.is_hosted(sub.solver):
             raise UsageError(
                 f"solver {sub.solver!r} cannot run in the daemon",
-                hint=f"daemon-hosted solvers are {', '.join(DAEMON_SOLVERS)}; "
-                "other solvers submit patches",
+                hint=f"daemon-hosted solvers are {', '.join(self.solvers.names)}; "
+                "other solvers submit patches (operators declare agent CLIs with --solvers)",
+            )
+        if sub.patch is not None and self.solvers.is_hosted(sub.solver):
+            raise DeniedError(
+                f"solver {sub.solver!r} is one the daemon runs itself: a submitted patch "
+                "cannot be signed under its name",
+                hint="submit under your own solver name",
             )
         solver = sub.solver or ("remote" if sub.patch is not None else "")
         agent = sub.agent

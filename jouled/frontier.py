@@ -20,10 +20,11 @@ Counting rules, decided once here so every consumer agrees:
   audit flag; flags are evidence for a reader and change no other column.
 - An attempt is resolved only when its status is `resolved` *and* its
   `resolved` flag is true: two fields that disagree do not earn a success.
-- An attempt's cost is the energy of its `solve` phase (when the daemon ran
-  the solver) plus its `grade` phase. `baseline` is excluded: it runs once per
-  task digest and is cached, so charging it to whichever attempt came first
-  would make the same work cost different amounts.
+- An attempt's cost is the energy of its own ops: `seed` and `apply` (where
+  the result has them), `solve` (when the daemon ran the solver) and `grade`.
+  `baseline` is excluded: it runs once per task digest and is cached, so
+  charging it to whichever attempt came first would make the same work cost
+  different amounts.
 - A window whose read failed (`valid: false`, or null figures) adds no joules,
   counts as unreliable in `reliable_share`, and is counted in
   `invalid_windows`, so a total short of some energy says so.
@@ -46,7 +47,7 @@ from __future__ import annotations
 import math
 import statistics
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +62,7 @@ INVALID = "invalid"
 TAMPERED = "tampered"
 STATUSES = frozenset({RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED})
 
-COUNTED_PHASES = ("solve", "grade")
+COUNTED_PHASES = ("seed", "apply", "solve", "grade")
 
 # Frontier axis -> the row column that is its cost.
 AXES = {
@@ -176,6 +177,8 @@ class _Attempt:
     usd_micros: int
     claimed_mj: int
     audit_flagged: bool = False
+    visible_passed: float = 0.0  # share of the visible expected tests that passed
+    patch_sha256: str = ""
 
     @property
     def key(self) -> _Key:
@@ -239,7 +242,29 @@ def _parse(body: Mapping[str, Any]) -> _Attempt:
         usd_micros=int(claimed.get("usd_micros") or 0),
         claimed_mj=int(claimed.get("joules_mj") or 0),
         audit_flagged=isinstance(body.get("audit"), list) and bool(body["audit"]),
+        visible_passed=_visible_share(body),
+        patch_sha256=str(body.get("patch_sha256") or ""),
     )
+
+
+def _visible_share(body: Mapping[str, Any]) -> float:
+    """What share of the tests an agent could run itself passed (all expected ids when
+    the result does not say which were hidden)."""
+    tests = body.get("tests_visible") or body.get("tests") or {}
+    expected = int(tests.get("expected") or 0)
+    return int(tests.get("passed") or 0) / expected if expected else 0.0
+
+
+def select_visible(samples: Sequence[_Attempt]) -> _Attempt | None:
+    """The rollout an agent would submit, seeing only what it could see.
+
+    Most visible tests passing first; among equals, the patch the most rollouts
+    produced (identical patches agreeing); then the earliest rollout.
+    """
+    if not samples:
+        return None
+    votes = Counter(a.patch_sha256 for a in samples)
+    return min(samples, key=lambda a: (-a.visible_passed, -votes[a.patch_sha256], a.rollout))
 
 
 def _grouped(results: Iterable[Mapping[str, Any]], suite: str | None) -> dict[_Key, list[_Attempt]]:
@@ -434,6 +459,8 @@ def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int)
     # both fall inside the same k; pass@k instead treats every sample as a draw.
     first_k = [a for samples in by_task.values() for a in samples if a.rollout < k]
     solved = {a.task_id for a in first_k if a.resolved}
+    picks = [select_visible([a for a in by_task[t] if a.rollout < k]) for t in by_task]
+    selected = sum(1 for a in picks if a is not None and a.resolved)
     # Sorted so the mean sums in the same order whatever order the ledger came in.
     estimable = [by_task[t] for t in sorted(by_task) if len(by_task[t]) >= k]
     estimates = [pass_at_k(len(s), sum(a.resolved for a in s), k) for s in estimable]
@@ -447,6 +474,9 @@ def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int)
         "attempts": len(first_k),
         "resolved_within_k": len(solved),
         "resolution_within_k": len(solved) / tasks,
+        # Without the oracle: the rollout chosen by `select_visible`, per task.
+        "selected_resolved": selected,
+        "selected_resolution": selected / tasks,
         "joules_cumulative": sum(a.energy.gross_mj for a in first_k) / 1000,
         "invalid_windows": sum(a.energy.invalid_windows for a in first_k),
         "tampered": sum(a.status == TAMPERED for a in first_k),
@@ -467,6 +497,12 @@ def best_of_k(
     dollars those rollouts cost; `pass_at_k` is the unbiased estimate averaged
     over the tasks that have at least k samples (`pass_at_k_tasks` of them;
     null when none has). Error attempts are left out, as in the frontier.
+
+    `resolved_within_k` asks the oracle (any of the first k resolved): an upper
+    bound no deployed agent reaches. `selected_resolved` is what an agent gets
+    that picks one of its first k rollouts with only what it can see
+    (`select_visible`: its visible tests, then agreement between identical
+    patches); both stand against the same cumulative joules and dollars.
     """
     rows: list[dict[str, Any]] = []
     groups = _grouped(results, suite)

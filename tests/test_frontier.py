@@ -625,3 +625,55 @@ def test_best_of_k_groups_by_solver_and_filters_suite() -> None:
     rows = best_of_k(results, suite="s")
     assert [(r["solver"], r["k"]) for r in rows] == [("one", 1), ("two", 1), ("two", 2)]
     assert [r["resolved_within_k"] for r in rows] == [1, 0, 0]
+
+
+# -- best-of-k without the oracle ----------------------------------------------------------
+
+
+def _rollout(task: str, rollout: int, resolved: bool, visible: int, patch: str) -> dict:
+    return {
+        "task_id": f"s/{task}",
+        "suite": "s",
+        "solver": "agent",
+        "model": "m",
+        "rollout": rollout,
+        "status": "resolved" if resolved else "unresolved",
+        "resolved": resolved,
+        "patch_sha256": patch,
+        "tests": {"expected": 4, "passed": 4 if resolved else visible},
+        "tests_visible": {"expected": 2, "passed": visible},
+        "energy": {
+            "grade": {
+                "gross_mj": 1000,
+                "marginal_mj": 500,
+                "idle_mj": 500,
+                "source": "estimator",
+                "reliable": True,
+                "wall_ms": 10,
+            }
+        },
+        "claimed": {},
+    }
+
+
+def test_the_visible_selector_prefers_visible_passes_then_agreement() -> None:
+    results = [
+        # a: rollout 1 resolves and passes more visible tests: picked at k=2.
+        _rollout("a", 0, False, 1, "p1"),
+        _rollout("a", 1, True, 2, "p2"),
+        # b: both pass every visible test; the hidden ones decide; two agree on p4.
+        _rollout("b", 0, False, 2, "p3"),
+        _rollout("b", 1, True, 2, "p4"),
+        _rollout("b", 2, True, 2, "p4"),
+        # c: the resolving rollout looks worse on visible tests: the selector misses it.
+        _rollout("c", 0, False, 2, "p5"),
+        _rollout("c", 1, True, 1, "p6"),
+    ]
+    rows = {r["k"]: r for r in best_of_k(results)}
+    assert rows[1]["resolved_within_k"] == 0 and rows[1]["selected_resolved"] == 0
+    assert rows[2]["resolved_within_k"] == 3 and rows[2]["selected_resolved"] == 1
+    assert rows[3]["resolved_within_k"] == 3 and rows[3]["selected_resolved"] == 2
+    assert rows[3]["selected_resolution"] == pytest.approx(2 / 3)
+    # The selector never beats the oracle and costs the same rollouts.
+    assert all(r["selected_resolved"] <= r["resolved_within_k"] for r in rows.values())
+    assert rows[3]["joules_cumulative"] == 7.0

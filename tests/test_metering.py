@@ -73,3 +73,32 @@ def test_host_busy_cpu_reads_the_kernel_accounting(tmp_path: Path) -> None:
     # user+nice+system+irq+softirq+steal = 170 jiffies; idle and iowait excluded
     assert host_busy_cpu_ns(str(stat)) == 170 * 1_000_000_000 // _CLK_TCK
     assert host_busy_cpu_ns(str(tmp_path / "missing")) is None
+
+
+def test_energy_total_adds_valid_ops_and_says_what_it_left_out() -> None:
+    from jouled.pipeline.evaluate import energy_total
+
+    ok = {
+        "gross_mj": 100,
+        "idle_mj": 40,
+        "marginal_mj": 60,
+        "wall_ms": 5,
+        "valid": True,
+        "reliable": True,
+        "source": "rapl",
+    }
+    bad = {
+        "gross_mj": None,
+        "idle_mj": None,
+        "marginal_mj": None,
+        "wall_ms": 7,
+        "valid": False,
+        "reliable": False,
+        "source": "rapl",
+    }
+    total = energy_total({"seed": ok, "grade": ok, "solve": bad})
+    assert total["gross_mj"] == 200 and total["marginal_mj"] == 120 and total["wall_ms"] == 17
+    assert total["invalid_ops"] == 1 and total["reliable"] is False
+    assert total["ops"] == ["grade", "seed", "solve"] and total["source"] == "rapl"
+    mixed = energy_total({"grade": ok, "solve": {**ok, "source": "estimator"}})
+    assert mixed["source"] == "mixed:estimator,rapl" and mixed["reliable"] is True

@@ -153,6 +153,7 @@ class Servicer(pb_grpc.JouledServicer):
             task_id=request.task_id,
             patch=None,
             solver=request.solver,
+            model=request.model,
             run_id=request.run_id,
             rollout=request.rollout,
             idempotency_key=request.idempotency_key,

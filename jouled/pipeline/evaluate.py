@@ -23,16 +23,17 @@ from jouled import __version__
 from jouled.contracts.contract import Contract, iter_tree
 from jouled.contracts.swebench import match_dataset_ids
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
-from jouled.meter.metering import Metering
+from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
-from jouled.patch import Patch, apply_patch, parse_patch
+from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
 from jouled.pipeline import guard, pytest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
+from jouled.solvers import CommandSolver, Solvers
+from jouled.solvers import command as command_solver
 
 Progress = Callable[[str, str], None]
-DAEMON_SOLVERS = ("reference", "noop")
 
 RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (
     "resolved",
@@ -99,6 +100,7 @@ class Attempt:
     idempotency_key: str = ""
     attempt_id: str = ""
     output: str = ""  # the tail of the graded run's stdout+stderr, set by `evaluate`
+    energy: dict[str, dict[str, Any]] = field(default_factory=dict)  # ops metered so far
 
 
 def seed(contract: Contract, dest: Path) -> Path:
@@ -192,9 +194,13 @@ class Evaluator:
         *,
         sandbox_limits: Callable[[Contract], Limits] | None = None,
         sandbox: Sandbox | None = None,
+        solvers: Solvers | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.metering = metering
         self.sandbox = sandbox or Sandbox()
+        self.solvers = solvers or Solvers()
+        self._environ = dict(os.environ if environ is None else environ)
         self.baselines = baselines
         self.work_root = work_root
         self._limits = sandbox_limits or default_limits
@@ -351,10 +357,14 @@ class Evaluator:
         """
         with self._scratch("attempt-") as tmp:
             progress("seed", f"seeding {attempt.contract.task_id}")
-            tree = seed(attempt.contract, Path(tmp) / "tree")
+            with self.metering.phase() as window:
+                tree = seed(attempt.contract, Path(tmp) / "tree")
+            attempt.energy["seed"] = _wire(window)
             if attempt.patch is not None:
-                apply_patch(attempt.patch, tree)
-                guard.check_patch(attempt.patch, tree)
+                with self.metering.phase() as window:
+                    apply_patch(attempt.patch, tree)
+                    guard.check_patch(attempt.patch, tree)
+                attempt.energy["apply"] = _wire(window)
             yield tree
 
     def evaluate(
@@ -365,7 +375,7 @@ class Evaluator:
             with self.prepared(attempt, progress) as fresh:
                 return self.evaluate(attempt, progress, fresh)
         contract = attempt.contract
-        energy: dict[str, dict[str, Any]] = {}
+        energy: dict[str, dict[str, Any]] = dict(attempt.energy)
         status, grade_info, restored, level = ERROR, None, [], ""
         extra: dict[str, Any] = {}
         patch, solved = attempt.patch, None
@@ -376,10 +386,14 @@ class Evaluator:
                 energy["baseline"] = baseline_energy.to_wire()
             if patch is None:
                 progress("solve", f"running the {attempt.solver} solver")
-                with self.metering.phase() as window:
-                    patch = solved = self._daemon_solve(attempt)
-                assert window.energy is not None
-                energy["solve"] = window.energy.to_wire()
+                command = self.solvers.commands.get(attempt.solver)
+                if command is not None:
+                    patch = solved = self._command_solve(attempt, command, tree, energy, extra)
+                else:
+                    with self.metering.phase() as window:
+                        patch = solved = self._daemon_solve(attempt)
+                    assert window.energy is not None
+                    energy["solve"] = window.energy.to_wire()
             progress("grade", "restoring protected paths and running the tests")
             with self.metering.phase() as window:
                 restored = prepare_tree(contract, tree, solved)
@@ -392,7 +406,7 @@ class Evaluator:
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
             attempt.output = check.result.output
-            extra = {
+            extra |= {
                 "output": _output_summary(check.result),
                 "isolation": dict(check.result.isolation),
                 "integrity": {"report": check.report, "canaries": check.canaries},
@@ -403,6 +417,7 @@ class Evaluator:
                 expected.pass_to_pass,
                 graded_exit(contract, check.exit),
             )
+            extra["tests_visible"] = visible_tests(contract, expected, check.outcomes)
             if check.forged:
                 status = TAMPERED
                 extra["integrity"]["forged"] = check.forged
@@ -413,15 +428,51 @@ class Evaluator:
             else:
                 status = RESOLVED if grade_info.resolved else UNRESOLVED
             progress("grade", f"{status}: {check.forged or _summary(grade_info)}")
-        except PatchError:
-            raise
+        except PatchError as err:
+            if attempt.patch is not None:
+                raise  # a submission: refused before anything was recorded
+            # A hosted solver's work was paid for: its refused patch is an answer.
+            status = UNRESOLVED
+            extra["refused"] = err.diagnostics()
+            progress("grade", f"{status}: the solver's patch was refused: {err.message}")
         except (JouledError, OSError) as err:  # infrastructure: recorded as status error
             error = err.diagnostics() if isinstance(err, JouledError) else str(err)
             progress("error", error)
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
         body.update(extra)
+        body["energy_total"] = energy_total(energy)
         body["audit"] = audit_flags(contract, patch)  # evidence only: never part of the verdict
         return body
+
+    def _command_solve(
+        self,
+        attempt: Attempt,
+        command: CommandSolver,
+        tree: Path,
+        energy: dict[str, dict[str, Any]],
+        extra: dict[str, Any],
+    ) -> Patch:
+        """Run an agent CLI on its own copy of the tree, metered; its work as a patch."""
+        contract = attempt.contract
+        env = self.solvers.environment(command, self._environ)
+        workdir = seed(contract, tree.parent / "solve")
+        with self.metering.phase() as window:
+            solved = command_solver.solve(
+                command, env, contract.prompt, workdir, self.sandbox, attempt.model
+            )
+            window.cpu_ns += solved.run.cpu_ns
+        assert window.energy is not None
+        energy["solve"] = window.energy.to_wire()
+        attempt.claimed = {**solved.claimed, **attempt.claimed}
+        base = seed(contract, tree.parent / "base")
+        command_solver.keep_patchable(workdir, base, contract.is_protected, solved.dropped)
+        extra["solve"] = solved.describe()
+        raw = diff_trees(base, workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+        if not raw:
+            return Patch((), hashlib.sha256(b"").hexdigest())
+        return parse_patch(raw, max_bytes=TRUSTED_PATCH_BYTES)
 
     def _daemon_solve(self, attempt: Attempt) -> Patch | None:
         if attempt.solver == "noop":
@@ -487,6 +538,53 @@ def _counts(check: CheckRun) -> dict[str, Any]:
         "forged": check.forged,
         "passed": values.count(PASSED),
         "failed": len(values) - values.count(PASSED),
+    }
+
+
+def visible_tests(
+    contract: Contract, expected: Expected, outcomes: Mapping[str, str]
+) -> dict[str, int]:
+    """The expected tests an agent could run itself (not in hidden files), and how many passed."""
+    ids = [
+        t
+        for t in (*expected.fail_to_pass, *expected.pass_to_pass)
+        if not contract.is_hidden(t.split("::", 1)[0])
+    ]
+    return {"expected": len(ids), "passed": sum(outcomes.get(t) == PASSED for t in ids)}
+
+
+def _wire(window: Window) -> dict[str, Any]:
+    assert window.energy is not None
+    return window.energy.to_wire()
+
+
+def energy_total(energy: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Every metered op of one attempt added up: what the attempt cost the host.
+
+    Only valid windows add joules (`invalid_ops` says how many did not); the
+    total is reliable only when each op is, and names every source it summed.
+    """
+    total = {"gross_mj": 0, "idle_mj": 0, "marginal_mj": 0, "wall_ms": 0}
+    sources: set[str] = set()
+    reliable, invalid = True, 0
+    for window in energy.values():
+        total["wall_ms"] += int(window.get("wall_ms") or 0)
+        sources.add(str(window.get("source", "")))
+        if window.get("valid") is False or window.get("gross_mj") is None:
+            invalid += 1
+            reliable = False
+            continue
+        for key in ("gross_mj", "idle_mj", "marginal_mj"):
+            total[key] += int(window.get(key) or 0)
+        reliable = reliable and bool(window.get("reliable"))
+    return {
+        **total,
+        "ops": sorted(energy),
+        "source": "mixed:" + ",".join(sorted(sources))
+        if len(sources) > 1
+        else next(iter(sources), ""),
+        "reliable": reliable and bool(energy),
+        "invalid_ops": invalid,
     }
 
 

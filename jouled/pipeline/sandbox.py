@@ -429,6 +429,8 @@ class Sandbox:
         overlays: Mapping[str, Path] | None = None,
         channel_in: bytes | None = None,
         channel_out: bool = False,
+        network: bool = False,
+        read_only: Sequence[Path] = (),
     ) -> RunResult:
         """Run `argv` with `workdir` as its only writable tree and collect its outcome.
 
@@ -437,9 +439,11 @@ class Sandbox:
         that path, so the command cannot change it while it runs. With
         `channel_in`, the command finds those bytes on fd 3 (`CHANNEL_IN_FD`);
         with `channel_out`, what it writes to fd 4 (`CHANNEL_OUT_FD`) comes back
-        as `RunResult.channel`, apart from its output. Raises SandboxError when the command cannot
-        be started or the host is below the minimum level; a nonzero exit is a
-        result.
+        as `RunResult.channel`, apart from its output. `network` shares the
+        host's network (an agent calling its model's API; tests never get it);
+        `read_only` adds paths shown read-only where they are (an agent CLI's
+        installation). Raises SandboxError when the command cannot be started
+        or the host is below the minimum level; a nonzero exit is a result.
         """
         return self._run_with(
             self.check_host(),
@@ -451,6 +455,8 @@ class Sandbox:
             overlays=overlays or {},
             channel_in=channel_in,
             channel_out=channel_out,
+            network=network,
+            read_only=read_only,
         )
 
     # -- building one run ------------------------------------------------------------------
@@ -467,6 +473,8 @@ class Sandbox:
         overlays: Mapping[str, Path] | None = None,
         channel_in: bytes | None = None,
         channel_out: bool = False,
+        network: bool = False,
+        read_only: Sequence[Path] = (),
         probe: bool = False,
     ) -> RunResult:
         if not argv:
@@ -495,7 +503,9 @@ class Sandbox:
                     **(env or {}),
                 }
                 exe = _resolve(argv[0], full_env["PATH"], workdir, SANDBOX_WORKDIR)
-                prefix = self._bwrap_argv(where, workdir, limits, ro_dir, overlays or {})
+                prefix = self._bwrap_argv(
+                    where, workdir, limits, ro_dir, overlays or {}, network, read_only
+                )
                 cwd = SANDBOX_WORKDIR
             else:
                 private = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jouled-")))
@@ -521,6 +531,7 @@ class Sandbox:
                 "rlimits": _rlimits(limits, per_uid=uid is not None),
             }
             isolation = self._isolation(where, uid, limits, group)
+            isolation["network"] = "host" if network or where.level != BWRAP else "loopback"
             return _run_started(
                 argv,
                 prefix,
@@ -567,30 +578,41 @@ class Sandbox:
         limits: Limits,
         ro_dir: Path | None,
         overlays: Mapping[str, Path],
+        network: bool = False,
+        read_only: Sequence[Path] = (),
     ) -> list[str]:
         assert where.bwrap is not None
         args = [where.bwrap.path, "--die-with-parent", "--new-session"]
         if where.root:
             # No user namespace: its ids would map back to root outside. The
             # launcher drops to the run's uid, which clears these two as well.
-            args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+            args += ["--unshare-ipc", "--unshare-pid", "--unshare-uts"]
+            args += [] if network else ["--unshare-net"]
             args += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
             args += ["--unshare-all", "--unshare-user", "--disable-userns"]
+            args += ["--share-net"] if network else []
             args += ["--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
         args += ["--hostname", "jouled-sandbox", "--info-fd", "{info}", "--block-fd", "{block}"]
         args += _system_binds()
         bound: set[str] = {*_SYSTEM_DIRS, "/etc"}
         made: set[str] = {"/"}
+        if network:
+            for name in ("resolv.conf", "gai.conf"):
+                real = os.path.realpath(f"/etc/{name}")
+                if os.path.isfile(real):
+                    args += ["--ro-bind", real, f"/etc/{name}"]
         for path in _interpreter_paths():
-            self._refuse_secret(path)
-            args += _parents(path, made, bound)
-            args += ["--ro-bind", path, path]
-            bound.add(path)
+            args += self._bind_read_only(path, made, bound)
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", SANDBOX_TMP]
         args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
+        made.update({SANDBOX_TMP, "/dev/shm"})
+        # After the tmpfs mounts, so that a path under /tmp is not hidden by them.
+        for extra in read_only:
+            if os.path.exists(extra):
+                args += self._bind_read_only(os.path.normpath(str(extra)), made, bound)
         args += ["--bind", str(workdir), SANDBOX_WORKDIR]
         if ro_dir is not None:
             args += _parents(SANDBOX_RO, made, bound)
@@ -602,6 +624,13 @@ class Sandbox:
         # The launcher enters the workdir once it runs as the run's uid (the owner).
         args += ["--chdir", "/", "--"]
         return args
+
+    def _bind_read_only(self, path: str, made: set[str], bound: set[str]) -> list[str]:
+        self._refuse_secret(path)
+        if any(_within(path, b) for b in bound):
+            return []
+        bound.add(path)
+        return [*_parents(path, made, bound), "--ro-bind", path, path]
 
     def _refuse_secret(self, path: str) -> None:
         real = os.path.realpath(path)

@@ -1,0 +1,179 @@
+"""Running an agent CLI as a solver: in the sandbox, on the attempt's own workdir.
+
+The agent gets a fresh copy of the task's visible tree (hidden tests are not
+in it) with the prompt in PROMPT.md, the network its solver's policy allows,
+the environment variables it names and nothing else of the daemon's. What it
+leaves behind becomes a patch: the diff of its workdir against the pristine
+tree, with the protected paths put back first (its edits to tests never
+count) and what no patch can carry (symlinks, binary files) dropped and
+named. The daemon grades that patch like any submitted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jouled.contracts.contract import iter_tree
+from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.solvers import CommandSolver
+
+PROMPT_FILE = "PROMPT.md"
+
+
+@dataclass(frozen=True)
+class Solved:
+    run: RunResult
+    claimed: dict[str, int]
+    dropped: list[str] = field(default_factory=list)  # files no patch can carry
+
+    def describe(self) -> dict[str, Any]:
+        """What the signed result says of the solve run (never its environment)."""
+        return {
+            "exit_code": self.run.exit_code,
+            "signal": self.run.signal,
+            "timed_out": self.run.timed_out,
+            "wall_ms": self.run.wall_ns // 1_000_000,
+            "network": self.run.isolation.get("network", ""),
+            "dropped": self.dropped[:50],
+        }
+
+
+def solve(
+    solver: CommandSolver,
+    env: Mapping[str, str],
+    prompt: str,
+    workdir: Path,
+    sandbox: Sandbox,
+    model: str = "",
+) -> Solved:
+    """Run `solver` on `workdir` (seeded by the caller) and read its usage report."""
+    (workdir / PROMPT_FILE).write_text(prompt)
+    layout = sandbox.layout(workdir)
+    argv = solver.render(prompt, f"{layout.workdir}/{PROMPT_FILE}", layout.workdir, model)
+    # An agent CLI (node, its tools, a language server) needs more room than a test run.
+    limits = Limits(
+        timeout_s=solver.timeout_s,
+        processes=1024,
+        total_memory_bytes=8 << 30,
+        tmp_bytes=2 << 30,
+    )
+    run = sandbox.run(
+        argv,
+        workdir,
+        limits=limits,
+        env=env,
+        network=solver.network == "open",
+        read_only=solver.paths,
+    )
+    return Solved(run, claimed_usage(run.output, solver.usage))
+
+
+def keep_patchable(
+    workdir: Path, base: Path, is_protected: Callable[[str], bool], dropped: list[str]
+) -> None:
+    """Make `workdir` differ from `base` only in what a patch to graded files can say.
+
+    Protected paths go back to `base`, PROMPT.md goes, and symlinks and files
+    that are not UTF-8 text are removed (named in `dropped`) unless unchanged.
+    """
+    pristine = dict(iter_tree(base))
+    for rel, path in iter_tree(workdir):
+        original = pristine.get(rel)
+        if rel == PROMPT_FILE and original is None:
+            path.unlink()
+        elif is_protected(rel):
+            path.unlink()
+            if original is not None:
+                shutil.copy2(original, path)
+        elif path.is_symlink() or not _is_text(path):
+            if original is not None and _same(original, path):
+                continue
+            path.unlink()
+            dropped.append(rel)
+            if original is not None:
+                shutil.copy2(original, path, follow_symlinks=False)
+    for rel, original in pristine.items():
+        target = workdir / rel
+        if is_protected(rel) and not target.exists() and not target.is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(original, target, follow_symlinks=False)
+
+
+def _is_text(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+        data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return b"\0" not in data
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.is_symlink() or b.is_symlink():
+        return a.is_symlink() and b.is_symlink() and a.readlink() == b.readlink()
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+# -- the agent's own usage report ---------------------------------------------------------
+
+
+def _last_json(output: str) -> Any:
+    """The last JSON object in `output`: the whole of it, or the last line that is one."""
+    text = output.strip()
+    candidates = [text, *reversed(text.splitlines())]
+    for candidate in candidates:
+        candidate = candidate.strip()
+        if candidate.startswith("{") and candidate.endswith("}"):
+            try:
+                return json.loads(candidate)
+            except ValueError:
+                continue
+    return None
+
+
+def _lookup(document: Any, path: str) -> float | None:
+    """The number at dotted `path`; `*` sums over every key of an object."""
+    values: list[Any] = [document]
+    for part in path.split("."):
+        found: list[Any] = []
+        for value in values:
+            if not isinstance(value, dict):
+                continue
+            if part == "*":
+                found.extend(value.values())
+            elif part in value:
+                found.append(value[part])
+        values = found
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers or not all(math.isfinite(v) and v >= 0 for v in numbers):
+        return None
+    return float(sum(numbers))
+
+
+def claimed_usage(output: str, usage: Mapping[str, str]) -> dict[str, int]:
+    """`claimed` figures from the agent's report: dollars as micro-dollars, token counts."""
+    if not usage:
+        return {}
+    document = _last_json(output)
+    if document is None:
+        return {}
+    claimed: dict[str, int] = {}
+    for key, path in usage.items():
+        value = _lookup(document, path)
+        if value is None:
+            continue
+        if key == "usd":
+            claimed["usd_micros"] = round(value * 1_000_000)
+        else:
+            claimed[key] = round(value)
+    # The ledger holds integers a JSON reader anywhere reads exactly.
+    return {k: v for k, v in claimed.items() if 0 <= v < 2**53}
