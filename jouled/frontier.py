@@ -20,11 +20,13 @@ Counting rules, decided once here so every consumer agrees:
   audit flag; flags are evidence for a reader and change no other column.
 - An attempt is resolved only when its status is `resolved` *and* its
   `resolved` flag is true: two fields that disagree do not earn a success.
-- An attempt's cost is the energy of its own ops: `seed` and `apply` (where
-  the result has them), `solve` (when the daemon ran the solver) and `grade`.
-  `baseline` is excluded: it runs once per task digest and is cached, so
-  charging it to whichever attempt came first would make the same work cost
-  different amounts.
+- An attempt's cost is the energy of its `solve` phase (when the daemon ran
+  the solver) plus its `grade` phase. `baseline` is excluded: it runs once per
+  task digest and is cached, so charging it to whichever attempt came first
+  would make the same work cost different amounts. `seed` and `apply` are
+  in each result's breakdown and `energy_total`, not here: they are a few
+  milliseconds each, below every meter's floor, and would mark every row
+  unreliable for joules that do not tell solvers apart.
 - A window whose read failed (`valid: false`, or null figures) adds no joules,
   counts as unreliable in `reliable_share`, and is counted in
   `invalid_windows`, so a total short of some energy says so.
@@ -62,7 +64,7 @@ INVALID = "invalid"
 TAMPERED = "tampered"
 STATUSES = frozenset({RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED})
 
-COUNTED_PHASES = ("seed", "apply", "solve", "grade")
+COUNTED_PHASES = ("solve", "grade")
 
 # Frontier axis -> the row column that is its cost.
 AXES = {
