@@ -84,3 +84,22 @@ def test_audit_flags_are_signed_and_change_no_verdict(daemon: Daemon) -> None:
     assert clean["audit"] == [] == daemon.ledger.get(clean["seq"]).body["audit"]
     row = daemon.frontier("smoke")["rows"]
     assert {r["solver"]: r["audit_flagged"] for r in row} == {"agent": 1, "reference": 0}
+
+
+def test_every_result_says_what_graded_it(daemon: Daemon) -> None:
+    import platform
+
+    import pytest as pytest_module
+
+    contract = daemon.task("smoke/interval")
+    assert contract.reference_patch is not None
+    receipt = daemon.submit(Submission("smoke/interval", contract.reference_patch, "agent"))
+    body = daemon.ledger.get(receipt["seq"]).body
+    made = body["provenance"]
+    assert made["python"] == platform.python_version()
+    assert made["pytest"] == pytest_module.__version__
+    assert len(made["distributions_sha256"]) == 64 and made["distributions"] > 10
+    assert made["kernel"].startswith("Linux ") and made["cpu"]
+    assert made["meter"] == "estimator" and made["sandbox"] == body["sandbox"]
+    assert body["isolation"]["level"] == body["sandbox"]
+    assert {"seed", "apply", "grade"} <= set(body["energy"])

@@ -26,7 +26,7 @@ from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
-from jouled.pipeline import guard, pytest_run
+from jouled.pipeline import guard, provenance, pytest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
@@ -441,6 +441,12 @@ class Evaluator:
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
         body.update(extra)
         body["energy_total"] = energy_total(energy)
+        body["provenance"] = {
+            **provenance.environment(),
+            "meter": self.metering.meter.source,
+            "calibration_seq": self.metering.calibration.seq if self.metering.calibration else None,
+            "sandbox": level,
+        }
         body["audit"] = audit_flags(contract, patch)  # evidence only: never part of the verdict
         return body
 
