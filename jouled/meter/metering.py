@@ -54,9 +54,16 @@ class Metering:
         self._host_lock = threading.Lock()
 
     @contextmanager
-    def phase(self) -> Iterator[Window]:
-        """Meter one phase; the window's energy is on `window.energy` after the block."""
-        if self.policy == "exclusive":
+    def phase(self, *, shared: bool = False) -> Iterator[Window]:
+        """Meter one phase; the window's energy is on `window.energy` after the block.
+
+        `shared` meters it without the host lock whatever the policy, apportioned
+        by CPU share: for the daemon's own short ops (seeding a workdir, applying
+        a patch), which must not wait for another attempt's tests to finish.
+        """
+        if shared:
+            yield from self._window(shared=True)
+        elif self.policy == "exclusive":
             with self._host_lock:
                 yield from self._window(shared=False)
         else:

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -357,13 +358,19 @@ class Evaluator:
         """
         with self._scratch("attempt-") as tmp:
             progress("seed", f"seeding {attempt.contract.task_id}")
-            with self.metering.phase() as window:
+            # The daemon's own work, in this thread: metered by its CPU share,
+            # never waiting for the host lock another attempt's tests hold.
+            with self.metering.phase(shared=True) as window:
+                cpu = time.thread_time_ns()
                 tree = seed(attempt.contract, Path(tmp) / "tree")
+                window.cpu_ns += time.thread_time_ns() - cpu
             attempt.energy["seed"] = _wire(window)
             if attempt.patch is not None:
-                with self.metering.phase() as window:
+                with self.metering.phase(shared=True) as window:
+                    cpu = time.thread_time_ns()
                     apply_patch(attempt.patch, tree)
                     guard.check_patch(attempt.patch, tree)
+                    window.cpu_ns += time.thread_time_ns() - cpu
                 attempt.energy["apply"] = _wire(window)
             yield tree
 
