@@ -133,6 +133,9 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
+        # The run's uid has no passwd entry: name it for getpass and friends.
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
     }
     env.update(extra or {})
     return env

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from jb_client.api import Client
 
 from jouled.patch import diff_trees
-from tests.integration.conftest import TASKS, Daemon
 
-# The issue this guards against was a launch race seen in well under 1 % of
-# runs; 200 in a row makes one failure likely to show.
+from .conftest import TASKS, Daemon, start_daemon
+
+# A launch race shows in well under 1 % of runs; 200 in a row makes one likely
+# to show.
 ATTEMPTS = int(os.environ.get("JB_CONCURRENT_ATTEMPTS", "200"))
 CALLERS = 16
 
@@ -23,7 +26,18 @@ def reference_patch(task: Path) -> bytes:
     return diff_trees(task / "before", task / "reference")
 
 
-def test_concurrent_attempts_all_start_and_every_correct_fix_resolves(daemon: Daemon) -> None:
+@pytest.fixture
+def busy_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    # Shared attribution: graded runs overlap (four at once), as a launch race needs.
+    d = start_daemon(tmp_path / "data", "--attribution", "shared", "--workers", "4")
+    yield d
+    assert d.stop() == 0, d.log.read_text()
+
+
+def test_concurrent_attempts_all_start_and_every_correct_fix_resolves(
+    busy_daemon: Daemon,
+) -> None:
+    daemon = busy_daemon
     fixes = {
         "smoke/interval": reference_patch(TASKS / "smoke" / "interval"),
         "smoke/semver": reference_patch(TASKS / "smoke" / "semver"),
