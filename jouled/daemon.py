@@ -606,8 +606,8 @@ class Daemon:
             )
         if sub.patch is not None and self.solvers.is_hosted(sub.solver):
             raise DeniedError(
-                f"solver {sub.solver!r} is one the daemon runs itself: a submitted patch "
-                "cannot be signed under its name",
+                f"solver {sub.solver!r} is reserved: the daemon runs it itself, so a "
+                "submitted patch cannot be signed under its name",
                 hint="submit under your own solver name",
             )
         solver = sub.solver or ("remote" if sub.patch is not None else "")

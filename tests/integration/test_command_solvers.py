@@ -142,7 +142,7 @@ def test_the_api_key_reaches_no_record(agent_daemon: Daemon, tmp_path: Path) -> 
 def test_hosted_names_cannot_be_used_by_submissions(agent_daemon: Daemon) -> None:
     with Client(agent_daemon.target) as client, pytest.raises(ClientError) as caught:
         client.submit(TASK, b"", solver="fake-fix")
-    assert "the daemon runs itself" in caught.value.message
+    assert "reserved: the daemon runs it itself" in caught.value.message
 
 
 def test_an_unknown_hosted_solver_names_the_ones_there_are(agent_daemon: Daemon) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from jb_client.api import Client
 
-from jouled.patch import diff_trees
+from jouled.contracts.task import load_task
 
 from .conftest import TASKS, Daemon, start_daemon
 
@@ -23,7 +23,9 @@ CALLERS = 16
 
 
 def reference_patch(task: Path) -> bytes:
-    return diff_trees(task / "before", task / "reference")
+    patch = load_task(task).reference_patch
+    assert patch is not None
+    return patch
 
 
 @pytest.fixture
