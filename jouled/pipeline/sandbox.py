@@ -146,10 +146,15 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 # Runs as `python -I -S -B -c`: no site-packages, no environment variables, no
 # working directory on sys.path, so nothing the command can write affects it.
 _LAUNCHER = r"""
-import ctypes, fcntl, marshal, os, resource, signal, sys
+import fcntl, marshal, os, resource, signal, sys
 
 cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
-libc = ctypes.CDLL(None, use_errno=True)
+# bwrap sets no_new_privs and kills the command with its parent itself; only the
+# process level needs prctl, and importing ctypes costs a third of a start-up.
+libc = None
+if cfg["prctl"]:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
 # Out of the way of the fixed channel numbers, then the channels into place.
 status = fcntl.fcntl(cfg["status_fd"], fcntl.F_DUPFD_CLOEXEC, 10)
 moved = [(fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 10), dst) for src, dst in cfg["moves"]]
@@ -186,7 +191,8 @@ if cfg["ids"]:
         os.setresuid(uid, uid, uid)
     except OSError as err:
         fail("drop privileges", err)
-libc.prctl(38, 1, 0, 0, 0)
+if libc is not None:
+    libc.prctl(38, 1, 0, 0, 0)
 try:
     os.makedirs(cfg["home"], 0o700, exist_ok=True)
     os.chdir(cfg["cwd"])
@@ -195,7 +201,8 @@ except OSError as err:
 for sig in (signal.SIGPIPE, signal.SIGXFSZ):
     signal.signal(sig, signal.SIG_DFL)
 signal.pthread_sigmask(signal.SIG_SETMASK, ())
-libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+if libc is not None:
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
 if cfg["parent"] and os.getppid() != cfg["parent"]:
     os._exit(137)
 caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:")]
@@ -531,6 +538,7 @@ class Sandbox:
                 "home": home,
                 "exe": exe,
                 "probe": probe,
+                "prctl": where.level != BWRAP,
                 "rlimits": _rlimits(limits, per_uid=uid is not None),
             }
             isolation = self._isolation(where, uid, limits, group)
