@@ -1,6 +1,6 @@
 """Aggregate result entries into frontier rows, a Pareto flag and best-of-k curves.
 
-Pure functions over `result` entry bodies (DESIGN.md, Wire formats): the daemon
+Pure functions over `result` entry bodies (docs/ledger.md, `result`): the daemon
 feeds them from its ledger and `jb-client` from an export, so both print the
 same numbers.
 

@@ -1,7 +1,9 @@
 """Checking one receipt alone, with nothing but a pinned public key.
 
 A receipt carries its signed entry, an inclusion proof and the checkpoint the
-proof is against: the entry's signature must verify, its leaf hash must be
+proof is against: the entry's envelope must name the ledger's payload type
+(as `payloadType`, or `payload_type` in receipts from before the envelope
+followed DSSE), its signature must verify, its leaf hash must be
 the hash of its payload, the checkpoint must be signed by the same key, and
 the proof must place the leaf at `seq` in the checkpoint's tree.
 """
@@ -16,20 +18,23 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from jouled.errors import VerificationError
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import parse_note, verify_note
-from jouled.ledger.entry import parse_export_record
-from jouled.ledger.signing import key_id, verify_signature
+from jouled.ledger.entry import parse_export_record, record_payload_type
+from jouled.ledger.signing import PAYLOAD_TYPE, key_id, verify_signature
 
 
 def audit_receipt(receipt: dict[str, Any], pubkeys: Sequence[Ed25519PublicKey]) -> dict[str, Any]:
     try:
+        payload_type = record_payload_type(receipt["entry"])
         entry = parse_export_record(receipt["entry"])
         proof = receipt["proof"]
         note = str(receipt["checkpoint"])
         hashes = [bytes.fromhex(h) for h in proof["hashes"]]
         tree_size = int(proof["tree_size"])
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise VerificationError(f"the receipt lacks its entry, proof or checkpoint: {err}") from err
     seq = entry.seq
+    if payload_type != PAYLOAD_TYPE:
+        raise VerificationError(f"payload type {payload_type!r} is not {PAYLOAD_TYPE}", seq=seq)
     if merkle.leaf_hash(entry.payload) != entry.leaf_hash:
         raise VerificationError("leaf hash does not match the payload", seq=seq)
     keys = {key_id(k): k for k in pubkeys}

@@ -1,4 +1,10 @@
-"""A ledger entry: signed canonical payload, leaf hash, export line."""
+"""A ledger entry: signed canonical payload, leaf hash, export line.
+
+An export line is a DSSE envelope with DSSE's own field names (`payload`,
+`payloadType`, `signatures` of `keyid` and `sig`) plus the entry's `seq` and
+`leaf_hash` (docs/ledger.md). Exports written before the envelope followed
+DSSE spelled the type `payload_type`; readers accept both spellings.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,10 @@ from jouled.ledger.merkle import leaf_hash
 from jouled.ledger.signing import PAYLOAD_TYPE, Signer
 
 KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation")
+
+# DSSE's name for the envelope's type field, and the one exports used before it.
+TYPE_FIELD = "payloadType"
+LEGACY_TYPE_FIELD = "payload_type"
 
 
 def utc_now() -> str:
@@ -59,7 +69,7 @@ class Entry:
         return {
             "seq": self.seq,
             "payload": base64.b64encode(self.payload).decode("ascii"),
-            "payload_type": PAYLOAD_TYPE,
+            TYPE_FIELD: PAYLOAD_TYPE,
             "signatures": [{"keyid": s.keyid, "sig": s.sig} for s in self.signatures],
             "leaf_hash": self.leaf_hash.hex(),
         }
@@ -82,6 +92,18 @@ def make_entry(
         signatures=tuple(Signature(s.keyid, s.sign(payload)) for s in signers),
         leaf_hash=leaf_hash(payload),
     )
+
+
+def record_payload_type(record: dict[str, Any]) -> object:
+    """The envelope's payload type under either spelling; None when it names none.
+
+    A record that spells it both ways with different values names no single
+    type, and is answered with both, which no verifier accepts.
+    """
+    new, old = record.get(TYPE_FIELD), record.get(LEGACY_TYPE_FIELD)
+    if new is not None and old is not None and new != old:
+        return [new, old]
+    return new if new is not None else old
 
 
 def parse_export_record(record: dict[str, Any]) -> Entry:

@@ -27,11 +27,13 @@ def write_parquet(export: Path, out: Path) -> int:
     kind = f"json_extract_string({text}, '$.kind')"
     query = (
         f"SELECT seq, {kind} AS kind, json_extract_string({text}, '$.time') AS time, "
-        f"{select_columns_sql(text, kind)}, payload, payload_type, "
+        f"{select_columns_sql(text, kind)}, payload, "
+        # DSSE's spelling, or the one exports used before the envelope followed DSSE.
+        'coalesce("payloadType", payload_type) AS payload_type, '
         "to_json(signatures) AS signatures, leaf_hash "
         f"FROM read_json('{_sql_path(export)}', format = 'newline_delimited', "
-        "columns = {seq: 'BIGINT', payload: 'VARCHAR', payload_type: 'VARCHAR', "
-        "signatures: 'JSON', leaf_hash: 'VARCHAR'}) ORDER BY seq"
+        "columns = {seq: 'BIGINT', payload: 'VARCHAR', payloadType: 'VARCHAR', "
+        "payload_type: 'VARCHAR', signatures: 'JSON', leaf_hash: 'VARCHAR'}) ORDER BY seq"
     )
     try:
         with duckdb.connect() as db:

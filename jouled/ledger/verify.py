@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from jouled.errors import VerificationError
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, verify_note
-from jouled.ledger.entry import Entry, parse_export_record
+from jouled.ledger.entry import Entry, parse_export_record, record_payload_type
 from jouled.ledger.signing import PAYLOAD_TYPE, raw_public, verify_signature
 from jouled.ledger.snapshot import check_parquet
 from jouled.ledger.trust import PinnedKey, Trust
@@ -62,9 +62,10 @@ class _BadLine(Exception):
 def _entry(line: str | bytes) -> Entry:
     try:
         record = json.loads(line)
-        if record.get("payload_type") != PAYLOAD_TYPE:
+        payload_type = record_payload_type(record)
+        if payload_type != PAYLOAD_TYPE:
             raise VerificationError(
-                f"payload type {record.get('payload_type')!r} is not {PAYLOAD_TYPE}",
+                f"payload type {payload_type!r} is not {PAYLOAD_TYPE}",
                 seq=record.get("seq"),
             )
         return parse_export_record(record)

@@ -115,7 +115,7 @@ class Calibration:
     time: str = ""  # RFC 3339, when it was measured
 
     def body(self) -> dict[str, object]:
-        """The `calibration` ledger entry body (DESIGN.md, Energy)."""
+        """The `calibration` ledger entry body (docs/ledger.md, `calibration`)."""
         return {
             "source": self.source,
             "seconds": self.seconds,

@@ -36,7 +36,7 @@ class PhaseEnergy:
     calibration_seq: int | None = None
 
     def to_wire(self) -> dict[str, object]:
-        """The per-phase object of a result entry (DESIGN.md, Wire formats)."""
+        """The per-phase object of a result entry (docs/ledger.md, `result`)."""
         wire: dict[str, object] = {
             "gross_mj": self.gross_mj,
             "idle_mj": self.idle_mj,
