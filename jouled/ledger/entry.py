@@ -13,7 +13,7 @@ from jouled.ledger import canonical
 from jouled.ledger.merkle import leaf_hash
 from jouled.ledger.signing import PAYLOAD_TYPE, Signer
 
-KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation")
+KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation", "op")
 
 
 def utc_now() -> str:
