@@ -419,9 +419,7 @@ class _Group:
             "timeouts": self.timeouts,
             "op_joules": self.ops.marginal_mj / 1000,
             "op_windows": self.ops.windows,
-            "op_reliable_share": self.ops.reliable / self.ops.windows
-            if self.ops.windows
-            else None,
+            "op_reliable_share": self.ops.reliable / self.ops.windows if self.ops.windows else None,
             "op_abandoned": self.ops.abandoned,
         }
 
