@@ -152,7 +152,8 @@ def refusal(call: Any) -> ClientError:
 def test_bounds(opd: Daemon) -> None:
     with client(opd) as c:
         for label in ("", "two words", "x" * 200, "-dash", "new\nline"):
-            assert refusal(lambda: c.open_window(label)).kind == Kind.INVALID_ARGUMENT, label
+            err = refusal(lambda label=label: c.open_window(label))  # type: ignore[misc]
+            assert err.kind == Kind.INVALID_ARGUMENT, label
         err = refusal(lambda: c.open_window("ok", task_id="smoke/nope"))
         assert err.kind == Kind.NOT_FOUND
         assert refusal(lambda: c._close_window("0123abcd")).kind == Kind.NOT_FOUND
