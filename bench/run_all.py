@@ -17,6 +17,7 @@ RUNS = (
     ["sandbox_bench.py"],
     ["meter_bench.py"],
     ["ledger_bench.py", "--quick"],
+    ["load_bench.py"],
 )
 
 

@@ -1,4 +1,4 @@
-"""A task whose graded run the test holds and releases, to fill a daemon's workers at will.
+"""A task whose graded run the test holds and releases, and a streaming Submit to watch.
 
 `gate/hold` is a one-test task. Its test passes once `calc.value()` returns 2.
 A tree that holds a file named `hold` (which the HOLD patch adds) makes the
@@ -10,8 +10,10 @@ as short as a pytest run can be. Nothing here depends on how long anything takes
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -129,3 +131,64 @@ def stub(target: str) -> tuple[grpc.Channel, pb_grpc.JouledStub]:
 
 def submit_request(patch: bytes, key: str, solver: str = "gate") -> pb.SubmitRequest:
     return pb.SubmitRequest(task_id=TASK, patch=patch, solver=solver, idempotency_key=key)
+
+
+class Call:
+    """One streaming Submit on its own thread, its events kept as they arrive."""
+
+    def __init__(
+        self, target: str, request: pb.SubmitRequest, timeout_s: float | None = None
+    ) -> None:
+        self.channel, self._stub = stub(target)
+        self.events: list[pb.AttemptEvent] = []
+        self.receipt: dict | None = None
+        self.error: grpc.RpcError | None = None
+        self._cond = threading.Condition()
+        self._done = False
+        self._call = self._stub.Submit(request, timeout=timeout_s)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for event in self._call:
+                with self._cond:
+                    self.events.append(event)
+                    if event.HasField("receipt"):
+                        self.receipt = json.loads(event.receipt.json)
+                    self._cond.notify_all()
+        except grpc.RpcError as err:
+            self.error = err
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+            self.channel.close()
+
+    def progress(self) -> list[pb.Progress]:
+        with self._cond:
+            return [e.progress for e in self.events if e.HasField("progress")]
+
+    def wait(self, what: str, condition: Callable[[Call], bool]) -> None:
+        wait_for(what, lambda: condition(self) or self.finished)
+        assert condition(self), f"{what}: the call ended first ({self.error})"
+
+    def wait_queued_at(self, position: int) -> None:
+        self.wait(
+            f"queue position {position}",
+            lambda c: any(
+                p.phase == "queued" and p.queue_position == position for p in c.progress()
+            ),
+        )
+
+    @property
+    def finished(self) -> bool:
+        with self._cond:
+            return self._done
+
+    def join(self) -> Call:
+        self._thread.join()
+        return self
+
+    def cancel(self) -> None:
+        self._call.cancel()

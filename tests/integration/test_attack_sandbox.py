@@ -38,6 +38,8 @@ from typing import Any
 import pytest
 from jb_client.api import Client, ClientError
 
+from jouled.auth import add_token
+
 from . import attacks as A
 from .conftest import Daemon, start_daemon
 
@@ -69,9 +71,20 @@ class Outcome:
         return f"markers {json.dumps(self.found, indent=1)}\n--- output tail ---\n{tail}"
 
 
+# Credentials of the TCP daemons (loopback plaintext with --insecure, bearer tokens).
+TCP_TOKENS: dict[str, str] = {}
+
+
+def connect(target: str, timeout_s: float) -> Client:
+    token = TCP_TOKENS.get(target)
+    if token is None:
+        return Client(target, timeout_s=timeout_s)
+    return Client(target, timeout_s=timeout_s, token=token, insecure=True)
+
+
 def submit(target: str, task_id: str, patch: bytes, token: str = "") -> Outcome:
     out = Outcome(token)
-    with Client(target, timeout_s=300) as client:
+    with connect(target, 300) as client:
         try:
             out.receipt = client.submit(task_id, patch)
         except ClientError as err:
@@ -81,7 +94,7 @@ def submit(target: str, task_id: str, patch: bytes, token: str = "") -> Outcome:
 
 def serving(target: str) -> bool:
     try:
-        with Client(target, timeout_s=10) as client:
+        with connect(target, 10) as client:
             client.checkpoint()
     except ClientError:
         return False
@@ -89,7 +102,7 @@ def serving(target: str) -> bool:
 
 
 def calibrations(target: str) -> int:
-    with Client(target, timeout_s=60) as client:
+    with connect(target, 60) as client:
         return sum(
             1
             for kind, value in client.export_stream()
@@ -289,9 +302,20 @@ def scenario_rewrite(a: Arena) -> tuple[Outcome, Outcome, bool]:
 def scenario_network(a: Arena) -> tuple[Outcome, Outcome, dict[str, Any]]:
     """From the sandbox: the daemon's TCP port, its socket, the outside, Calibrate; then kill it."""
     port = free_port()
+    tokens = a.root / "tokens.toml"
+    operator = add_token(tokens, "attack-operator", ["operator"], None)
     tcp = start_daemon(
-        a.root / "data-tcp", "--attribution", "shared", tasks=a.tasks, listen=f"127.0.0.1:{port}"
+        a.root / "data-tcp",
+        "--attribution",
+        "shared",
+        "--insecure",
+        "--tokens",
+        str(tokens),
+        tasks=a.tasks,
+        listen=f"127.0.0.1:{port}",
+        client_env={"JB_INSECURE": "1", "JB_TOKEN": operator},
     )
+    TCP_TOKENS[tcp.target] = operator
     a.extra.append(tcp)
     host: dict[str, Any] = {
         "calibrations_before": (calibrations(tcp.target), calibrations(a.target)),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,82 +19,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from jb_client.api import Client, ClientError
 
 from jouled.errors import Kind
-from jouled.v1 import jouled_pb2 as pb
 
 from .conftest import Daemon, start_daemon
 from .gate import (
     TASK,
+    Call,
     Gate,
     fix_patch,
     hold_patch,
-    stub,
     submit_request,
     wait_for,
     write_tasks,
 )
 
 QUEUE_LIMIT = 2
-
-
-class Call:
-    """One streaming Submit on its own thread, its events kept as they arrive."""
-
-    def __init__(
-        self, target: str, request: pb.SubmitRequest, timeout_s: float | None = None
-    ) -> None:
-        self.channel, self._stub = stub(target)
-        self.events: list[pb.AttemptEvent] = []
-        self.receipt: dict | None = None
-        self.error: grpc.RpcError | None = None
-        self._cond = threading.Condition()
-        self._done = False
-        self._call = self._stub.Submit(request, timeout=timeout_s)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for event in self._call:
-                with self._cond:
-                    self.events.append(event)
-                    if event.HasField("receipt"):
-                        self.receipt = json.loads(event.receipt.json)
-                    self._cond.notify_all()
-        except grpc.RpcError as err:
-            self.error = err
-        finally:
-            with self._cond:
-                self._done = True
-                self._cond.notify_all()
-            self.channel.close()
-
-    def progress(self) -> list[pb.Progress]:
-        with self._cond:
-            return [e.progress for e in self.events if e.HasField("progress")]
-
-    def wait(self, what: str, condition: Callable[[Call], bool]) -> None:
-        wait_for(what, lambda: condition(self) or self.finished)
-        assert condition(self), f"{what}: the call ended first ({self.error})"
-
-    def wait_queued_at(self, position: int) -> None:
-        self.wait(
-            f"queue position {position}",
-            lambda c: any(
-                p.phase == "queued" and p.queue_position == position for p in c.progress()
-            ),
-        )
-
-    @property
-    def finished(self) -> bool:
-        with self._cond:
-            return self._done
-
-    def join(self) -> Call:
-        self._thread.join()
-        return self
-
-    def cancel(self) -> None:
-        self._call.cancel()
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,7 @@ from jb_client.api import Client, ClientError
 from jouled.errors import Kind
 
 from .conftest import start_daemon
-from .gate import TASK, Gate, fix_patch, hold_patch, write_tasks
-from .test_backpressure import Call, submit_request
+from .gate import TASK, Call, Gate, fix_patch, hold_patch, submit_request, write_tasks
 
 CLIENTS = 64
 ROUNDS = 2  # one refused round, then one that retries until accepted
