@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +22,12 @@ CALLERS = 16
 
 
 def reference_patch(task: Path) -> bytes:
-    return diff_trees(task / "before", task / "reference")
+    # reference/ holds only the fixed files, overlaid on before/ (as the reference solver does).
+    with tempfile.TemporaryDirectory() as tmp:
+        fixed = Path(tmp) / "fixed"
+        shutil.copytree(task / "before", fixed)
+        shutil.copytree(task / "reference", fixed, dirs_exist_ok=True)
+        return diff_trees(task / "before", fixed)
 
 
 def test_concurrent_attempts_all_start_and_every_correct_fix_resolves(daemon: Daemon) -> None:
