@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -383,6 +384,90 @@ class Client:
 
     def calibrate(self, seconds: int) -> dict[str, Any]:
         return dict(self._doc(self._stub.Calibrate, pb.CalibrateRequest(seconds=seconds)))
+
+    # -- op windows -------------------------------------------------------------------------
+
+    def open_window(
+        self, label: str, *, task_id: str = "", run_id: str = "", rollout: int = 0, pid: int = 0
+    ) -> OpWindow:
+        """Ask the daemon to meter one of this process's own operations from now on.
+
+        Close the window with `OpWindow.close()` (or use `op()`); if this process
+        exits first, the daemon signs the window as abandoned.
+        """
+        request = pb.OpenWindowRequest(
+            label=label, task_id=task_id, run_id=run_id, rollout=rollout, pid=pid
+        )
+        # No deadline: the call lasts as long as the window (the daemon bounds both).
+        call = self._stub.OpenWindow(request)
+        try:
+            event = next(call)
+        except grpc.RpcError as err:
+            raise self._error(err) from None
+        except StopIteration:
+            raise ClientError("the daemon ended the call without a window", Kind.INTERNAL) from None
+        return OpWindow(self, call, event.opened)
+
+    @contextmanager
+    def op(
+        self, label: str, *, task_id: str = "", run_id: str = "", rollout: int = 0, pid: int = 0
+    ) -> Iterator[OpWindow]:
+        """Meter the block as one operation; its signed receipt is `window.receipt` after.
+
+        The window is closed however the block ends: the energy was spent either way.
+        """
+        window = self.open_window(label, task_id=task_id, run_id=run_id, rollout=rollout, pid=pid)
+        try:
+            yield window
+        finally:
+            window.close()
+
+    def _close_window(self, window_id: str) -> dict[str, Any]:
+        reply = self._call(self._stub.CloseWindow, pb.CloseWindowRequest(window_id=window_id))
+        return dict(json.loads(reply.json))
+
+
+class OpWindow:
+    """An open op window: its id, its attribution, and its receipt once it ends."""
+
+    def __init__(self, client: Client, call: Any, opened: pb.WindowOpened) -> None:
+        self._client = client
+        self._call = call
+        self.id: str = opened.window_id
+        self.attribution: str = opened.attribution
+        self.max_s: float = opened.max_s
+        self.receipt: dict[str, Any] | None = None
+
+    def close(self) -> dict[str, Any]:
+        """Close the window: the receipt of its signed `op` entry (idempotent)."""
+        if self.receipt is not None:
+            return self.receipt
+        try:
+            self.receipt = self._client._close_window(self.id)
+        except ClientError as err:
+            if err.kind != Kind.NOT_FOUND:
+                raise
+            # The daemon closed it first (it outlived its maximum): its call carries the receipt.
+            return self.wait()
+        self._call.cancel()
+        return self.receipt
+
+    def wait(self) -> dict[str, Any]:
+        """Block until the window ends, however it ends: its receipt."""
+        if self.receipt is not None:
+            return self.receipt
+        try:
+            for event in self._call:
+                if event.HasField("closed"):
+                    self.receipt = dict(json.loads(event.closed.json))
+                    return self.receipt
+        except grpc.RpcError as err:
+            raise self._client._error(err) from None
+        raise ClientError(
+            f"op window {self.id} ended without a receipt",
+            Kind.UNAVAILABLE,
+            hint="the daemon stopped; an entry it signed is in its ledger",
+        )
 
 
 def checkpoint_history_path(export: Path) -> Path:

@@ -292,9 +292,8 @@ def frontier(
         if export is not None:
             from jouled import frontier as frontier_fn
 
-            rows = frontier_fn.frontier_rows(
-                _export_results(export), suite=suite or None, axis=axis
-            )
+            results, ops = _export_bodies(export)
+            rows = frontier_fn.frontier_rows(results, suite=suite or None, axis=axis, ops=ops)
         else:
             with _client() as c:
                 rows = c.frontier(suite, axis)["rows"]
@@ -306,16 +305,17 @@ def frontier(
         render.frontier_table(rows)
 
 
-def _export_results(path: Path) -> list[dict[str, Any]]:
+def _export_bodies(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The `result` and `op` bodies of an export, in seq order."""
     import base64
 
-    bodies = []
+    bodies: dict[str, list[dict[str, Any]]] = {"result": [], "op": []}
     for line in _read(path).decode("utf-8").splitlines():
         if line.strip():
             doc = json.loads(base64.b64decode(json.loads(line)["payload"]))
-            if doc["kind"] == "result":
-                bodies.append(doc["body"])
-    return bodies
+            if doc["kind"] in bodies:
+                bodies[doc["kind"]].append(doc["body"])
+    return bodies["result"], bodies["op"]
 
 
 @app.command()
@@ -641,6 +641,48 @@ def calibrate(
         _emit(cal)
     else:
         render.kv(f"calibration (ledger entry {cal['seq']})", cal)
+
+
+@app.command("meter-run")
+def meter_run(
+    command: Annotated[list[str], typer.Argument(help="The command to meter, after `--`.")],
+    label: Annotated[str, typer.Option("--label", help="What the command is (a short name).")],
+    task: Annotated[str, typer.Option("--task", help="The task it works on (SUITE/NAME).")] = "",
+    run_id: Annotated[str, typer.Option(help="The run the work belongs to.")] = "",
+    rollout: Annotated[
+        int, typer.Option(min=0, max=ROLLOUT_MAX, help="Rollout index within the run.")
+    ] = 0,
+    receipt_file: Annotated[
+        Path | None, typer.Option("--receipt", help="Write the op receipt (JSON) here.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Run a command on the daemon's host inside a metered op window; exit with its status.
+
+    The command keeps this terminal; the signed receipt follows on stderr, or as
+    JSON on stdout after the command's own output with --json.
+    """
+    import subprocess
+
+    status = EXIT_USAGE
+    try:
+        with _client() as c, c.op(label, task_id=task, run_id=run_id, rollout=rollout) as window:
+            try:
+                status = subprocess.run(command).returncode
+            except OSError as err:
+                render.err.print(f"[red]error:[/] cannot run {command[0]}: {err.strerror}")
+                status = 127
+    except JouledError as err:
+        _fail(err)
+    receipt = window.receipt
+    assert receipt is not None
+    if receipt_file is not None:
+        receipt_file.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+    if as_json:
+        _emit(receipt)
+    else:
+        render.op_receipt_line(receipt)
+    raise typer.Exit(status if status >= 0 else 128 - status)
 
 
 def main() -> None:

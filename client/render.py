@@ -80,6 +80,21 @@ def receipt_line(r: dict[str, Any]) -> None:
     audit_lines(r.get("audit") or [])
 
 
+def op_receipt_line(r: dict[str, Any]) -> None:
+    """An op window's receipt, on stderr: the metered command owns stdout."""
+    e = r.get("energy", {})
+    gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
+    reliable = bool(e.get("reliable"))
+    end = f"  [yellow]abandoned ({r.get('end')})[/]" if r.get("abandoned") else ""
+    _console(True).print(
+        f"op {r['label']}: {_joules(None if gross is None else gross / 1000, reliable)} J gross, "
+        f"{_joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
+        f"({e.get('source', '?')}, {e.get('attribution', '?')}), {e.get('wall_ms', 0)} ms, "
+        f"agent {r.get('agent', '?')}, seq {r['seq']}{end}",
+        highlight=False,
+    )
+
+
 def audit_lines(flags: Sequence[dict[str, Any]], shown: int = 10) -> None:
     """A patch's audit flags under its receipt: evidence for a reader, not the verdict."""
     if not flags:
@@ -123,6 +138,7 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
         "reliable",
         "tampered",
         "audit flagged",
+        "op J",
     )
     for col in cols:
         table.add_column(
@@ -149,6 +165,10 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
             _pct(r["reliable_share"]),
             str(r.get("tampered", 0)),
             str(r.get("audit_flagged", 0)),
+            # The agent's own metered operations: beside the grade energy, never in it.
+            _joules(r.get("op_joules"), r.get("op_reliable_share") == 1)
+            if r.get("op_windows")
+            else "-",
         )
     _console(False).print(table)
 

@@ -6,7 +6,8 @@ an `Identity` and answers whether the identity may call a method. It knows
 nothing of gRPC.
 
 Roles:
-- `agent`: list and fetch tasks, submit patches, read receipts and the frontier;
+- `agent`: list and fetch tasks, submit patches, meter its own operations (op
+  windows), read receipts and the frontier;
 - `auditor`: read-only: export, checkpoints, proofs, frontier, receipts, keys;
 - `operator`: calibrate, register SWE-bench records, run daemon-hosted
   solvers, and everything an agent or auditor may.
@@ -46,7 +47,7 @@ _READ = {
     "MeterStatus",
 }
 PERMISSIONS: dict[str, frozenset[str]] = {
-    AGENT: frozenset(_READ | {"FetchTask", "Submit"}),
+    AGENT: frozenset(_READ | {"FetchTask", "Submit", "OpenWindow", "CloseWindow"}),
     AUDITOR: frozenset(_READ | {"Export", "Checkpoint", "InclusionProof", "ConsistencyProof"}),
 }
 PERMISSIONS[OPERATOR] = frozenset(

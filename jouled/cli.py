@@ -106,6 +106,13 @@ def serve(
     min_free_mb: Annotated[
         int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
     ] = 256,
+    op_windows_max: Annotated[
+        int, typer.Option(help="Op windows open at once, all agents together.")
+    ] = 32,
+    op_windows_per_agent: Annotated[int, typer.Option(help="Op windows open per agent.")] = 4,
+    op_window_max_s: Annotated[
+        float, typer.Option(help="Seconds an op window may stay open before it is abandoned.")
+    ] = 3600.0,
     heartbeat: Annotated[
         float, typer.Option(help="Seconds between heartbeats to a queued or running call.")
     ] = 5.0,
@@ -137,6 +144,9 @@ def serve(
             checkout_root=checkout_root,
             queue_limit=queue_limit,
             min_free_mb=min_free_mb,
+            op_windows_max=op_windows_max,
+            op_windows_per_agent=op_windows_per_agent,
+            op_window_max_s=op_window_max_s,
             heartbeat_s=heartbeat,
             energy=energy,
             calibrate_seconds=calibrate_seconds,

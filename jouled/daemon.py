@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jouled import __version__, frontier, limits
-from jouled.auth import Identity
+from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
@@ -45,6 +45,7 @@ from jouled.meter import calibration as calibration_mod
 from jouled.meter.auto import open_meter
 from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
+from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.patch import Patch, parse_patch, patch_sha256
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox
@@ -232,7 +233,16 @@ class Daemon:
             self.metering, self, config.work_root, sandbox=self.sandbox, solvers=self.solvers
         )
         # Kept current as results are signed, so serving it never rescans the ledger.
-        self._frontier = frontier.Frontier(self.ledger.result_bodies())
+        self._frontier = frontier.Frontier(
+            self.ledger.result_bodies(), ops=(e.body for e in self.ledger.entries("op"))
+        )
+        self.ops = OpWindows(
+            self.metering,
+            self._sign_op,
+            max_open=config.op_windows_max,
+            max_per_agent=config.op_windows_per_agent,
+            max_s=config.op_window_max_s,
+        )
         self._inflight: dict[str, Future[dict[str, Any]]] = {}
         self._inflight_lock = threading.Lock()
         self._load_registrations()
@@ -436,6 +446,14 @@ class Daemon:
         """Accept a submission into the attempt queue; refuses at once when it is full."""
         progress = progress or (lambda phase, message: None)
         attempt = self._attempt(sub)
+        held = self.ops.holds_host(attempt.agent) if attempt.agent else None
+        if held is not None:
+            # Its grading phases would wait for that very window: refuse rather than hang.
+            raise PreconditionError(
+                f"{attempt.agent} holds op window {held.id} ({held.request.label}), which holds "
+                "the metered host: a graded phase cannot run until it closes",
+                hint="close the op window before submitting",
+            )
         key = sub.idempotency_key
         if not key:
             job = self._enqueue(attempt, progress)
@@ -757,6 +775,67 @@ class Daemon:
             "checkpoint": note,
         }
 
+    # -- op windows -------------------------------------------------------------------------
+
+    def open_window(
+        self,
+        label: str,
+        *,
+        caller: Identity | None,
+        agent: str = "",
+        task_id: str = "",
+        run_id: str = "",
+        rollout: int = 0,
+        pid: int = 0,
+        peer_pid: int | None = None,
+        peer_uid: int | None = None,
+    ) -> OpWindow:
+        """Open a metered window over one of the caller's own operations.
+
+        The agent is the credential's holder; `peer_pid`/`peer_uid` are the kernel's
+        view of a Unix-socket caller (None over TCP). See `jouled.opwindows`.
+        """
+        if caller is not None:
+            agent = caller.name
+        if task_id:
+            limits.task_id(task_id)
+            self.registry.get(task_id)
+        request = WindowRequest(label, agent, task_id, run_id, rollout, pid)
+        return self.ops.open(request, peer_pid=peer_pid, peer_uid=peer_uid)
+
+    def close_window(self, window_id: str, *, caller: Identity | None) -> dict[str, Any]:
+        """Close an open window of the caller (an operator may close anyone's)."""
+        limits.name("window id", window_id)
+        owner = None if caller is None or OPERATOR in caller.roles else caller.name
+        return self.ops.close(window_id, owner)
+
+    def close_windows(self) -> None:
+        """Sign every open window as abandoned: the daemon is stopping."""
+        self.ops.close_all()
+
+    def _sign_op(self, body: dict[str, Any]) -> dict[str, Any]:
+        entry = self.ledger.append("op", body)
+        self._frontier.add_op(entry.body)
+        return self.op_receipt(entry)
+
+    def op_receipt(self, entry: Entry) -> dict[str, Any]:
+        """An op entry with what checks it alone: proof and checkpoint."""
+        note = self.ledger.checkpoint_note()
+        size = parse_note(note)[0].size
+        body = entry.body
+        return {
+            "seq": entry.seq,
+            "kind": entry.kind,
+            **{k: body[k] for k in ("window_id", "label", "agent", "task_id", "run_id", "rollout")},
+            "energy": body["energy"],
+            "end": body["end"],
+            "abandoned": body["abandoned"],
+            "leaf_hash": entry.leaf_hash.hex(),
+            "entry": entry.export_record(),
+            "proof": self.ledger.inclusion_proof(entry.seq, size),
+            "checkpoint": note,
+        }
+
     # -- reading the ledger ---------------------------------------------------------------
 
     def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
@@ -823,6 +902,7 @@ class Daemon:
         }
 
     def close(self) -> None:
+        self.ops.close_all()
         for job in self.queue.close():
             job.future.set_exception(
                 CancelledError("the daemon stopped before the attempt started")

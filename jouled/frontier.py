@@ -42,6 +42,18 @@ Counting rules, decided once here so every consumer agrees:
   comparable with each other), or "none" when no window was counted.
 - A row that resolved nothing is never on the Pareto frontier, whatever the
   axis: what it spent bought no success, so its cost per success is infinite.
+- `op_joules` is the marginal energy of the agent's own `op` windows (metered
+  operations of an agent that runs on the daemon's host: inference, tool
+  calls, episodes) that name one of the row's attempts: the same agent,
+  task_id, run_id and rollout as a counted (non-error) attempt. It is summed
+  once per (agent, task, run, rollout), however many results share that key.
+  Every valid window counts, abandoned and unattributed ones included: a
+  window left open can only overstate the agent's cost, never lower it.
+  `op_windows` counts them, `op_reliable_share` says how many are comparable,
+  `op_abandoned` how many the daemon had to close. The column stands beside
+  the daemon-measured `joules_*` columns and is never added to them: op
+  windows are opened at the agent's discretion, so they attest what the agent
+  chose to meter, not everything it spent.
 """
 
 from __future__ import annotations
@@ -76,6 +88,7 @@ AXES = {
 USD_SOURCE = "claimed"
 
 _Key = tuple[str, str, str]  # (suite, solver, model)
+_OpKey = tuple[str, str, str, int]  # (agent, task_id, run_id, rollout)
 
 
 # -- statistics ------------------------------------------------------------------------
@@ -181,10 +194,54 @@ class _Attempt:
     audit_flagged: bool = False
     visible_passed: float = 0.0  # share of the visible expected tests that passed
     patch_sha256: str = ""
+    agent: str = ""
+    run_id: str = ""
 
     @property
     def key(self) -> _Key:
         return (self.suite, self.solver, self.model)
+
+    @property
+    def op_key(self) -> _OpKey:
+        return (self.agent, self.task_id, self.run_id, self.rollout)
+
+
+@dataclass
+class _OpSum:
+    """The op windows signed for one (agent, task, run, rollout)."""
+
+    marginal_mj: int = 0
+    windows: int = 0
+    reliable: int = 0
+    abandoned: int = 0
+
+    def add(self, other: _OpSum) -> None:
+        self.marginal_mj += other.marginal_mj
+        self.windows += other.windows
+        self.reliable += other.reliable
+        self.abandoned += other.abandoned
+
+
+def _parse_op(body: Mapping[str, Any]) -> tuple[_OpKey, _OpSum] | None:
+    """An `op` body's key and energy; None when it names no task."""
+    task_id = str(body.get("task_id") or "")
+    if not task_id:
+        return None
+    key = (
+        str(body.get("agent") or ""),
+        task_id,
+        str(body.get("run_id") or ""),
+        int(body.get("rollout") or 0),
+    )
+    window = body.get("energy")
+    window = window if isinstance(window, Mapping) else {}
+    valid = _window_is_valid(window)
+    return key, _OpSum(
+        marginal_mj=int(window["marginal_mj"]) if valid else 0,
+        windows=1,
+        reliable=int(valid and window.get("reliable") is True),
+        abandoned=int(body.get("abandoned") is True),
+    )
 
 
 def _suite_of(body: Mapping[str, Any]) -> str:
@@ -246,6 +303,8 @@ def _parse(body: Mapping[str, Any]) -> _Attempt:
         audit_flagged=isinstance(body.get("audit"), list) and bool(body["audit"]),
         visible_passed=_visible_share(body),
         patch_sha256=str(body.get("patch_sha256") or ""),
+        agent=str(body.get("agent") or ""),
+        run_id=str(body.get("run_id") or ""),
     )
 
 
@@ -315,6 +374,8 @@ class _Group:
     tasks: set[str] = field(default_factory=set)
     walls: list[int] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
+    op_keys: set[_OpKey] = field(default_factory=set)
+    ops: _OpSum = field(default_factory=_OpSum)
     # The median sorts every wall time; it is kept until the next attempt arrives.
     _median_ms: float | None = None
     _median_fresh: bool = False
@@ -383,6 +444,10 @@ class _Group:
             "audit_flagged": self.audit_flagged,
             "errors": self.errors,
             "timeouts": self.timeouts,
+            "op_joules": self.ops.marginal_mj / 1000,
+            "op_windows": self.ops.windows,
+            "op_reliable_share": self.ops.reliable / self.ops.windows if self.ops.windows else None,
+            "op_abandoned": self.ops.abandoned,
         }
 
 
@@ -412,16 +477,40 @@ class Frontier:
     the same code over a list of results, so both always agree.
     """
 
-    def __init__(self, results: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(
+        self, results: Iterable[Mapping[str, Any]] = (), ops: Iterable[Mapping[str, Any]] = ()
+    ) -> None:
         self._groups: dict[_Key, _Group] = defaultdict(_Group)
+        self._ops: dict[_OpKey, _OpSum] = {}
+        self._op_groups: dict[_OpKey, set[_Key]] = defaultdict(set)
         self._lock = threading.Lock()
+        for body in ops:
+            self.add_op(body)
         for body in results:
             self.add(body)
 
     def add(self, body: Mapping[str, Any]) -> None:
         attempt = _parse(body)
         with self._lock:
-            self._groups[attempt.key].add(attempt)
+            group = self._groups[attempt.key]
+            group.add(attempt)
+            key = attempt.op_key
+            if attempt.status != ERROR and key not in group.op_keys:
+                group.op_keys.add(key)
+                self._op_groups[key].add(attempt.key)
+                if key in self._ops:
+                    group.ops.add(self._ops[key])
+
+    def add_op(self, body: Mapping[str, Any]) -> None:
+        """An `op` entry's body: charged to every row holding an attempt it names."""
+        parsed = _parse_op(body)
+        if parsed is None:
+            return
+        key, op = parsed
+        with self._lock:
+            self._ops.setdefault(key, _OpSum()).add(op)
+            for group_key in self._op_groups.get(key, ()):
+                self._groups[group_key].ops.add(op)
 
     def rows(self, *, suite: str | None = None, axis: str = "joules") -> list[dict[str, Any]]:
         """One row per (suite, solver, model), Pareto-flagged within each suite.
@@ -447,10 +536,14 @@ class Frontier:
 
 
 def frontier_rows(
-    results: Iterable[Mapping[str, Any]], *, suite: str | None = None, axis: str = "joules"
+    results: Iterable[Mapping[str, Any]],
+    *,
+    suite: str | None = None,
+    axis: str = "joules",
+    ops: Iterable[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """The frontier of a list of results (see `Frontier.rows`)."""
-    return Frontier(results).rows(suite=suite, axis=axis)
+    """The frontier of a list of results and op entry bodies (see `Frontier.rows`)."""
+    return Frontier(results, ops).rows(suite=suite, axis=axis)
 
 
 # -- best of k -------------------------------------------------------------------------

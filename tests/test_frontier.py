@@ -230,6 +230,10 @@ def test_rows_have_exact_figures() -> None:
         "audit_flagged": 0,
         "errors": 0,
         "timeouts": 0,
+        "op_joules": 0.0,
+        "op_windows": 0,
+        "op_reliable_share": None,
+        "op_abandoned": 0,
         "pareto": True,
         "pareto_axis": "joules",
     }

@@ -53,7 +53,7 @@ def test_frontier_table_shows_tampered_and_audit_flagged(
     assert "audit flagged" in header
     row = next(line for line in out.splitlines() if "agent" in line)
     cells = [c.strip() for c in row.split("│") if c.strip()]
-    assert cells[-2:] == ["2", "1"]  # tampered, audit flagged
+    assert cells[-3:] == ["2", "1", "-"]  # tampered, audit flagged, op J (no op windows)
 
 
 def test_bestofk_table_shows_tampered(capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from jouled.api.peercred import PeerRelay
+from jouled.api.peercred import PeerCred, PeerRelay
 from jouled.auth import Identity, PeerRules, TokenStore
 from jouled.config import Config
 from jouled.errors import ConfigError, JouledError, UnauthenticatedError
@@ -68,6 +68,10 @@ class Authenticator:
             if cred is not None:
                 return self.peers.identify(cred.uid, cred.gid)
         return None
+
+    def peer(self, context: grpc.ServicerContext) -> PeerCred | None:
+        """The kernel's credentials of a Unix-socket caller; None over TCP."""
+        return None if self.relay is None else self.relay.credentials(context.peer())
 
     def _token(self, header: str) -> Identity:
         scheme, _, token = header.partition(" ")

@@ -29,11 +29,12 @@ from jouled.api.auth import (
     current_identity,
     server_credentials,
 )
-from jouled.api.peercred import PeerRelay
+from jouled.api.peercred import PeerCred, PeerRelay
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon, Submission, Ticket
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
+from jouled.opwindows import DISCONNECT
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
@@ -110,9 +111,24 @@ def _receipt(r: dict[str, Any]) -> pb.Receipt:
     )
 
 
+def _op_receipt(r: dict[str, Any]) -> pb.OpReceipt:
+    return pb.OpReceipt(
+        seq=r["seq"],
+        window_id=r["window_id"],
+        label=r["label"],
+        attribution=r["energy"]["attribution"],
+        abandoned=r["abandoned"],
+        leaf_hash=r["leaf_hash"],
+        json=json.dumps(r, sort_keys=True),
+    )
+
+
 class Servicer(pb_grpc.JouledServicer):
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(
+        self, daemon: Daemon, peer: Callable[[grpc.ServicerContext], PeerCred | None] | None = None
+    ) -> None:
         self.daemon = daemon
+        self._peer = peer or (lambda context: None)
 
     @_unary
     def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
@@ -305,6 +321,43 @@ class Servicer(pb_grpc.JouledServicer):
     def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:
         return _doc(self.daemon.public_keys())
 
+    def OpenWindow(self, request: pb.OpenWindowRequest, context: Any) -> Iterator[pb.WindowEvent]:
+        """Open the window, name it, hold the call while it is open, then send its receipt.
+
+        The call is the window's lease: when it ends first (the caller exited or
+        cancelled), the window is signed as abandoned.
+        """
+        peer = self._peer(context)
+        try:
+            window = self.daemon.open_window(
+                request.label,
+                caller=current_identity(),
+                task_id=request.task_id,
+                run_id=request.run_id,
+                rollout=request.rollout,
+                pid=request.pid,
+                peer_pid=None if peer is None else peer.pid,
+                peer_uid=None if peer is None else peer.uid,
+            )
+        except Exception as err:
+            _abort(context, err)
+            return
+        context.add_callback(lambda: self.daemon.ops.abandon(window, DISCONNECT))
+        yield pb.WindowEvent(
+            opened=pb.WindowOpened(
+                window_id=window.id,
+                attribution=window.attribution,
+                max_s=self.daemon.ops.max_s,
+            )
+        )
+        window.closed.wait()
+        if window.receipt is not None:
+            yield pb.WindowEvent(closed=_op_receipt(window.receipt))
+
+    @_unary
+    def CloseWindow(self, request: pb.CloseWindowRequest, context: Any) -> pb.OpReceipt:
+        return _op_receipt(self.daemon.close_window(request.window_id, caller=current_identity()))
+
 
 def _unix_path(address: str) -> Path:
     return Path(address[len("unix:") :].removeprefix("//"))
@@ -343,7 +396,8 @@ class Server:
         self.daemon = daemon
         config = daemon.config
         self.auth = Authenticator.from_config(config)
-        threads = daemon.max_callers + READ_THREADS
+        # Each open op window holds its OpenWindow call (and a thread) while it is open.
+        threads = daemon.max_callers + READ_THREADS + config.op_windows_max
         self.grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
             interceptors=[RoleInterceptor(self.auth)],
@@ -352,7 +406,7 @@ class Server:
                 ("grpc.max_send_message_length", MAX_MESSAGE),
             ],
         )
-        pb_grpc.add_JouledServicer_to_server(Servicer(daemon), self.grpc)
+        pb_grpc.add_JouledServicer_to_server(Servicer(daemon, self.auth.peer), self.grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         names = (
@@ -413,6 +467,8 @@ class Server:
             return
         self._stopped.set()
         self.health.enter_graceful_shutdown()
+        # Open op windows end now, signed as abandoned, so their calls do not wait out the grace.
+        self.daemon.close_windows()
         for relay in self.relays:
             relay.close()
         grace = self.daemon.config.grace_s if grace is None else grace

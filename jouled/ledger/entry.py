@@ -19,7 +19,7 @@ from jouled.ledger import canonical
 from jouled.ledger.merkle import leaf_hash
 from jouled.ledger.signing import PAYLOAD_TYPE, Signer
 
-KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation")
+KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation", "op")
 
 # DSSE's name for the envelope's type field, and the one exports used before it.
 TYPE_FIELD = "payloadType"
