@@ -26,6 +26,13 @@ What is measured, side by side in one run:
    the ideal integral of the trace between the snapshots' timestamps instead,
    so it also contains the replay's publishing lag (the fake, not the meter).
 
+4. Fault cells: the cases where a meter can sign a wrong figure or none at
+   all, each measured the same way on this tree and on an older one (run the
+   script from that tree with `--cells-only`): a 50 J counter at 30 W, a counter
+   unreadable for a whole window, a 10 J drop and a reset to zero that are not
+   wraps, and read timing with a busy Python thread in the meter's process
+   (counters produced at the moment of the read by another process).
+
 Only the hardware boundary is fake (`tests/meter/fakes.FakePowercap`: plain
 files, by default on /dev/shm, not sysfs; it replaces `energy_uj` atomically
 with `os.replace`). A real `energy_uj` read also goes through the kernel's RAPL
@@ -57,6 +64,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 # The fake powercap tree lives with the meter tests; the bench reuses it.
@@ -514,6 +522,209 @@ def bench_accuracy(tmp: Path, seconds: float) -> list[TraceRun]:
     return runs
 
 
+# -- 4. fault cells -----------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    name: str
+    result: str
+
+
+class _Clock:
+    """Fake time for the scripted cells: moves only when told to, counters with it."""
+
+    def __init__(self) -> None:
+        self.now_ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+def _window_text(pe: Any, truth_mj: float | None) -> str:
+    wire = pe.to_wire()
+    if not pe.valid:
+        return f"invalid, figures {wire['gross_mj']} / domains {wire['domains']}"
+    err = "" if truth_mj is None else f", error {100 * (pe.gross_mj - truth_mj) / truth_mj:+.1f} %"
+    return f"valid, reliable={pe.reliable}, {pe.gross_mj} mJ{err}"
+
+
+def cell_small_counter(tmp: Path) -> Cell:
+    """50 J range at 30 W, no constraint files, the sampler thread in real time."""
+    from tests.meter.fakes import LiveCounters
+
+    fake = FakePowercap(tmp / "cell-small")
+    fake.package(0, max_uj=50_000_000)
+    t0 = time.monotonic_ns()
+    name = "50 J counter at 30 W: 10 windows of 0.5 s"
+    with LiveCounters(fake, {"intel-rapl:0": lambda t: 30 * (t - t0) // 1000}):
+        try:
+            meter = RaplMeter(fake.root)
+        except Exception as err:
+            return Cell(name, f"refused at open: {err}")
+        with meter as m:
+            errs, invalid = [], 0
+            for _ in range(10):
+                a = m.snapshot()
+                time.sleep(0.5)
+                b = m.snapshot()
+                pe = phase_energy(m.source, m.domains(), a, b, None)
+                if not pe.valid:
+                    invalid += 1
+                    continue
+                truth = 30 * (b.t_ns - a.t_ns) / 1e6
+                errs.append(100 * abs(pe.gross_mj - truth) / truth)
+    worst = f", worst error {max(errs):.2f} %" if errs else ""
+    return Cell(name, f"{invalid} of 10 windows null{worst}")
+
+
+def cell_unreadable(tmp: Path) -> Cell:
+    fake = FakePowercap(tmp / "cell-unreadable")
+    fake.package(0)
+    fake.package(1, energy_uj=5_000_000)
+    denied = [False]
+
+    def reader(path: Path) -> str:
+        if denied[0] and path.name == "energy_uj" and path.parent.name == "intel-rapl:0":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    clock = _Clock()
+    with RaplMeter(fake.root, reader=reader, clock=clock, interval_s=3600.0) as m:
+        denied[0] = True
+        m.snapshot()
+        a = m.snapshot()
+        clock.now_ns += 1_000_000_000
+        fake.add("intel-rapl:1", 20_000_000)
+        b = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), a, b, None)
+    return Cell("package-0 unreadable for the whole window", _window_text(pe, None))
+
+
+def _scripted(
+    tmp: Path, tag: str, max_uj: int, start_uj: int, poll_s: float, polls: int, glitch: Any
+) -> Any:
+    """30 W through `polls` reads `poll_s` apart; `glitch(fake)` runs before the middle one."""
+    fake = FakePowercap(tmp / f"cell-{tag}")
+    fake.package(0, energy_uj=start_uj, max_uj=max_uj)
+    clock = _Clock()
+    with RaplMeter(fake.root, clock=clock, interval_s=3600.0) as m:
+        for _ in range(4):  # the counter's recent power is known
+            clock.now_ns += round(poll_s * 1e9)
+            fake.add("intel-rapl:0", round(30 * poll_s * 1e6))
+            m.snapshot()
+        a = m.snapshot()
+        for k in range(polls):
+            clock.now_ns += round(poll_s * 1e9)
+            fake.add("intel-rapl:0", round(30 * poll_s * 1e6))
+            if k == polls // 2:
+                glitch(fake)
+            m.snapshot()
+        b = m.snapshot()
+    return phase_energy(m.source, m.domains(), a, b, None), 30 * poll_s * polls * 1000
+
+
+def cell_drop(tmp: Path) -> Cell:
+    pe, truth = _scripted(
+        tmp, "drop", 55_000_000, 20_000_000, 0.01, 50, lambda f: f.add("intel-rapl:0", -(10**7))
+    )
+    return Cell(
+        "55 J counter at 30 W, 10 ms reads, a 10 J drop in a 0.5 s window", _window_text(pe, truth)
+    )
+
+
+def cell_reset(tmp: Path) -> Cell:
+    top = 262_143_328_850
+    pe, truth = _scripted(
+        tmp, "reset", top, top - 1_000_000_000, 1.0, 5, lambda f: f.set("intel-rapl:0", 0)
+    )
+    return Cell(
+        "262 kJ counter at 30 W, 1 s reads, reset to 0 from 1 kJ below the top, 5 s window",
+        _window_text(pe, truth),
+    )
+
+
+_SERVE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tests.meter.fakes import FakePowercap, LiveCounters
+fake = FakePowercap(Path(sys.argv[2]))
+fake.package(0, max_uj=10**15)
+t0 = int(sys.argv[3])
+with LiveCounters(fake, {"intel-rapl:0": lambda t: 200 * (t - t0) // 1000}):
+    print("ready", flush=True)
+    sys.stdin.read()
+"""
+
+
+def cell_busy_thread(tmp: Path, windows: int = 20) -> Cell:
+    """200 W produced at each read by another process; a thread in the meter's process
+    spins the whole time. Error of each 0.5 s window against 200 W x its wall time."""
+    import subprocess
+
+    t0 = time.monotonic_ns()
+    root = tmp / "cell-busy"
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(REPO), str(root), str(t0)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    busy = threading.Thread(target=spin, daemon=True)
+    errs: list[float] = []
+    inside = 0  # windows whose error is within the edges they state (a tree that states them)
+    try:
+        with RaplMeter(root) as m:
+            busy.start()
+            for _ in range(windows):
+                a = m.snapshot()
+                time.sleep(0.5)
+                b = m.snapshot()
+                pe = phase_energy(m.source, m.domains(), a, b, None)
+                if pe.valid:
+                    # uJ over W x ns / 1000
+                    got = b.totals_uj[m.domains()[0].name] - a.totals_uj[m.domains()[0].name]
+                    truth = 200 * (b.t_ns - a.t_ns) / 1000
+                    errs.append(100 * (got - truth) / truth)
+                    inside += abs(got - truth) <= 200 * getattr(pe, "edge_us", -1)
+    finally:
+        stop.set()
+        server.communicate("", timeout=10)
+    abs_errs = [abs(e) for e in errs]
+    return Cell(
+        f"0.5 s windows at 200 W with a busy thread ({windows} windows)",
+        f"|error| median {statistics.median(abs_errs):.2f} %, max {max(abs_errs):.2f} %; "
+        f"{inside} of {len(errs)} within their stated edges"
+        if errs
+        else "no valid window",
+    )
+
+
+def bench_cells(tmp: Path) -> list[Cell]:
+    log("fault cells")
+    return [
+        cell_small_counter(tmp),
+        cell_unreadable(tmp),
+        cell_drop(tmp),
+        cell_reset(tmp),
+        cell_busy_thread(tmp),
+    ]
+
+
+def render_cells(cells: list[Cell]) -> str:
+    out = ["### Fault cells", "", "| cell | this tree |", "|---|---|"]
+    out += [f"| {c.name} | {c.result} |" for c in cells]
+    return "\n".join([*out, ""])
+
+
 # -- report -------------------------------------------------------------------------------
 
 
@@ -690,7 +901,12 @@ def main() -> None:
         default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None,
         help="where the fake trees live (default: /dev/shm, in memory like sysfs)",
     )
+    parser.add_argument("--cells-only", action="store_true", help="only the fault cells")
     args = parser.parse_args()
+    if args.cells_only:
+        with tempfile.TemporaryDirectory(prefix="meter-cells-", dir=args.tmp) as tmp_name:
+            print(render_cells(bench_cells(Path(tmp_name))))
+        return
     if args.quick:
         args.repeats, args.iterations = 3, 300
         args.sampler_seconds, args.accuracy_seconds = 1.0, 2.5
@@ -702,7 +918,8 @@ def main() -> None:
         overhead, raw = bench_overhead(tmp, args.iterations, args.repeats)
         sampler = bench_sampler(tmp, args.sampler_seconds)
         accuracy = bench_accuracy(tmp, args.accuracy_seconds)
-    report = render(facts, overhead, raw, sampler, accuracy, args)
+        cells = bench_cells(tmp)
+    report = render(facts, overhead, raw, sampler, accuracy, args) + "\n" + render_cells(cells)
     print(report)
     (OUT / "meter.md").write_text(report + "\n")
 

@@ -51,12 +51,16 @@ class CompositeMeter(Meter):
         for part in parts:
             totals.update(part.totals_uj)
             notes.update(part.notes)
+        # The parts are read one after another: the snapshot spans all their reads.
+        first = min(p.t_ns - p.spread_ns for p in parts)
+        last = max(p.t_ns + p.spread_ns for p in parts)
+        middle = (first + last) // 2
         return Snapshot(
-            # The last read's time: the parts are read one after another, microseconds apart.
-            t_ns=max(p.t_ns for p in parts),
+            t_ns=middle,
             totals_uj=totals,
             faults=sum(p.faults for p in parts),
             notes=notes,
+            spread_ns=last - middle,
         )
 
     def close(self) -> None:

@@ -39,6 +39,10 @@ class Snapshot:
 
     `faults` counts failed or implausible reads since the meter opened: a
     window whose two snapshots differ in faults is invalid, never zero.
+
+    The counters are read one after another, each between two clock reads:
+    `t_ns` is the middle of that span and every read happened within
+    `spread_ns` of it (0 for a meter that reads nothing, like the estimator).
     """
 
     t_ns: int  # time.monotonic_ns()
@@ -46,6 +50,7 @@ class Snapshot:
     faults: int = 0
     # Per-domain notes a window should carry (a driver reload, a fallback).
     notes: Mapping[str, str] = field(default_factory=dict)
+    spread_ns: int = 0
 
 
 class Meter(ABC):
@@ -102,6 +107,9 @@ class Meter(ABC):
 class DomainIdle:
     idle_mw: int
     stddev_mw: int
+    # How far idle_mw can be off because the counter reads at the edges of the
+    # calibration's stretches were not instantaneous (their clock brackets).
+    timing_mw: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ class Calibration:
             "source": self.source,
             "seconds": self.seconds,
             "domains": {
-                name: {"idle_mw": d.idle_mw, "stddev_mw": d.stddev_mw}
+                name: {"idle_mw": d.idle_mw, "stddev_mw": d.stddev_mw, "timing_mw": d.timing_mw}
                 for name, d in sorted(self.domains.items())
             },
         }
@@ -135,7 +143,11 @@ class Calibration:
             source=str(body["source"]),
             seconds=int(body["seconds"]),  # type: ignore[call-overload]
             domains={
-                str(k): DomainIdle(int(v["idle_mw"]), int(v["stddev_mw"])) for k, v in raw.items()
+                # timing_mw is absent from calibrations signed before it was measured.
+                str(k): DomainIdle(
+                    int(v["idle_mw"]), int(v["stddev_mw"]), int(v.get("timing_mw", 0))
+                )
+                for k, v in raw.items()
             },
             seq=seq,
             time=time,

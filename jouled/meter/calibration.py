@@ -8,6 +8,7 @@ and the spread are measured here, on the same meter the windows will use.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +32,11 @@ def calibrate(
     powers. Sub-intervals that hold a failed read are left out; if none is left,
     calibration fails rather than guess.
 
+    Each snapshot's reads took time (`Snapshot.spread_ns`): inside a stretch of
+    good sub-intervals that cancels out, so only the two ends of each stretch
+    can shift its energy against its wall time. `timing_mw` is the most that
+    shift can move a domain's idle power.
+
     Estimator domains get idle 0 and spread 0 without sampling: the estimator
     models active power only (its coefficient is already the cost of working),
     so it has no idle draw to subtract and no noise to measure.
@@ -53,10 +59,15 @@ def calibrate(
     energy_uj = dict.fromkeys(measured, 0)
     powers_mw: dict[str, list[float]] = {name: [] for name in measured}
     good_ns = 0
+    edges_ns = 0  # read spreads at the two ends of every stretch of good sub-intervals
+    stretch_end: Snapshot | None = None
     for a, b in itertools.pairwise(snaps):
         dt_ns = b.t_ns - a.t_ns
         if not _good(a, b, measured) or dt_ns <= 0:
             continue
+        if stretch_end is not a:
+            edges_ns += a.spread_ns + (stretch_end.spread_ns if stretch_end else 0)
+        stretch_end = b
         good_ns += dt_ns
         for name in measured:
             delta = b.totals_uj[name] - a.totals_uj[name]
@@ -68,10 +79,18 @@ def calibrate(
             f"calibration failed: every sample of {meter.source} held a failed read",
             hint="run `jouled meter probe` to see which domain fails",
         )
+    assert stretch_end is not None
+    edges_ns += stretch_end.spread_ns
     for name in measured:
         spread = statistics.stdev(powers_mw[name]) if len(powers_mw[name]) > 1 else 0.0
+        idle_mw = energy_uj[name] * 1e6 / good_ns
         idle[name] = DomainIdle(
-            idle_mw=round(energy_uj[name] * 1e6 / good_ns), stddev_mw=round(spread)
+            idle_mw=round(idle_mw),
+            stddev_mw=round(spread),
+            # A counter read up to edges_ns away from its stamp moves this much
+            # energy in or out of good_ns; the ratio cannot exceed 1 when the
+            # windows are longer than their reads.
+            timing_mw=math.ceil(idle_mw * edges_ns / max(1, good_ns - edges_ns)),
         )
     wall_s = (snaps[-1].t_ns - snaps[0].t_ns) / 1e9
     return Calibration(source=meter.source, seconds=round(wall_s), domains=idle, time=_now())

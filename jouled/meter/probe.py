@@ -21,6 +21,7 @@ from jouled.meter.rapl import (
     MISSING_HINT,
     Reader,
     ZonePlan,
+    check_wraps_visible,
     discover,
     find_mirrors,
     plan_zones,
@@ -78,6 +79,12 @@ def probe_rapl(
         except (OSError, ValueError) as err:
             problems[p.zone.id] = f"cannot read {p.zone.energy_path}: {err}"
 
+    for p in plans:
+        if p.selected and p.zone.id not in problems:
+            try:
+                check_wraps_visible(p.zone, p.zone.ceiling_w)
+            except MeterError as err:
+                problems[p.zone.id], fixes[p.zone.id] = err.message, err.hint
     readable = [p for p in plans if p.selected and p.zone.id not in problems]
     try:
         checked = {

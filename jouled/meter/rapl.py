@@ -13,7 +13,11 @@ explained (`plan_zones`, shown by `jouled meter probe`):
   whose deltas are identical over a short probe are read once.
 
 Counters wrap at `max_energy_range_uj`; the sampler reads often enough that at
-most one wrap falls between reads. Since CVE-2020-8694 `energy_uj` is readable
+most one wrap falls between reads while the zone stays under its *ceiling*, the
+most power it can plausibly draw: twice the largest `constraint_*_max_power_uw`
+the zone declares, or a default per kind of zone where it declares none. A
+counter whose range the ceiling crosses faster than the sampler can read twice
+is refused at open, not metered into null windows. Since CVE-2020-8694 `energy_uj` is readable
 by root only; `deploy/99-jouled-powercap.rules` makes it group-readable.
 """
 
@@ -29,12 +33,27 @@ from pathlib import Path
 
 from jouled.errors import ConfigError, MeterPermissionError, MeterUnavailableError
 from jouled.meter.base import Domain
-from jouled.meter.sampler import CounterChannel, SampledMeter, Sampler, poll_interval
+from jouled.meter.sampler import (
+    MIN_INTERVAL_S,
+    CounterChannel,
+    SampledMeter,
+    Sampler,
+    poll_interval,
+)
 
 SOURCE = "rapl"
 DEFAULT_ROOT = Path("/sys/class/powercap")
-# Far above any socket's power, far below what a misread wrap implies.
-CEILING_W = 5000.0
+# A zone may briefly draw more than its constraints' maximum (turbo peaks);
+# anything above twice that is a misread, not power.
+CONSTRAINT_MARGIN = 2.0
+# Where a zone declares no maximum: well above the largest parts shipped (a
+# 500 W socket, a workstation's platform, a full set of DIMMs), far below what a
+# misread wrap implies.
+DEFAULT_CEILING_W = {"package": 1000.0, "psys": 2000.0, "dram": 250.0}
+OTHER_CEILING_W = 1000.0
+# Two reads per range-crossing at the sampler's fastest poll is the least that
+# still sees every wrap.
+MIN_READS_PER_WRAP = 2
 MIRROR_PROBE_S = 0.1
 # The common RAPL energy status unit is 2^-14 J; sysfs scales it away but the
 # counter cannot show finer steps.
@@ -77,10 +96,27 @@ class Zone:
     parent: str  # the parent zone's name for a subzone, "" for a top-level zone
     mmio: bool
     max_range_uj: int | None  # None: the wrap point is unknown
+    # The largest constraint_*_max_power_uw; None: the zone declares none.
+    max_power_uw: int | None = None
 
     @property
     def energy_path(self) -> Path:
         return self.path / "energy_uj"
+
+    @property
+    def ceiling_w(self) -> float:
+        """The most power this zone can plausibly draw (see the module docstring)."""
+        if self.max_power_uw:
+            return CONSTRAINT_MARGIN * self.max_power_uw / 1e6
+        return DEFAULT_CEILING_W.get(self.kind, OTHER_CEILING_W)
+
+    @property
+    def ceiling_from(self) -> str:
+        if self.max_power_uw:
+            return (
+                f"{CONSTRAINT_MARGIN:g} x constraint max_power_uw ({self.max_power_uw / 1e6:g} W)"
+            )
+        return f"default for a {self.kind} zone (no constraint_*_max_power_uw)"
 
     @property
     def kind(self) -> str:
@@ -109,6 +145,8 @@ class ZonePlan:
             "selected": self.selected,
             "reason": self.reason,
             "max_energy_range_uj": self.zone.max_range_uj,
+            "ceiling_w": self.zone.ceiling_w,
+            "ceiling_from": self.zone.ceiling_from,
         }
 
 
@@ -158,6 +196,7 @@ def discover(root: Path, reader: Reader = read_text) -> list[Zone]:
                 parent=names.get(parent_id, "") if parent_id else "",
                 mmio=zone_id.startswith("intel-rapl-mmio"),
                 max_range_uj=_read_max(reader, path),
+                max_power_uw=_read_max_power(reader, path),
             )
         )
     return zones
@@ -169,6 +208,44 @@ def _read_max(reader: Reader, path: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return value if value > 0 else None
+
+
+_MAX_POWER_FILE = re.compile(r"^constraint_\d+_max_power_uw$")
+
+
+def _read_max_power(reader: Reader, path: Path) -> int | None:
+    """The largest maximum power any of the zone's constraints declares.
+
+    Kernels and parts differ: some zones have no constraints, some report 0 or
+    fail the read for a constraint they do not implement; those say nothing.
+    """
+    try:
+        names = sorted(e.name for e in path.iterdir() if _MAX_POWER_FILE.match(e.name))
+    except OSError:
+        return None
+    values = []
+    for name in names:
+        try:
+            values.append(int(reader(path / name).strip()))
+        except (OSError, ValueError):
+            continue
+    best = max(values, default=0)
+    return best if best > 0 else None
+
+
+def check_wraps_visible(zone: Zone, ceiling_w: float) -> None:
+    """Refuse a counter whose range `ceiling_w` crosses faster than the sampler can
+    read it twice: every window would hold a fault and give no figure."""
+    if zone.max_range_uj is None:
+        return
+    wrap_s = zone.max_range_uj / (ceiling_w * 1e6)
+    if wrap_s < MIN_READS_PER_WRAP * MIN_INTERVAL_S:
+        raise MeterUnavailableError(
+            f"{zone.id} ({zone.name}): its {zone.max_range_uj / 1e6:g} J counter can wrap every "
+            f"{wrap_s * 1000:.1f} ms at its {ceiling_w:g} W ceiling, and reads "
+            f"{MIN_INTERVAL_S * 1000:g} ms apart cannot see every wrap",
+            hint="meter this host with --energy estimator, or use psys if it has a larger range",
+        )
 
 
 def _domain_name(zone: Zone) -> str:
@@ -313,8 +390,9 @@ def _read_open(reader: Reader, zone: Zone) -> int:
 class RaplMeter(SampledMeter):
     """Selected RAPL zones as domains, polled by a sampler thread.
 
-    `interval_s` overrides the poll interval derived from the counters' range
-    and `ceiling_w`; `clock` and `sleep` are injectable for tests.
+    `ceiling_w` overrides every zone's own ceiling; `interval_s` overrides the
+    poll interval derived from the counters' range and ceilings; `clock` and
+    `sleep` are injectable for tests.
     """
 
     def __init__(
@@ -324,7 +402,7 @@ class RaplMeter(SampledMeter):
         zones: str = "package",
         dram: bool = False,
         reader: Reader = read_text,
-        ceiling_w: float = CEILING_W,
+        ceiling_w: float | None = None,
         mirror_probe_s: float = MIRROR_PROBE_S,
         interval_s: float | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
@@ -357,11 +435,17 @@ class RaplMeter(SampledMeter):
             )
             for p in selected
         )
+        self._ceiling_given = ceiling_w is not None
+        self.ceilings = {
+            p.zone.id: p.zone.ceiling_w if ceiling_w is None else ceiling_w for p in selected
+        }
+        for p in selected:
+            check_wraps_visible(p.zone, self.ceilings[p.zone.id])
         channels = [
             CounterChannel(
                 p.domain,
                 _energy_reader(reader, p.zone.energy_path),
-                ceiling_w=ceiling_w,
+                ceiling_w=self.ceilings[p.zone.id],
                 modulus=p.zone.max_range_uj + 1 if p.zone.max_range_uj else None,
                 backwards="went backwards and max_energy_range_uj is missing, so a wrap "
                 "cannot be told from a reset",
@@ -369,7 +453,9 @@ class RaplMeter(SampledMeter):
             for p in selected
         ]
         if interval_s is None:
-            interval_s = min(poll_interval(p.zone.max_range_uj, ceiling_w) for p in selected)
+            interval_s = min(
+                poll_interval(p.zone.max_range_uj, self.ceilings[p.zone.id]) for p in selected
+            )
         self._sampler = Sampler(channels, interval_s=interval_s, clock=clock, name="jouled-rapl")
 
     @property
@@ -381,9 +467,14 @@ class RaplMeter(SampledMeter):
         info["rapl"] = {
             "root": str(self.root),
             "interval_s": self.interval_s,
-            "zones": [p.to_dict() for p in self.plans],
+            "zones": [{**p.to_dict(), **self._ceiling(p.zone)} for p in self.plans],
         }
         return info
+
+    def _ceiling(self, zone: Zone) -> dict[str, object]:
+        if zone.id in self.ceilings and self._ceiling_given:
+            return {"ceiling_w": self.ceilings[zone.id], "ceiling_from": "set when opened"}
+        return {}
 
 
 def _energy_reader(reader: Reader, path: Path) -> Callable[[], int]:

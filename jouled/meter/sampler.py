@@ -9,6 +9,11 @@ fall between two reads, and keeps unbounded per-domain totals that never wrap.
 A read that fails or is implausible is a *fault*: it is counted, the channel is
 rebased, and the energy around it is not guessed. Any window that contains a
 fault sees the count change and is invalid (see `jouled.meter.window`).
+
+Every read is bracketed by the clock: the snapshot's time is the middle of the
+span its reads took and `spread_ns` says how far from it any read can be, so a
+read that stalls (a busy thread, a preempted sampler) widens the stated
+uncertainty instead of shifting the window's edge unnoticed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +39,15 @@ UNKNOWN_RANGE_INTERVAL_S = 0.1
 # Reading four times per range-crossing at the ceiling leaves room for a thread
 # that wakes up late.
 READS_PER_WRAP = 4
+# A backwards step is a wrap only if the power it implies is one the counter
+# could plausibly have drawn: under the ceiling, and no more than this many
+# times the highest power it showed over its last few reads (a load can surge
+# at a wrap) or this share of the ceiling, whichever allows more.
+WRAP_SURGE = 10
+WRAP_FLOOR_SHARE = 0.25
+RECENT_READS = 8
+
+Reading = int | Exception
 
 
 def poll_interval(
@@ -64,23 +79,38 @@ class Step:
 
 
 class Channel(ABC):
-    """One domain's raw source, turned into energy increments read by read."""
+    """One domain's raw source, turned into energy increments read by read.
+
+    The sampler calls `read()` between two clock reads and hands the result (or
+    the exception it raised) to `step()` with the middle of that bracket.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
 
     @abstractmethod
-    def step(self, t_ns: int) -> Step:
-        """Read once at `t_ns`; return the energy since the previous read."""
+    def read(self) -> int:
+        """One raw reading (a counter value, a power); raises if it fails."""
+
+    @abstractmethod
+    def step(self, reading: Reading, t_ns: int) -> Step:
+        """Judge `reading`, taken at `t_ns`; return the energy since the previous one."""
 
 
 class CounterChannel(Channel):
     """A cumulative hardware counter.
 
     With a `modulus` (a RAPL counter with a known `max_energy_range_uj`) a
-    backwards step is a wrap. Without one it cannot be told from a reset, so it
-    is a fault and the channel rebases; `backwards` names the likely cause for
-    the window's reasons (e.g. an NVML driver reload).
+    backwards step may be a wrap: it is one only if the distance it implies
+    (from the last reading up to the top, then from zero to this one) is energy
+    the counter could have counted in the time between, judged against the
+    ceiling and the power it showed over its last reads (`WRAP_SURGE`; right
+    after the channel opens only the ceiling is known). A
+    counter that was far below its top and is found low again (a reset, a
+    glitch, a firmware correction) is a fault and the channel rebases. Without
+    a modulus a backwards step cannot be told from a reset at all;
+    `backwards` names the likely cause for the window's reasons (e.g. an NVML
+    driver reload).
     """
 
     def __init__(
@@ -110,12 +140,15 @@ class CounterChannel(Channel):
         self._backwards = backwards
         self._last: tuple[int, int] | None = None
         self._gap = False
+        self._recent_uw: deque[float] = deque(maxlen=RECENT_READS)
 
-    def step(self, t_ns: int) -> Step:
-        try:
-            raw = int(self._read())
-        except Exception as err:
-            return self._lost(f"read failed: {type(err).__name__}: {err}")
+    def read(self) -> int:
+        return int(self._read())
+
+    def step(self, reading: Reading, t_ns: int) -> Step:
+        if isinstance(reading, Exception):
+            return self._lost(f"read failed: {type(reading).__name__}: {reading}")
+        raw = reading
         if raw < 0 or (self._modulus is not None and raw >= self._modulus):
             return self._lost(f"read {raw} is outside the counter's range")
         last, self._last = self._last, (raw, t_ns)
@@ -126,21 +159,45 @@ class CounterChannel(Channel):
             return Step()
         raw0, t0 = last
         dt = t_ns - t0
-        if raw >= raw0:
-            delta = raw - raw0
-        elif self._modulus is not None:
-            delta = (raw - raw0) % self._modulus
-        else:
+        span_ns = max(dt, self._slack_ns)
+        if raw < raw0 and self._modulus is None:
             return Step(fault=f"{self._backwards} ({raw0} -> {raw}); rebased")
-        delta_uj = delta * self._unit_uj
         if self._wrap_ns is not None and dt > self._wrap_ns:
             return Step(fault=f"reads {dt / 1e6:.0f} ms apart: a second wrap could hide")
-        if delta_uj > self._ceiling_uw * max(dt, self._slack_ns) / 1e9:
+        if raw >= raw0:
+            delta = raw - raw0
+        else:
+            assert self._modulus is not None
+            delta = (raw - raw0) % self._modulus
+            fault = self._not_a_wrap(raw0, raw, delta * self._unit_uj, span_ns)
+            if fault:
+                return Step(fault=fault)
+        delta_uj = delta * self._unit_uj
+        if delta_uj > self._ceiling_uw * span_ns / 1e9:
             return Step(
                 fault=f"implausible: {delta_uj} uJ in {dt / 1e6:.1f} ms is above "
                 f"{self._ceiling_uw / 1e6:.0f} W; rebased"
             )
+        self._recent_uw.append(delta_uj * 1e9 / span_ns)
         return Step(delta_uj=delta_uj)
+
+    def _not_a_wrap(self, raw0: int, raw: int, wrap_uj: int, span_ns: int) -> str:
+        """Why a backwards step from `raw0` to `raw` is not a wrap, or "" if it may be one."""
+        assert self._modulus is not None
+        recent_uw = max(self._recent_uw, default=0.0)
+        bound_uw = self._ceiling_uw
+        if self._recent_uw:  # right after open or a rebase only the ceiling is known
+            bound_uw = min(bound_uw, max(WRAP_SURGE * recent_uw, WRAP_FLOOR_SHARE * bound_uw))
+        implied_uw = wrap_uj * 1e9 / span_ns
+        if implied_uw <= bound_uw:
+            return ""
+        below_top_uj = (self._modulus - raw0) * self._unit_uj
+        return (
+            f"went backwards ({raw0} -> {raw}) from {below_top_uj} uJ below its top: as a wrap "
+            f"that is {implied_uw / 1e6:.0f} W over {span_ns / 1e6:.1f} ms, above the "
+            f"{bound_uw / 1e6:.0f} W it could draw (recently {recent_uw / 1e6:.0f} W); not a "
+            "wrap, rebased"
+        )
 
     def _lost(self, reason: str) -> Step:
         # The next good read starts afresh and is itself a fault, so a window
@@ -161,11 +218,13 @@ class PowerChannel(Channel):
         self._gap = False
         self._rem_pj = 0  # sub-microjoule remainder carried so rounding never drifts
 
-    def step(self, t_ns: int) -> Step:
-        try:
-            mw = int(self._read_mw())
-        except Exception as err:
-            return self._lost(f"read failed: {type(err).__name__}: {err}")
+    def read(self) -> int:
+        return int(self._read_mw())
+
+    def step(self, reading: Reading, t_ns: int) -> Step:
+        if isinstance(reading, Exception):
+            return self._lost(f"read failed: {type(reading).__name__}: {reading}")
+        mw = reading
         if mw < 0 or mw > self._ceiling_mw:
             return self._lost(f"implausible power {mw} mW")
         last, self._last = self._last, (mw, t_ns)
@@ -229,20 +288,21 @@ class Sampler:
         return self._thread.is_alive()
 
     def poll(self) -> int:
-        """Read every channel now; returns the time of the read."""
+        """Read every channel now; returns the time of the reads (their bracket's middle)."""
         with self._lock:
-            return self._poll()
+            return self._poll()[0]
 
     def snapshot(self) -> Snapshot:
         with self._lock:
             if self._closed:
                 raise MeterError("the meter is closed; open a new one to keep metering")
-            t_ns = self._poll()
+            t_ns, spread_ns = self._poll()
             return Snapshot(
                 t_ns=t_ns,
                 totals_uj=dict(self._totals),
                 faults=self._faults,
                 notes=dict(self._notes),
+                spread_ns=spread_ns,
             )
 
     def close(self) -> None:
@@ -256,13 +316,22 @@ class Sampler:
         while not self._stop.wait(self.interval_s):
             self.poll()
 
-    def _poll(self) -> int:
-        t_ns = self._clock()
+    def _poll(self) -> tuple[int, int]:
+        """Read every channel, each between two clock reads; returns the middle of
+        the whole span and its half-width (every read happened within it)."""
+        first = before = self._clock()
         for channel in self._channels:
+            reading: Reading
             try:
-                step = channel.step(t_ns)
+                reading = channel.read()
+            except Exception as err:
+                reading = err
+            after = self._clock()
+            try:
+                step = channel.step(reading, (before + after) // 2)
             except Exception as err:  # a polling thread that dies would hide every later wrap
                 step = Step(fault=f"{type(err).__name__}: {err}")
+            before = after
             if step.fault:
                 self._faults += 1
                 # Numbered, so a window spanning a new fault sees the note change.
@@ -275,7 +344,8 @@ class Sampler:
                 self._failing.discard(channel.name)
                 log.info("energy domain %s reads again", channel.name)
             self._totals[channel.name] += step.delta_uj
-        return t_ns
+        middle = (first + before) // 2
+        return middle, before - middle
 
 
 class SampledMeter(Meter):

@@ -3,7 +3,14 @@
 marginal = gross - idle power x wall time, clamped at zero (and flagged). A
 window is `reliable: false` when it is shorter than the meter's floor, when a
 read failed inside it, or when its marginal energy is within the idle noise:
-the phase's grade stands, its joules are not comparable.
+the phase's grade stands, its joules are not comparable. An invalid window (a
+read failed or was implausible inside it) has no figure at all: gross, idle,
+marginal and every domain's figure are null, never zero.
+
+Time: `wall_us` is the window in microseconds (`wall_ms`, whole milliseconds
+rounded down, stays for readers of older entries); `edge_us` is how far the
+counter reads may sit from the window's two edges in total, so the energy
+covers wall_us +- edge_us of time.
 """
 
 from __future__ import annotations
@@ -29,11 +36,14 @@ class PhaseEnergy:
     source: str
     reliable: bool
     attribution: str
-    wall_ms: int
-    domains: dict[str, int] = field(default_factory=dict)  # gross mJ per domain
+    wall_ms: int  # rounded down; wall_us is the precise figure
+    # gross mJ per domain; None for every domain of an invalid window
+    domains: dict[str, int | None] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()  # why a window is unreliable or clamped
     valid: bool = True  # False: a read failed; the figures are null, not zero
     calibration_seq: int | None = None
+    wall_us: int = 0
+    edge_us: int = 0
 
     def to_wire(self) -> dict[str, object]:
         """The per-phase object of a result entry (docs/ledger.md, `result`)."""
@@ -45,6 +55,8 @@ class PhaseEnergy:
             "reliable": self.reliable,
             "attribution": self.attribution,
             "wall_ms": self.wall_ms,
+            "wall_us": self.wall_us,
+            "edge_us": self.edge_us,
             "valid": self.valid,
             "domains": dict(self.domains),
         }
@@ -71,6 +83,8 @@ def phase_energy(
     """
     wall_ns = max(0, end.t_ns - start.t_ns)
     wall_ms = wall_ns // 1_000_000
+    wall_us = (wall_ns + 500) // 1000
+    edge_us = -(-(start.spread_ns + end.spread_ns) // 1000)  # rounded up: a bound
     reasons: list[str] = []
 
     gross_uj: dict[str, int] = {}
@@ -103,16 +117,17 @@ def phase_energy(
     gross_mj = sum(gross_uj.values()) // 1000
     marginal_mj = gross_mj - idle_mj
     if marginal_mj < 0:
-        reasons.append("marginal below idle, clamped to 0")
+        if valid:
+            reasons.append("marginal below idle, clamped to 0")
         marginal_mj = 0
 
     min_window_ms = max((d.min_window_ms for d in domains), default=0)
     reliable = valid
-    if wall_ms < min_window_ms:
+    if wall_ns < min_window_ms * 1_000_000:
         reliable = False
-        reasons.append(f"window {wall_ms} ms is under the {min_window_ms} ms floor")
+        reasons.append(f"window {wall_us / 1000:g} ms is under the {min_window_ms} ms floor")
     measured = any(d.measured for d in domains)
-    if measured and cal_domains and marginal_mj <= noise_mj:
+    if valid and measured and cal_domains and marginal_mj <= noise_mj:
         reliable = False
         reasons.append(f"marginal {marginal_mj} mJ is within idle noise ({noise_mj} mJ)")
 
@@ -132,8 +147,13 @@ def phase_energy(
         reliable=reliable,
         attribution=attribution,
         wall_ms=wall_ms,
-        domains={n: uj // 1000 for n, uj in sorted(gross_uj.items())},
+        domains={
+            d.name: gross_uj[d.name] // 1000 if valid else None
+            for d in sorted(domains, key=lambda d: d.name)
+        },
         reasons=tuple(reasons),
         calibration_seq=calibration.seq if calibration else None,
         valid=valid,
+        wall_us=wall_us,
+        edge_us=edge_us,
     )

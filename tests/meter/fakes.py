@@ -8,7 +8,13 @@ wraparound, the sampler, NVML fallbacks, windows) is the real code under test.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import select
+import struct
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +57,16 @@ class FakePowercap:
     # -- building ---------------------------------------------------------------------
 
     def zone(
-        self, zone_id: str, name: str, *, energy_uj: int = 0, max_uj: int | None = DEFAULT_MAX_UJ
+        self,
+        zone_id: str,
+        name: str,
+        *,
+        energy_uj: int = 0,
+        max_uj: int | None = DEFAULT_MAX_UJ,
+        max_power_uw: Sequence[int] = (),
     ) -> str:
+        """A zone; `max_power_uw` gives one `constraint_N_max_power_uw` file per value
+        (long term, short term, ...), as the intel_rapl driver exposes them."""
         parent = zone_id.rsplit(":", 1)[0] if zone_id.count(":") == 2 else ""
         path = (self._paths[parent] if parent else self.root) / zone_id
         path.mkdir(parents=True)
@@ -60,16 +74,29 @@ class FakePowercap:
         (path / "enabled").write_text("1\n")
         if max_uj is not None:
             (path / "max_energy_range_uj").write_text(f"{max_uj}\n")
+        for n, uw in enumerate(max_power_uw):
+            (path / f"constraint_{n}_name").write_text("long_term\n" if n == 0 else "short_term\n")
+            (path / f"constraint_{n}_max_power_uw").write_text(f"{uw}\n")
         self._paths[zone_id] = path
         self._max[zone_id] = max_uj
         self.set(zone_id, energy_uj)
         return zone_id
 
     def package(
-        self, n: int, *, name: str = "", energy_uj: int = 0, max_uj: int | None = DEFAULT_MAX_UJ
+        self,
+        n: int,
+        *,
+        name: str = "",
+        energy_uj: int = 0,
+        max_uj: int | None = DEFAULT_MAX_UJ,
+        max_power_uw: Sequence[int] = (),
     ) -> str:
         return self.zone(
-            f"intel-rapl:{n}", name or f"package-{n}", energy_uj=energy_uj, max_uj=max_uj
+            f"intel-rapl:{n}",
+            name or f"package-{n}",
+            energy_uj=energy_uj,
+            max_uj=max_uj,
+            max_power_uw=max_power_uw,
         )
 
     def psys(self, n: int = 1, *, energy_uj: int = 0, max_uj: int | None = DEFAULT_MAX_UJ) -> str:
@@ -102,6 +129,9 @@ class FakePowercap:
             flat = self.root / zone_id
             if not flat.exists():
                 flat.symlink_to(path, target_is_directory=True)
+
+    def max_uj(self, zone_id: str) -> int | None:
+        return self._max[zone_id]
 
     def remove_max(self, zone_id: str) -> None:
         (self._paths[zone_id] / "max_energy_range_uj").unlink()
@@ -140,6 +170,104 @@ class FakePowercap:
                 self.add(zone_id, round(w * seconds * 1e6))
 
         clock.on_advance(advance)
+
+
+# -- counters read at the moment of the read --------------------------------------------
+
+_IN_OPEN = 0x20
+_IN_CLOSE_NOWRITE = 0x10
+_IN_CLOEXEC = 0o2000000
+_EVENT = struct.Struct("iIII")
+
+
+class LiveCounters:
+    """`energy_uj` files that, like sysfs, produce their value when they are read.
+
+    Each chosen zone's `energy_uj` becomes a FIFO that this object holds open
+    for reading and writing, so a reader's open never blocks and its read waits
+    for data. An inotify watch reports every open; for each one a thread writes
+    `counter(time.monotonic_ns())` wrapped at the zone's range. The value is
+    therefore the counter at an instant between the reader's open and the end of
+    its read, however late any thread runs: a meter that brackets its read with
+    the clock has the true instant inside the bracket. Works across processes.
+    A FIFO that a reader opened and closed without reading is drained, so the
+    next reader never sees a stale value. A reader must read once, as the
+    meter does: one that reads to end of file waits forever. Linux only.
+    """
+
+    def __init__(self, fake: FakePowercap, counters: Mapping[str, Callable[[int], int]]) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._inotify = self._libc.inotify_init1(_IN_CLOEXEC)
+        if self._inotify < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        self._zones: dict[int, tuple[int, Callable[[int], int], int | None]] = {}
+        self.reads = dict.fromkeys(counters, 0)
+        self._names: dict[int, str] = {}
+        for zone_id, counter in counters.items():
+            path = fake.energy_path(zone_id)
+            path.unlink()
+            os.mkfifo(path)
+            # O_RDWR: the FIFO always has a writer (a reader never blocks in open)
+            # and this side can drain what nobody read.
+            fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            wd = self._libc.inotify_add_watch(
+                self._inotify, os.fsencode(path), _IN_OPEN | _IN_CLOSE_NOWRITE
+            )
+            if wd < 0:
+                raise OSError(ctypes.get_errno(), f"inotify_add_watch {path} failed")
+            self._zones[wd] = (fd, counter, fake.max_uj(zone_id))
+            self._names[wd] = zone_id
+        self.errors: list[BaseException] = []
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="fake-sysfs", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        os.write(self._stop_w, b"x")
+        self._thread.join(timeout=10)
+        for fd, _, _ in self._zones.values():
+            os.close(fd)
+        for fd in (self._inotify, self._stop_r, self._stop_w):
+            os.close(fd)
+
+    def __enter__(self) -> LiveCounters:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([self._inotify, self._stop_r], [], [])
+                if self._stop_r in ready:
+                    return
+                data = os.read(self._inotify, 65536)
+                for offset in _event_offsets(data):
+                    wd, mask, _, _ = _EVENT.unpack_from(data, offset)
+                    if wd in self._zones:
+                        self._serve(wd, mask)
+        except BaseException as err:  # surfaced by the test, not lost on a thread
+            self.errors.append(err)
+
+    def _serve(self, wd: int, mask: int) -> None:
+        fd, counter, top = self._zones[wd]
+        if mask & _IN_OPEN:
+            uj = counter(time.monotonic_ns())
+            os.write(fd, f"{uj % (top + 1) if top is not None else uj}\n".encode())
+            self.reads[self._names[wd]] += 1
+        elif mask & _IN_CLOSE_NOWRITE:
+            # Opens and closes come in order: whatever is left now was never read.
+            with contextlib.suppress(BlockingIOError):
+                os.read(fd, 4096)
+
+
+def _event_offsets(data: bytes) -> list[int]:
+    offsets, offset = [], 0
+    while offset < len(data):
+        offsets.append(offset)
+        offset += _EVENT.size + _EVENT.unpack_from(data, offset)[3]
+    return offsets
 
 
 # -- NVML ---------------------------------------------------------------------------------

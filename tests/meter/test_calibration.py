@@ -125,3 +125,56 @@ def test_calibration_round_trips_as_a_ledger_body(fake: FakePowercap, clock: Fak
         cal = calibrate(m, 1.0, sleep=clock.sleep)
     again = Calibration.from_body(cal.body())
     assert again.domains == cal.domains and again.source == cal.source
+
+
+def test_read_time_at_the_edges_of_each_stretch_bounds_the_idle_power(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Every clock read takes 1 ms and the counter moves with it, so each counter
+    read sits 0.5 ms before its snapshot's stamp. Inside a stretch of good
+    sub-intervals that cancels; each stretch's two ends may not, and a failed
+    read in the middle makes two stretches."""
+    fake = FakePowercap(tmp_path / "one")
+    fake.package(0)
+    fake.drive(clock, {"intel-rapl:0": 12.0})
+    fail_at: list[int] = []
+    reads = [0]
+
+    def reader(path: Path) -> str:
+        if path.name == "energy_uj":
+            reads[0] += 1
+            if reads[0] in fail_at:
+                raise OSError(5, "Input/output error")
+        return read_text(path)
+
+    def slow_clock() -> int:
+        clock.sleep(0.001)
+        return clock()
+
+    def measure() -> DomainIdle:
+        with RaplMeter(
+            fake.root, clock=slow_clock, sleep=clock.sleep, interval_s=IDLE, reader=reader
+        ) as m:
+            fail_at[:] = [reads[0] + 6]
+            return calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep).domains["package-0"]
+
+    with RaplMeter(
+        fake.root, clock=slow_clock, sleep=clock.sleep, interval_s=IDLE, reader=reader
+    ) as m:
+        one = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep).domains["package-0"]
+    two = measure()
+    # one stretch: 2 x 0.5 ms of edges over ~1 s at 12 W is ~12 mW
+    assert one.idle_mw == 12_000 and 12 <= one.timing_mw <= 13
+    # a failed read splits it in two and loses two sub-intervals (the failure and
+    # the resume): four edges over ~0.8 s, 30 mW
+    assert abs(two.idle_mw - 12_000) <= two.timing_mw
+    assert 29 <= two.timing_mw <= 31
+
+
+def test_a_calibration_signed_before_timing_was_measured_still_loads() -> None:
+    body = {
+        "source": "rapl",
+        "seconds": 10,
+        "domains": {"package-0": {"idle_mw": 5, "stddev_mw": 1}},
+    }
+    assert Calibration.from_body(body).domains["package-0"] == DomainIdle(5, 1, 0)

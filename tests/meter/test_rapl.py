@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -289,25 +290,29 @@ def test_the_sampler_thread_counts_every_wrap_between_a_windows_edges(
     """A counter wrapping several times between two snapshots: only the sampler
     thread's reads in between see each wrap, and the window's energy is exact.
 
-    The counter advances with the meter's clock: each read (the sampler thread's
-    or a snapshot's) finds it one poll interval further on, at 140 W through a
-    6 J range, so it wraps every few polls. The sampler runs as in production, on
-    its own thread at the interval derived from the range and ceiling; what the
-    test controls is only how far the counter moves between two reads, so a slow
-    host cannot make reads look too far apart.
+    The counter advances with the meter's clock: the sampler reads the clock
+    before and after every counter read, and each clock read moves time and the
+    counter half a poll interval on, so each read (the sampler thread's or a
+    snapshot's) finds it one poll interval further on, at 140 W through a 6 J
+    range, and it wraps every few polls. The counter only moves at a clock read,
+    so a read sees the value set at the first clock read of its bracket, which
+    the snapshot states as `t_ns - spread_ns`. The sampler runs as in
+    production, on its own thread at the interval derived from the range and
+    ceiling; what the test controls is only how far the counter moves between
+    two reads, so a slow host cannot make reads look too far apart.
     """
     top, watts = 6_000_000, 140.0
     fake.package(0, max_uj=top)
     lock = threading.Lock()
-    state = {"t_ns": 1_000_000_000, "written_uj": 0, "interval_ns": 0}
-    written_at: dict[int, int] = {}  # the counter's true total at each read's time
+    state = {"t_ns": 1_000_000_000, "written_uj": 0, "step_ns": 0}
+    written_at: dict[int, int] = {}  # the counter's true total from each clock read on
     wrapped = threading.Event()
 
     def clock() -> int:
-        # Called under the sampler's lock just before it reads the counter.
+        # Called under the sampler's lock, before and after each counter read.
         with lock:
-            state["t_ns"] += state["interval_ns"]
-            state["written_uj"] += round(watts * state["interval_ns"] / 1000)  # W x ns = nJ
+            state["t_ns"] += state["step_ns"]
+            state["written_uj"] += round(watts * state["step_ns"] / 1000)  # W x ns = nJ
             fake.set("intel-rapl:0", state["written_uj"] % (top + 1))
             written_at[state["t_ns"]] = state["written_uj"]
             if state["written_uj"] > 5 * top:
@@ -318,12 +323,13 @@ def test_the_sampler_thread_counts_every_wrap_between_a_windows_edges(
         # A quarter of the time the ceiling needs to cross the range, as derived.
         assert m.interval_s * 150.0 * 1e6 <= top / 4
         with lock:
-            state["interval_ns"] = round(m.interval_s * 1e9)
+            state["step_ns"] = round(m.interval_s * 1e9) // 2
         start = m.snapshot()
         assert wrapped.wait(300), "the sampler thread stopped polling"
         end = m.snapshot()
     pe = phase_energy(m.source, m.domains(), start, end, None)
-    truth_uj = written_at[end.t_ns] - written_at[start.t_ns]
+    assert start.spread_ns == end.spread_ns == state["step_ns"] // 2  # one read, mid-bracket
+    truth_uj = written_at[end.t_ns - end.spread_ns] - written_at[start.t_ns - start.spread_ns]
     assert truth_uj > 4 * top  # it wrapped several times between the edges
     assert pe.valid, pe.reasons
     assert pe.gross_mj is not None
@@ -369,3 +375,164 @@ def test_sockets_that_match_once_by_chance_are_not_mirrors() -> None:
     ]
     result = find_mirrors(plans, lambda p: str(next(series[p])), sleep=lambda s: None)
     assert [p.selected for p in result] == [True, True]
+
+
+# -- ceilings from the zone's own constraints ---------------------------------------------
+
+
+def test_a_small_counter_at_laptop_power_gives_figures(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    """50 J of range at 30 W: judged against 5 kW every read gap would be a fault."""
+    fake.package(0, energy_uj=40_000_000, max_uj=50_000_000, max_power_uw=(28_000_000, 45_000_000))
+    fake.drive(clock, {"intel-rapl:0": 30.0})
+    with open_rapl(fake, clock) as m:
+        zone = m.describe()["rapl"]["zones"][0]  # type: ignore[index]
+        windows = [window(m, clock, 0.25) for _ in range(8)]  # 60 J: a wrap inside
+    assert zone["ceiling_w"] == 90.0 and "45 W" in zone["ceiling_from"]
+    assert all(pe.valid and pe.gross_mj == 7_500 for pe in windows), windows
+
+
+def test_a_zone_without_constraints_gets_its_kinds_default_ceiling(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    fake.package(0, max_uj=50_000_000)
+    fake.subzone("intel-rapl:0", 0, "dram", max_uj=50_000_000)
+    with open_rapl(fake, clock, dram=True) as m:
+        zones = {z["name"]: z for z in m.describe()["rapl"]["zones"]}  # type: ignore[index]
+    assert zones["package-0"]["ceiling_w"] == 1000.0
+    assert zones["dram"]["ceiling_w"] == 250.0
+    assert "no constraint" in zones["dram"]["ceiling_from"]
+
+
+def test_a_counter_that_can_wrap_between_two_fastest_reads_is_refused(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    # 5 J at 2 x 400 W is crossed in 6 ms; the sampler cannot read every 3 ms.
+    fake.package(0, max_uj=5_000_000, max_power_uw=(400_000_000,))
+    with pytest.raises(MeterUnavailableError, match="cannot see every wrap") as info:
+        open_rapl(fake, clock)
+    assert "\n" not in info.value.message and info.value.hint
+
+
+# -- what is a wrap -----------------------------------------------------------------------
+
+
+def test_a_small_drop_is_not_a_wrap(fake: FakePowercap, clock: FakeClock) -> None:
+    """A 10 J drop on a 60 J counter reads as 51.5 J through the top in 50 ms:
+    1030 W, under the zone's 1100 W ceiling, but over thirty times the 30 W the
+    counter was showing."""
+    fake.package(0, energy_uj=20_000_000, max_uj=60_000_000, max_power_uw=(550_000_000,))
+    fake.drive(clock, {"intel-rapl:0": 30.0})
+    with open_rapl(fake, clock) as m:
+        for _ in range(4):
+            m.snapshot()
+            clock.sleep(0.05)
+        start = m.snapshot()
+        clock.sleep(0.05)
+        fake.add("intel-rapl:0", -10_000_000)
+        end = m.snapshot()
+        broken = phase_energy(m.source, m.domains(), start, end, None)
+        after = window(m, clock, 0.05)
+    assert not broken.valid and broken.gross_mj is None
+    assert any("not a wrap" in r for r in broken.reasons), broken.reasons
+    assert after.valid and after.gross_mj == 1_500
+
+
+def test_a_reset_to_zero_far_below_the_top_is_not_a_wrap(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    top = 262_143_328_850
+    fake.package(0, energy_uj=top - 1_000_000_000)  # 1 kJ below the top
+    fake.drive(clock, {"intel-rapl:0": 30.0})
+    with open_rapl(fake, clock) as m:
+        for _ in range(3):
+            window(m, clock, 1.0)
+        start = m.snapshot()
+        clock.sleep(1.0)
+        fake.set("intel-rapl:0", 0)  # 1 kJ in a second, were it a wrap: 1 kW from 30 W
+        end = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    assert not pe.valid and pe.gross_mj is None
+    assert any("not a wrap" in r for r in pe.reasons), pe.reasons
+
+
+def test_a_wrap_at_a_surge_is_still_a_wrap(fake: FakePowercap, clock: FakeClock) -> None:
+    """Idle at 20 W, then 150 W from the read before the wrap: 7.5x, a wrap."""
+    top = 60_000_000
+    fake.package(0, energy_uj=top - 2_000_000, max_uj=top, max_power_uw=(500_000_000,))
+    with open_rapl(fake, clock) as m:
+        for _ in range(4):
+            fake.add("intel-rapl:0", 300_000)  # 20 W over 15 ms
+            clock.sleep(0.015)
+            m.snapshot()
+        start = m.snapshot()
+        fake.add("intel-rapl:0", 2_250_000)  # 150 W over 15 ms, through the top
+        clock.sleep(0.015)
+        end = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    assert fake.read("intel-rapl:0") < 2_000_000  # it did wrap
+    assert pe.valid and pe.gross_mj == 2_250
+
+
+# -- every figure of an invalid window is null --------------------------------------------
+
+
+def test_a_counter_unreadable_the_whole_window_has_no_figure(
+    two_sockets: FakePowercap, clock: FakeClock
+) -> None:
+    denied = False
+
+    def reader(path: Path) -> str:
+        if denied and path.name == "energy_uj" and path.parent.name == "intel-rapl:0":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    with open_rapl(two_sockets, clock, reader=reader) as m:
+        denied = True
+        m.snapshot()  # the read that fails: the window below starts after it
+        start = m.snapshot()
+        clock.sleep(1.0)
+        end = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    wire = pe.to_wire()
+    assert not pe.valid
+    assert wire["domains"] == {"package-0": None, "package-1": None}
+    assert wire["gross_mj"] is None and wire["idle_mj"] is None and wire["marginal_mj"] is None
+
+
+# -- the clock brackets every read --------------------------------------------------------
+
+
+def test_a_slow_read_sits_inside_its_stated_spread(fake: FakePowercap) -> None:
+    """The counter is produced at the moment of the read (as sysfs does) and the
+    read takes 4 ms: the snapshot's time moves to the middle of the read and says
+    how far off it can be, and the window's energy matches its wall time within
+    the stated edges."""
+    from .fakes import LiveCounters
+
+    watts = 200.0
+    fake.package(0, max_uj=10**12)
+    t0 = time.monotonic_ns()
+
+    def slow(path: Path) -> str:
+        text = read_text(path)
+        if path.name == "energy_uj":
+            time.sleep(0.004)
+        return text
+
+    with (
+        LiveCounters(fake, {"intel-rapl:0": lambda t: round(watts * (t - t0) / 1000)}) as live,
+        RaplMeter(fake.root, reader=slow, interval_s=IDLE) as m,
+    ):
+        start = m.snapshot()
+        time.sleep(0.05)
+        end = m.snapshot()
+    assert not live.errors
+    pe = phase_energy(m.source, m.domains(), start, end, None)
+    assert start.spread_ns >= 2_000_000 and end.spread_ns >= 2_000_000
+    assert pe.wall_us * 1000 == pytest.approx(end.t_ns - start.t_ns, abs=500)
+    assert pe.edge_us * 1000 >= start.spread_ns + end.spread_ns
+    assert pe.gross_mj is not None
+    # W x us = uJ; gross is whole mJ, so 1 mJ of rounding
+    assert abs(pe.gross_mj * 1000 - watts * pe.wall_us) <= watts * pe.edge_us + 1000

@@ -12,6 +12,7 @@ from jouled.meter.sampler import (
     Channel,
     CounterChannel,
     PowerChannel,
+    Reading,
     Sampler,
     Step,
     poll_interval,
@@ -35,6 +36,16 @@ class Scripted:
         return self.value
 
 
+def at(ch: Channel, t_ns: int) -> Step:
+    """One read of `ch` judged at `t_ns`, as the sampler does it."""
+    reading: Reading
+    try:
+        reading = ch.read()
+    except Exception as err:
+        reading = err
+    return ch.step(reading, t_ns)
+
+
 def domain(name: str = "c") -> Domain:
     return Domain(name=name, source="rapl", kind="package", resolution_uj=1, min_window_ms=0)
 
@@ -51,9 +62,9 @@ def test_poll_interval_is_a_quarter_of_the_fastest_range_crossing() -> None:
 def test_counter_single_wrap_counts_the_distance_through_the_top() -> None:
     raw = Scripted(900_000_000)
     ch = CounterChannel("c", raw, ceiling_w=100.0, modulus=10**9)
-    assert ch.step(0) == Step()
+    assert at(ch, 0) == Step()
     raw.value = 100_000_000  # 200 J in 5 s: 40 W, through the top of a 1 kJ counter
-    assert ch.step(5_000_000_000) == Step(delta_uj=200_000_000)
+    assert at(ch, 5_000_000_000) == Step(delta_uj=200_000_000)
 
 
 def test_sampler_interval_keeps_many_wraps_between_snapshots_exact() -> None:
@@ -104,72 +115,72 @@ def test_reads_too_far_apart_for_the_range_are_a_fault_not_a_wrong_total() -> No
 def test_backwards_without_a_range_is_a_fault_and_rebases() -> None:
     raw = Scripted(5_000)
     ch = CounterChannel("c", raw, ceiling_w=1e6, backwards="driver reload")
-    ch.step(0)
+    at(ch, 0)
     raw.value = 10
-    step = ch.step(1_000_000_000)
+    step = at(ch, 1_000_000_000)
     assert step.delta_uj == 0 and "driver reload" in step.fault
     raw.value = 30
-    assert ch.step(2_000_000_000) == Step(delta_uj=20)
+    assert at(ch, 2_000_000_000) == Step(delta_uj=20)
 
 
 def test_implausible_jump_is_a_fault_never_a_spike() -> None:
     raw = Scripted(0)
     ch = CounterChannel("c", raw, ceiling_w=5000.0, modulus=10**12)
-    ch.step(0)
+    at(ch, 0)
     raw.value = 10**11  # 100 kJ in 1 s
-    step = ch.step(1_000_000_000)
+    step = at(ch, 1_000_000_000)
     assert step.delta_uj == 0 and "implausible" in step.fault
     raw.value = 10**11 + 7
-    assert ch.step(2_000_000_000) == Step(delta_uj=7)
+    assert at(ch, 2_000_000_000) == Step(delta_uj=7)
 
 
 def test_counter_chunk_inside_the_slack_is_plausible() -> None:
     raw = Scripted(0)
     ch = CounterChannel("c", raw, ceiling_w=1000.0, slack_s=1.0, unit_uj=1000)
-    ch.step(0)
+    at(ch, 0)
     raw.value = 70_000  # 70 J appearing between reads 1 ms apart: one chunk update
-    assert ch.step(1_000_000) == Step(delta_uj=70_000_000)
+    assert at(ch, 1_000_000) == Step(delta_uj=70_000_000)
 
 
 def test_failed_read_faults_and_so_does_the_resume() -> None:
     raw = Scripted(100)
     ch = CounterChannel("c", raw, ceiling_w=1e6, modulus=10**9)
-    ch.step(0)
+    at(ch, 0)
     raw.value = OSError(5, "Input/output error")
-    assert "read failed" in ch.step(1).fault
+    assert "read failed" in at(ch, 1).fault
     raw.value = 900
-    assert "resumed" in ch.step(2).fault
+    assert "resumed" in at(ch, 2).fault
     raw.value = 950
-    assert ch.step(3) == Step(delta_uj=50)
+    assert at(ch, 3) == Step(delta_uj=50)
 
 
 def test_non_integer_content_is_a_fault() -> None:
     def garbage() -> int:
         return int("")
 
-    assert "ValueError" in CounterChannel("c", garbage, ceiling_w=1.0).step(0).fault
+    assert "ValueError" in at(CounterChannel("c", garbage, ceiling_w=1.0), 0).fault
 
 
 def test_power_channel_integrates_trapezoids() -> None:
     mw = Scripted(10_000)
     ch = PowerChannel("p", mw, ceiling_w=1000.0)
-    ch.step(0)
+    at(ch, 0)
     mw.value = 30_000
     # (10 W + 30 W) / 2 x 2 s = 40 J
-    assert ch.step(2_000_000_000) == Step(delta_uj=40_000_000)
+    assert at(ch, 2_000_000_000) == Step(delta_uj=40_000_000)
 
 
 def test_power_channel_carries_sub_microjoule_remainders() -> None:
     ch = PowerChannel("p", lambda: 7, ceiling_w=1000.0)
-    ch.step(0)
+    at(ch, 0)
     # 7 mW for 3 us is 0.021 uJ a read; 10,000 reads are 210 uJ, not 0.
-    total = sum(ch.step(i * 3000).delta_uj for i in range(1, 10_001))
+    total = sum(at(ch, i * 3000).delta_uj for i in range(1, 10_001))
     assert total == 210
 
 
 def test_power_above_the_ceiling_is_a_fault() -> None:
     ch = PowerChannel("p", lambda: 9_000_000, ceiling_w=5000.0)
-    assert "implausible" in ch.step(0).fault
+    assert "implausible" in at(ch, 0).fault
 
 
 def test_fault_changes_the_note_so_the_window_says_why() -> None:
@@ -205,7 +216,10 @@ class Counting(Channel):
         self.boom_after = boom_after
         self.polled = threading.Event()
 
-    def step(self, t_ns: int) -> Step:
+    def read(self) -> int:
+        return 0
+
+    def step(self, reading: Reading, t_ns: int) -> Step:
         self.reads += 1
         if self.reads >= 3:
             self.polled.set()
@@ -243,3 +257,38 @@ def test_thread_survives_a_channel_that_raises() -> None:
 def test_channel_names_must_be_unique() -> None:
     with pytest.raises(ValueError):
         Sampler([Counting(), Counting()], interval_s=IDLE)
+
+
+class Recording(Channel):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.times: list[int] = []
+
+    def read(self) -> int:
+        return 0
+
+    def step(self, reading: Reading, t_ns: int) -> Step:
+        self.times.append(t_ns)
+        return Step()
+
+
+def test_every_read_is_bracketed_by_the_clock_and_the_snapshot_states_its_spread() -> None:
+    ticks = iter(range(0, 10**12, 1_000))  # each clock read 1 us after the last
+    a, b = Recording("a"), Recording("b")
+    sampler = Sampler([a, b], interval_s=IDLE, clock=lambda: next(ticks))
+    try:
+        snap = sampler.snapshot()  # clock reads at 3, 4 and 5 us (open read 0, 1, 2)
+    finally:
+        sampler.close()
+    assert (a.times[-1], b.times[-1]) == (3_500, 4_500)  # each read's own bracket
+    assert (snap.t_ns, snap.spread_ns) == (4_000, 1_000)  # the whole span
+
+
+def test_a_window_keeps_microseconds_and_its_edges() -> None:
+    from jouled.meter.base import Snapshot
+
+    start = Snapshot(t_ns=1_000_000_000, totals_uj={"c": 0}, spread_ns=1_500)
+    end = Snapshot(t_ns=1_499_999_400, totals_uj={"c": 5_000_000}, spread_ns=2_000)
+    pe = phase_energy("rapl", [domain()], start, end, None)
+    wire = pe.to_wire()
+    assert (wire["wall_ms"], wire["wall_us"], wire["edge_us"]) == (499, 499_999, 4)
