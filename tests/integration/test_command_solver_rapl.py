@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from jb_client.api import Client
 
-from .conftest import TASKS, Daemon, start_daemon
+from .conftest import TASKS, Daemon
 from .test_command_solvers import FIXTURE
 from .test_meter_daemon import (  # noqa: F401 - fixtures
     BUSY_W,
-    CALIBRATE_SECONDS,
     DOMAIN,
     P_BUSY,
     PoweredTree,
     powered,
+    start_rapl_daemon,
     within,
 )
 
@@ -47,16 +47,7 @@ def agent_rapl_daemon(tmp_path: Path, powered: PoweredTree) -> Iterator[Daemon]:
         'network = "none"\n'
         f'paths = ["{agent}"]\n'
     )
-    d = start_daemon(
-        tmp_path / "data",
-        "--energy",
-        "rapl",
-        "--calibrate-seconds",
-        str(CALIBRATE_SECONDS),
-        "--solvers",
-        str(solvers),
-        env={"JOULED_POWERCAP_ROOT": str(powered.fake.root)},
-    )
+    d = start_rapl_daemon(tmp_path / "data", powered, "--solvers", str(solvers))
     try:
         yield d
     finally:

@@ -124,18 +124,24 @@ def powered(tmp_path: Path) -> Iterator[PoweredTree]:
     assert not tree.errors, tree.errors
 
 
-@pytest.fixture
-def rapl_daemon(tmp_path: Path, powered: PoweredTree) -> Iterator[Daemon]:
+def start_rapl_daemon(data_dir: Path, powered: PoweredTree, *extra: str) -> Daemon:
+    """A daemon metering `powered` with RAPL after a real start-up calibration."""
     # start_daemon passes `--energy estimator --calibrate-seconds 0` first; a
     # repeated option's last value wins, so these flags take effect.
-    d = start_daemon(
-        tmp_path / "data",
+    return start_daemon(
+        data_dir,
         "--energy",
         "rapl",
         "--calibrate-seconds",
         str(CALIBRATE_SECONDS),
+        *extra,
         env={"JOULED_POWERCAP_ROOT": str(powered.fake.root)},
     )
+
+
+@pytest.fixture
+def rapl_daemon(tmp_path: Path, powered: PoweredTree) -> Iterator[Daemon]:
+    d = start_rapl_daemon(tmp_path / "data", powered)
     try:
         yield d
     finally:
