@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from jb_client import render
-from jb_client.api import Client, checkpoint_history_path, parquet_path
+from jb_client import fleet, render
+from jb_client.api import Client, checkpoint_history_path, default_target, parquet_path
 
-from jouled.errors import JouledError, Kind, VerificationError
+from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.ledger.canonical import MAX_SAFE_INTEGER
 from jouled.limits import ROLLOUT_MAX
 
@@ -42,6 +42,9 @@ Suite = Annotated[str, typer.Option("--suite", help="Only this suite.")]
 
 class State:
     target: str | None = None
+    targets: tuple[str, ...] = ()
+    fleet: Path | None = None
+    pins: tuple[str, ...] = ()
     token: str | None = None
     ca: Path | None = None
     cert: Path | None = None
@@ -56,12 +59,20 @@ state = State()
 @app.callback()
 def main_options(
     target: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--target",
             help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
-            "daemon's socket in $JOULED_HOME).",
+            "daemon's socket in $JOULED_HOME). Repeat it for a fleet (run, frontier, export).",
         ),
+    ] = None,
+    fleet: Annotated[
+        Path | None,
+        typer.Option(help="Fleet file (TOML): [[host]] tables with target and pubkey."),
+    ] = None,
+    pin: Annotated[
+        list[str] | None,
+        typer.Option(help="HOST=KEYFILE: the public key pinned for a fleet host (repeatable)."),
     ] = None,
     token: Annotated[
         str | None,
@@ -83,13 +94,21 @@ def main_options(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks.")] = False,
 ) -> None:
-    state.target = target
+    state.targets = tuple(target or ())
+    state.target = state.targets[0] if state.targets else None
+    state.fleet, state.pins = fleet, tuple(pin or ())
     state.token, state.ca, state.cert, state.key = token, ca, cert, key
     state.insecure = insecure
     state.verbose = verbose
 
 
 def _client() -> Client:
+    if len(state.targets) > 1 or state.fleet is not None:
+        render.err.print(
+            "[red]error:[/] this command talks to one daemon; give --target once "
+            "(run, frontier and export take a fleet)"
+        )
+        raise typer.Exit(EXIT_USAGE)
     return Client(
         state.target,
         token=state.token,
@@ -237,7 +256,13 @@ def run(
     ] = "",
     as_json: Json = False,
 ) -> None:
-    """Run daemon-hosted solvers (built-in or agent CLIs) over a suite, then its frontier."""
+    """Run daemon-hosted solvers (built-in or agent CLIs) over a suite, then its frontier.
+
+    With several targets (or --fleet) the suite is spread across the hosts and the
+    frontier merges their verified ledgers.
+    """
+    if _is_fleet():
+        return _fleet_run(suite, solvers, rollouts, run_id, model, as_json)
     run_id = run_id or uuid.uuid4().hex[:12]
     names = [s.strip() for s in solvers.split(",") if s.strip()]
     receipts = []
@@ -287,7 +312,13 @@ def frontier(
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """Resolution vs energy (or dollars, or wall time) per suite, solver and model."""
+    """Resolution vs energy (or dollars, or wall time) per suite, solver and model.
+
+    With several targets (or --fleet), or a fleet export directory, a row per host,
+    each host's ledger verified against its pinned key first.
+    """
+    if _is_fleet() or (export is not None and export.is_dir()):
+        return _fleet_frontier(suite, axis, export, as_json)
     try:
         if export is not None:
             from jouled import frontier as frontier_fn
@@ -459,10 +490,18 @@ def bestofk(suite: Suite = "", as_json: Json = False) -> None:
 
 @app.command()
 def export(
-    out: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="JSONL file to write (a directory for a fleet).")
+    ],
     as_json: Json = False,
 ) -> None:
-    """Export the ledger (JSONL entries, plus the checkpoint history beside it)."""
+    """Export the ledger (JSONL entries, plus the checkpoint history beside it).
+
+    With several targets (or --fleet): a directory of per-host exports, each verified
+    against its host's pinned key, and a manifest naming each host's key and checkpoint.
+    """
+    if _is_fleet():
+        return _fleet_export(out, as_json)
     summary = _ask(lambda c: c.export(out))
     if as_json:
         _emit(summary)
@@ -687,3 +726,123 @@ def meter_run(
 
 def main() -> None:
     app()
+
+
+# -- a fleet of hosts ---------------------------------------------------------------------
+
+
+def _is_fleet() -> bool:
+    return len(state.targets) > 1 or state.fleet is not None or bool(state.pins)
+
+
+def _fleet_hosts(need_targets: bool = True) -> list[fleet.Host]:
+    targets = state.targets
+    if not targets and not need_targets:
+        # Offline, a pin names a host of the export by its target (or fleet-file name).
+        targets = tuple(p.partition("=")[0] for p in state.pins)
+    if not targets and state.fleet is None and need_targets:
+        targets = (default_target(),)
+    hosts = fleet.fleet_hosts(targets, state.pins, state.fleet)
+    if need_targets and not hosts:
+        raise UsageError("the fleet has no host", hint="give --target more than once, or --fleet")
+    return hosts
+
+
+def _fleet_client(host: fleet.Host) -> Client:
+    return Client(
+        host.target,
+        token=host.token if host.token is not None else state.token,
+        ca=host.ca or state.ca,
+        cert=state.cert,
+        key=state.key,
+        insecure=host.insecure if host.insecure is not None else state.insecure,
+    )
+
+
+def _fleet_run(
+    suite: str, solvers: str, rollouts: int, run_id: str, model: str, as_json: bool
+) -> None:
+    names = [s.strip() for s in solvers.split(",") if s.strip()]
+    given, run_id = run_id, run_id or uuid.uuid4().hex[:12]
+
+    def started(host: str, unit: fleet.Unit) -> None:
+        render.err.print(
+            f"{host}: {unit.solver} r{unit.rollout} {unit.task_id}", highlight=False, markup=False
+        )
+
+    def done(host: str, unit: fleet.Unit, receipt: dict[str, Any]) -> None:
+        if not as_json:
+            render.fleet_receipt_line(host, receipt)
+
+    try:
+        hosts = _fleet_hosts()
+        result = fleet.run_suite(
+            hosts,
+            suite,
+            names,
+            run_id=run_id,
+            rollouts=rollouts,
+            model=model,
+            client_for=_fleet_client,
+            on_start=started,
+            on_receipt=done,
+            resume=bool(given),
+        )
+        for host, why in sorted(result.gone.items()):
+            render.err.print(f"[yellow]{host} left the fleet:[/] {why}", highlight=False)
+        for r in result.retried:
+            render.err.print(
+                f"[yellow]retried[/] {r['task_id']} on {r['to']} (was {r['from']})", highlight=False
+            )
+        merged = fleet.live_frontier(hosts, _fleet_client, suite=suite)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit({**result.to_json(), "frontier": merged})
+    else:
+        render.fleet_frontier_table(merged)
+
+
+def _fleet_frontier(suite: str, axis: str, export: Path | None, as_json: bool) -> None:
+    try:
+        if export is not None:
+            if not export.is_dir():
+                raise UsageError(
+                    f"{export} is not a fleet export directory",
+                    hint="a fleet's --from-export is the directory `export --out DIR` wrote",
+                )
+            hosts = _fleet_hosts(need_targets=False)
+            merged = fleet.merged_frontier(
+                fleet.load_export_dir(export, hosts), suite=suite or None, axis=axis
+            )
+        else:
+            merged = fleet.live_frontier(
+                _fleet_hosts(), _fleet_client, suite=suite or None, axis=axis
+            )
+    except JouledError as err:
+        if as_json and isinstance(err, VerificationError):
+            _emit({"ok": False, "error": err.message})
+        _fail(err)
+    if as_json:
+        _emit(merged)
+    else:
+        render.fleet_frontier_table(merged)
+
+
+def _fleet_export(out: Path, as_json: bool) -> None:
+    try:
+        manifest = fleet.export_fleet(_fleet_hosts(), out, _fleet_client)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(manifest)
+        return
+    for h in manifest["hosts"]:
+        render.err.print(
+            f"{h['host']}: {h['entries']} entries -> {out / h['file']} (key "
+            f"{h['keyids'][0][:16]}, checkpoint size {h['checkpoint']['size']})",
+            highlight=False,
+        )
+    for u in manifest["unreachable"]:
+        render.err.print(f"[yellow]{u['host']} not exported:[/] {u['reason']}", highlight=False)
+    render.err.print(f"manifest -> {out / fleet.MANIFEST}")

@@ -216,3 +216,48 @@ def kv(title: str, data: dict[str, Any]) -> None:
     for k, v in data.items():
         table.add_row(str(k), str(v))
     _console(False).print(table)
+
+
+def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
+    """A receipt from one host of a fleet: the host first, then the usual line."""
+    _console(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
+    receipt_line(r)
+
+
+def fleet_frontier_table(doc: dict[str, Any]) -> None:
+    """A merged frontier: a row per host, then the cross-host rows (or why there are none)."""
+    table = _table(
+        "resolution vs energy per host (each host's ledger verified against its pinned key; "
+        "~ = energy not reliable; * = Pareto within the host)"
+    )
+    cols = ("", "host", "suite", "solver", "model", "attempts", "resolved", "resolution")
+    for col in (*cols, "J total", "J/resolved", "source", "reliable"):
+        table.add_column(col, justify="left" if col in cols[:5] else "right")
+    for r in [*doc["rows"], *doc["summary"]]:
+        reliable = r["reliable_share"] == 1
+        summary = r["host"] == "*"
+        table.add_row(
+            "*" if r["pareto"] else "",
+            f"all ({len(r['hosts'])})" if summary else r["host"],
+            r["suite"],
+            r["solver"],
+            r["model"] or "-",
+            str(r["attempts"]),
+            str(r["resolved"]),
+            _pct(r["resolution"]),
+            _joules(r["joules_total"], reliable),
+            _joules(r["joules_per_resolved"], reliable),
+            r["energy_source"],
+            _pct(r["reliable_share"]),
+        )
+    console = _console(False)
+    console.print(table, markup=False)
+    for d in doc.get("duplicates", []):
+        console.print(
+            f"{d['task_id']} on {d['host']} is a retry of an attempt counted on "
+            f"{d['counted_on']} (key {d['idempotency_key']}): counted once",
+            highlight=False,
+            markup=False,
+        )
+    for u in doc.get("unreachable", []):
+        console.print(f"{u['host']}: not merged ({u['reason']})", highlight=False, markup=False)
