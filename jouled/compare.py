@@ -228,6 +228,7 @@ def _paired_metric(
     resamples: int,
     seed: int,
     what: str,
+    verb: str,
     unit: str,
 ) -> dict[str, Any]:
     """Each side's distribution, the per-task differences and their bootstrap interval."""
@@ -253,7 +254,8 @@ def _paired_metric(
     shown = f"mean difference {mean:+.4g} {unit} per task, 95% CI [{low:.4g}, {high:.4g}]"
     if low > 0 or high < 0:
         out["conclusive"] = True
-        out["verdict"] = f"A {'used more' if low > 0 else 'used less'} {what} than B ({shown})"
+        more = "more" if low > 0 else "less"
+        out["verdict"] = f"A {verb} {more} {what} per task than B ({shown})"
     else:
         out["verdict"] = f"no difference in {what} the interval can tell from zero ({shown})"
     return out
@@ -422,6 +424,7 @@ def compare(
         resamples=resamples,
         seed=seed,
         what="energy",
+        verb="used",
         unit="J",
     )
     joules.update(
@@ -441,6 +444,7 @@ def compare(
         resamples=resamples,
         seed=seed,
         what="dollars",
+        verb="claimed",
         unit="$",
     )
     usd.update({"left_out": n - len(usd_pairs), "usd_source": USD_SOURCE})

@@ -166,10 +166,11 @@ def test_energy_and_dollars_are_paired_per_task() -> None:
     # Every task: A spent 1 J more and claimed 0.002 $ more.
     assert joules["tasks"] == 12 and joules["difference"]["median"] == pytest.approx(1.0)
     assert (joules["ci_low"], joules["ci_high"]) == pytest.approx((1.0, 1.0))
-    assert joules["conclusive"] and joules["verdict"].startswith("A used more energy")
+    assert joules["conclusive"] and joules["verdict"].startswith("A used more energy per task")
     assert joules["a"]["min"] == 2.0 and joules["b"]["max"] == 1.011
     assert usd["tasks"] == 12 and usd["usd_source"] == "claimed"
     assert (usd["ci_low"], usd["ci_high"]) == pytest.approx((0.002, 0.002))
+    assert usd["verdict"].startswith("A claimed more dollars per task than B")
     assert doc["resolution"]["p_value"] == 1.0
 
 

@@ -24,7 +24,7 @@ def test_the_report_says_what_the_numbers_support(capsys: pytest.CaptureFixture[
     assert "paired on task digest: 15 tasks" in out
     assert "McNemar p=0.1094 (A only 8, B only 2)" in out
     assert "no difference in resolution the test can detect" in out
-    assert "A used more energy than B" in out
+    assert "A used more energy per task than B" in out
     assert "10 paired tasks where A and B disagree" in out
 
 
