@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -338,15 +338,60 @@ def frontier(
 
 def _export_bodies(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The `result` and `op` bodies of an export, in seq order."""
+    return _bodies(_read(path).decode("utf-8").splitlines())
+
+
+def _bodies(lines: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The `result` and `op` bodies of export lines, in the order given."""
     import base64
 
     bodies: dict[str, list[dict[str, Any]]] = {"result": [], "op": []}
-    for line in _read(path).decode("utf-8").splitlines():
+    for line in lines:
         if line.strip():
             doc = json.loads(base64.b64decode(json.loads(line)["payload"]))
             if doc["kind"] in bodies:
                 bodies[doc["kind"]].append(doc["body"])
     return bodies["result"], bodies["op"]
+
+
+@app.command()
+def compare(
+    a: Annotated[str, typer.Argument(help="Side A: a solver, or SOLVER@MODEL.")],
+    b: Annotated[str, typer.Argument(help="Side B: a solver, or SOLVER@MODEL.")],
+    suite: Suite = "",
+    export: Annotated[
+        Path | None,
+        typer.Option("--from-export", help="Compare offline from an export file."),
+    ] = None,
+    resamples: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Bootstrap resamples.")
+    ] = 10_000,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Bootstrap seed (fixed: same ledger, same interval).")
+    ] = 0,
+    as_json: Json = False,
+) -> None:
+    """Pair A's and B's attempts on the same task digests: resolution, joules, dollars.
+
+    Exact McNemar test on resolution, paired bootstrap intervals on joules and
+    claimed dollars per task, and the tasks where they disagree. Reads the
+    daemon's ledger through Export (auditor or operator), or an export file.
+    """
+    from jouled.compare import compare as compare_fn
+
+    try:
+        if export is not None:
+            results, _ = _export_bodies(export)
+        else:
+            with _client() as c:
+                results, _ = _bodies(v for k, v in c.export_stream() if k == "entry")
+        doc = compare_fn(results, a, b, suite=suite or None, resamples=resamples, seed=seed)
+    except JouledError as err:
+        _fail(err)
+    if as_json:
+        _emit(doc)
+    else:
+        render.compare_report(doc)
 
 
 @app.command()

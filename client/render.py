@@ -261,3 +261,87 @@ def fleet_frontier_table(doc: dict[str, Any]) -> None:
         )
     for u in doc.get("unreachable", []):
         console.print(f"{u['host']}: not merged ({u['reason']})", highlight=False, markup=False)
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "$":
+        return f"{value:.4f}"
+    return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def _spread(s: dict[str, Any] | None, unit: str) -> str:
+    """Median and interquartile range of one side's per-task values."""
+    if s is None:
+        return "-"
+    return f"{_num(s['median'], unit)} ({_num(s['q1'], unit)}-{_num(s['q3'], unit)})"
+
+
+def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
+    """`jb-client compare`: each side, the paired metrics, what they say, where they disagree."""
+    console = _console(False)
+    for name in ("a", "b"):
+        side = doc[name]
+        models = ", ".join(m or "-" for m in side["models"])
+        console.print(
+            f"{name.upper()}: {side['spec']} (models {models}): {side['tasks']} tasks, "
+            f"{side['attempts']} attempts",
+            highlight=False,
+            markup=False,
+        )
+    console.print(
+        f"paired on task digest: {doc['paired_tasks']} tasks "
+        f"(only A {doc['only_a']}, only B {doc['only_b']})",
+        highlight=False,
+    )
+    res, joules, usd = doc["resolution"], doc["joules"], doc["usd"]
+    table = _table("A vs B per paired task (median and quartiles; difference is A - B)")
+    for col in ("", "tasks", "A", "B", "A - B mean", "95% CI", "test"):
+        table.add_column(col, justify="left" if col in ("", "test") else "right")
+    first = res["first_rollout"]
+    table.add_row(
+        "resolution",
+        str(res["tasks"]),
+        _pct(res["a_rate"]),
+        _pct(res["b_rate"]),
+        "-" if res["difference"] is None else f"{100 * res['difference']:+.1f} pts",
+        "-" if res["ci_low"] is None else f"{_pct(res['ci_low'])} to {_pct(res['ci_high'])}",
+        f"McNemar p={res['p_value']:.4g} (A only {first['a_only']}, B only {first['b_only']})",
+    )
+    for label, m, unit in (("joules", joules, "J"), ("$ claimed", usd, "$")):
+        diff = m["difference"]
+        table.add_row(
+            label,
+            str(m["tasks"]),
+            _spread(m["a"], unit),
+            _spread(m["b"], unit),
+            "-" if diff is None else _num(diff["mean"], unit),
+            "-"
+            if m["ci_low"] is None
+            else f"{_num(m['ci_low'], unit)} to {_num(m['ci_high'], unit)}",
+            "paired bootstrap",
+        )
+    console.print(table)
+    for m in (res, joules, usd):
+        mark = "[green]*[/]" if m["conclusive"] else "[yellow]-[/]"
+        console.print(f"{mark} {m['verdict']}", highlight=False)
+    for note in doc["notes"]:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    rows = doc["disagreements"]
+    if not rows:
+        return
+    table = _table(f"{len(rows)} paired tasks where A and B disagree")
+    for col in ("task", "A resolved", "B resolved", "A J", "B J"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    for r in rows[:shown]:
+        table.add_row(
+            r["task_id"],
+            f"{r['a']['rate']:.0%} of {r['a']['attempts']}",
+            f"{r['b']['rate']:.0%} of {r['b']['attempts']}",
+            _num(r["a"]["joules"]),
+            _num(r["b"]["joules"]),
+        )
+    console.print(table)
+    if len(rows) > shown:
+        console.print(f"... {len(rows) - shown} more (see --json)", highlight=False)

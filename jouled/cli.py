@@ -122,6 +122,13 @@ def serve(
     solvers: Annotated[
         Path | None, typer.Option(help="Agent CLIs to run as solvers (TOML; see deploy/).")
     ] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Serve Prometheus metrics over HTTP here (no auth: keep it on loopback).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the jouled.v1 API until SIGTERM or SIGINT."""
@@ -159,6 +166,7 @@ def serve(
             insecure=insecure,
             min_isolation=min_isolation,
             solvers_file=solvers,
+            metrics_listen=metrics_listen,
         )
         daemon = Daemon(config)
         try:

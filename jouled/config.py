@@ -43,6 +43,20 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name}={raw!r} is not a number") from err
 
 
+def host_port(address: str) -> tuple[str, int]:
+    """HOST:PORT ([V6]:PORT for IPv6) as (host, port); a bare PORT means loopback."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", address
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--metrics-listen {address!r} is not HOST:PORT",
+            hint="for example 127.0.0.1:9464 (keep it on loopback, or behind a proxy)",
+        )
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class Config:
     data_dir: Path = field(default_factory=default_home)
@@ -79,6 +93,7 @@ class Config:
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
     min_isolation: str = "bwrap"  # below this, the daemon refuses to grade
     solvers_file: Path | None = None  # agent CLIs the daemon may run as solvers (TOML)
+    metrics_listen: str = ""  # "HOST:PORT" (or "PORT": loopback) of the metrics endpoint; "": none
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -126,6 +141,8 @@ class Config:
             raise ConfigError("--tls-cert and --tls-key go together")
         if self.tls_client_ca and not self.tls_cert:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+        if self.metrics_listen:
+            host_port(self.metrics_listen)
         if isinstance(self.listen, str):
             return replace(self, listen=(self.listen,) if self.listen else ()).validated()
         config = self
@@ -175,6 +192,11 @@ class Config:
     @property
     def listen_address(self) -> str:
         return self.listen_addresses[0]
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where the metrics endpoint listens (host, port); None: it is off."""
+        return host_port(self.metrics_listen) if self.metrics_listen else None
 
     @property
     def hostname(self) -> str:

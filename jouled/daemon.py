@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -20,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jouled import __version__, frontier, limits
+from jouled import __version__, frontier, limits, metrics
 from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
@@ -227,6 +228,7 @@ class Daemon:
         except BaseException:
             self.meter.close()
             raise
+        self.counts = metrics.Counts()  # what the metrics endpoint serves
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
         self.evaluator = Evaluator(
@@ -271,7 +273,7 @@ class Daemon:
         for p in pending:
             log.warning("attempt %s on %s never finished: recording abort", p.attempt_id, p.task_id)
         if pending:
-            self.ledger.append_many(
+            entries = self.ledger.append_many(
                 [
                     (
                         "abort",
@@ -288,6 +290,8 @@ class Daemon:
                     for p in pending
                 ]
             )
+            for entry in entries:
+                self.counts.abort(entry.body)
 
     def _initial_calibration(self) -> Calibration | None:
         if self.config.calibrate_seconds > 0:
@@ -716,6 +720,7 @@ class Daemon:
                     "version": __version__,
                 },
             )
+            self.counts.abort(entry.body)
             log.info("attempt %s cancelled while running: abort %d", attempt.attempt_id, entry.seq)
             raise CancelledError(
                 f"the call ended while its attempt ran; recorded as abort {entry.seq}"
@@ -723,6 +728,7 @@ class Daemon:
         entry = self.ledger.append("result", body)
         self._save_output(attempt)
         self._frontier.add(entry.body)
+        self.counts.result(entry.body)
         progress("signed", f"ledger entry {entry.seq}")
         return self.receipt(entry)
 
@@ -816,6 +822,7 @@ class Daemon:
     def _sign_op(self, body: dict[str, Any]) -> dict[str, Any]:
         entry = self.ledger.append("op", body)
         self._frontier.add_op(entry.body)
+        self.counts.op(entry.body)
         return self.op_receipt(entry)
 
     def op_receipt(self, entry: Entry) -> dict[str, Any]:
@@ -863,6 +870,31 @@ class Daemon:
                 "idle_w": {name: d.idle_mw / 1000 for name, d in sorted(cal.domains.items())},
             },
         }
+
+    def gauges(self) -> metrics.Gauges:
+        """The state the metrics endpoint reports, read now (see `jouled.metrics`)."""
+        try:
+            faults: int | None = self.meter.snapshot().faults
+        except (JouledError, OSError):
+            faults = None  # a closed or failing meter: left out, not reported as zero
+        try:
+            written = self.config.checkpoint_path.stat().st_mtime
+            checkpoint_age: float | None = max(0.0, time.time() - written)
+        except OSError:
+            checkpoint_age = None
+        cal = self.metering.calibration
+        return metrics.Gauges(
+            queue_depth=len(self.queue),
+            queue_limit=self.queue.limit,
+            running=self.running,
+            workers=self.config.workers,
+            op_windows_open=len(self.ops),
+            ledger_entries=self.ledger.size,
+            checkpoint_age_s=checkpoint_age,
+            sampler_faults=faults,
+            energy_source=self.meter.source,
+            calibration_age_s=None if cal is None or not cal.time else _age_s(cal.time),
+        )
 
     def get_receipt(self, idempotency_key: str = "", seq: int | None = None) -> dict[str, Any]:
         """A result's receipt again, by its idempotency key or its seq, with a fresh proof."""

@@ -29,6 +29,7 @@ from jouled.api.auth import (
     current_identity,
     server_credentials,
 )
+from jouled.api.metrics import MetricsServer
 from jouled.api.peercred import PeerCred, PeerRelay
 from jouled.config import Config
 from jouled.contracts import Contract
@@ -425,6 +426,10 @@ class Server:
         for address in self.addresses:
             self._listen(config, address)
         self._stopped = threading.Event()
+        # Last: it serves as soon as it binds, so nothing after it may fail.
+        self.metrics: MetricsServer | None = None
+        if config.metrics_address is not None:
+            self.metrics = MetricsServer(daemon, *config.metrics_address)
 
     def _listen(self, config: Config, address: str) -> None:
         if address.startswith("unix:"):
@@ -474,6 +479,8 @@ class Server:
         grace = self.daemon.config.grace_s if grace is None else grace
         log.info("stopping: waiting up to %.0f s for running attempts", grace)
         self.grpc.stop(grace).wait()
+        if self.metrics is not None:  # served through the grace period, so a drain shows
+            self.metrics.close()
         self.daemon.close()
         log.info("stopped")
 
