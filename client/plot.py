@@ -111,7 +111,7 @@ def _palette(n: int) -> list[Any]:
     from matplotlib import colormaps
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    return [cmap(i % cmap.N) for i in range(max(n, 1))]
+    return [cmap(i % cmap.N) for i in range(n)]
 
 
 # -- the frontier ----------------------------------------------------------------------
@@ -329,7 +329,7 @@ _REF = re.compile(r'(href="#|url\(#)([^")]+)')
 def inline_svg(fig: Figure, prefix: str) -> str:
     """A figure as an `<svg>` element to place inside an HTML page.
 
-    The XML prolog, DOCTYPE and metadata go; every id (and every reference to
+    The XML prolog, DOCTYPE, metadata and comments go; every id (and every reference to
     one) is prefixed, so several figures in one page never share an id.
     """
     buf = io.StringIO()
@@ -337,6 +337,9 @@ def inline_svg(fig: Figure, prefix: str) -> str:
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
+    # The comments repeat each drawn text; matplotlib breaks every "--" in them, so the
+    # first "-->" ends each one, but a page has no use for them.
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
     text = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', text)
     text = _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
     return text.strip()
