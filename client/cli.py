@@ -38,6 +38,12 @@ app = typer.Typer(
 
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 Suite = Annotated[str, typer.Option("--suite", help="Only this suite.")]
+Wide = Annotated[
+    bool | None,
+    typer.Option(
+        "--wide/--compact", help="Every column, or the compact layout (default: by terminal width)."
+    ),
+]
 
 
 class State:
@@ -310,6 +316,11 @@ def frontier(
     export: Annotated[
         Path | None, typer.Option("--from-export", help="Compute offline from an export file.")
     ] = None,
+    plot_to: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also draw the frontier to FILE (.svg or .png; matplotlib)."),
+    ] = None,
+    wide: Wide = None,
     as_json: Json = False,
 ) -> None:
     """Resolution vs energy (or dollars, or wall time) per suite, solver and model.
@@ -328,12 +339,17 @@ def frontier(
         else:
             with _client() as c:
                 rows = c.frontier(suite, axis)["rows"]
+        if plot_to is not None:
+            from jb_client import plot
+
+            plot.write(plot.frontier_figure(rows, axis), plot_to)
+            render.err.print(f"frontier drawn to {plot_to}", highlight=False, markup=False)
     except JouledError as err:
         _fail(err)
     if as_json:
         _emit({"rows": rows})
     else:
-        render.frontier_table(rows)
+        render.frontier_table(rows, wide=wide)
 
 
 def _export_bodies(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -524,13 +540,13 @@ def keys(as_json: Json = False) -> None:
 
 
 @app.command()
-def bestofk(suite: Suite = "", as_json: Json = False) -> None:
+def bestofk(suite: Suite = "", wide: Wide = None, as_json: Json = False) -> None:
     """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
     rows = _ask(lambda c: c.best_of_k(suite)["rows"])
     if as_json:
         _emit({"rows": rows})
     else:
-        render.bestofk_table(rows)
+        render.bestofk_table(rows, wide=wide)
 
 
 @app.command()
@@ -711,7 +727,7 @@ def meter(as_json: Json = False) -> None:
     if as_json:
         _emit(status)
     else:
-        render.kv("meter", status)
+        render.meter_table(status)
 
 
 @app.command()
@@ -767,6 +783,56 @@ def meter_run(
     else:
         render.op_receipt_line(receipt)
     raise typer.Exit(status if status >= 0 else 128 - status)
+
+
+@app.command()
+def report(
+    html_out: Annotated[Path, typer.Option("--html", help="The HTML page to write.")],
+    suite: Suite = "",
+    axis: Annotated[str, typer.Option(help="Frontier cost axis: joules, usd or wall.")] = "joules",
+    export: Annotated[
+        Path | None, typer.Option("--from-export", help="Read an export file, not the daemon.")
+    ] = None,
+    title: Annotated[str, typer.Option(help="The page's title.")] = "",
+    as_json: Json = False,
+) -> None:
+    """One self-contained HTML page: frontier, best-of-k, every attempt, calibration, checkpoint.
+
+    The page loads nothing (inline SVG and CSS, no script); figures need matplotlib
+    (pip install 'joule-bench[plot]'), the tables do not.
+    """
+    from jb_client import report as report_mod
+
+    from jouled.errors import UsageError
+    from jouled.frontier import AXES
+
+    try:
+        if axis not in AXES:
+            raise UsageError(f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(AXES)}")
+        if export is not None:
+            data = report_mod.from_export(export, suite=suite, axis=axis)
+        else:
+            with _client() as c:
+                data = report_mod.from_daemon(c, suite=suite, axis=axis)
+        report_mod.write_report(data, html_out, title=title)
+    except JouledError as err:
+        _fail(err)
+    summary = {
+        "out": str(html_out),
+        "source": data.source,
+        "entries": data.entries,
+        "results": len(data.results),
+        "frontier_rows": len(data.frontier),
+        "checkpoint_size": (data.checkpoint or {}).get("size"),
+    }
+    if as_json:
+        _emit(summary)
+    else:
+        render.err.print(
+            f"{len(data.results)} attempts from the {data.source} -> {html_out}",
+            highlight=False,
+            markup=False,
+        )
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.table import Table
+    from rich.text import Text
 
 
 if TYPE_CHECKING:
@@ -118,7 +119,25 @@ def audit_lines(flags: Sequence[dict[str, Any]], shown: int = 10) -> None:
         console.print(f"    ... {len(flags) - shown} more (see --json)", highlight=False)
 
 
-def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
+# Below these widths the full tables would squeeze every column to a character or
+# two; the compact layouts keep what a reader compares and fit 80 columns.
+FRONTIER_WIDE_MIN = 160
+BESTOFK_WIDE_MIN = 120
+
+
+def _wide(console: Console, wide: bool | None, minimum: int) -> bool:
+    return console.width >= minimum if wide is None else wide
+
+
+def frontier_table(
+    rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
+) -> None:
+    """The frontier: every column when the terminal is wide enough (or `wide`), else the
+    columns a reader compares, folded into fewer."""
+    console = console or _console(False)
+    if not _wide(console, wide, FRONTIER_WIDE_MIN):
+        console.print(_frontier_compact(rows))
+        return
     table = _table("resolution vs energy (~ = energy not reliable; * = Pareto)")
     cols = (
         "",
@@ -170,10 +189,82 @@ def frontier_table(rows: Sequence[dict[str, Any]]) -> None:
             if r.get("op_windows")
             else "-",
         )
-    _console(False).print(table)
+    console.print(table)
 
 
-def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
+def _name_cell(r: dict[str, Any], suites: int) -> Text:
+    from rich.text import Text
+
+    # Text, not markup: names come from results.
+    cell = Text(f"{r['suite']}/" if suites > 1 else "", style="dim")
+    cell.append(str(r["solver"]))
+    if r.get("model"):
+        cell.append(f" {r['model']}", style="dim")
+    return cell
+
+
+def _ci(r: dict[str, Any]) -> str:
+    return f"{100 * r['ci_low']:.0f}-{100 * r['ci_high']:.0f}"
+
+
+def _compact(title: str) -> Table:
+    from rich import box
+
+    return _table(
+        title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left"
+    )
+
+
+def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
+    suites = len({r["suite"] for r in rows})
+    sources = sorted({r["energy_source"] for r in rows})
+    where = f" ({rows[0]['suite']})" if suites == 1 else ""
+    table = _compact(
+        f"frontier{where}, energy: {', '.join(sources) or 'none'}. "
+        "* Pareto, ~ energy not reliable, $ claimed; flags: t tampered, a audit flagged, "
+        "op the agent's op windows (J)"
+    )
+    usd = any(r["usd_total"] for r in rows)
+    flags = any(r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") for r in rows)
+    table.add_column("", no_wrap=True)
+    table.add_column("solver model", overflow="fold", min_width=12)
+    for col in ("res/att", "resolved", "95% CI", "J/res", "wall s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    if usd:
+        table.add_column("$", justify="right", no_wrap=True)
+    if flags:
+        table.add_column("flags", no_wrap=True)
+    for r in rows:
+        reliable = r["reliable_share"] == 1
+        cells: list[Any] = [
+            "*" if r["pareto"] else "",
+            _name_cell(r, suites),
+            f"{r['resolved']}/{r['attempts']}",
+            _pct(r["resolution"]),
+            _ci(r),
+            _joules(r["joules_per_resolved"], reliable),
+            "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
+        ]
+        if usd:
+            cells.append(f"{r['usd_total']:.4f}")
+        if flags:
+            marks = [f"t{r['tampered']}"] if r.get("tampered") else []
+            marks += [f"a{r['audit_flagged']}"] if r.get("audit_flagged") else []
+            if r.get("op_windows"):
+                marks.append("op" + _joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
+            cells.append(" ".join(marks))
+        table.add_row(*cells)
+    return table
+
+
+def bestofk_table(
+    rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
+) -> None:
+    """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
+    console = console or _console(False)
+    if not _wide(console, wide, BESTOFK_WIDE_MIN):
+        console.print(_bestofk_compact(rows))
+        return
     # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.
     table = _table("best-of-k: resolved within the first k rollouts")
     for col in (
@@ -206,7 +297,131 @@ def bestofk_table(rows: Sequence[dict[str, Any]]) -> None:
             _pct(r["pass_at_k"]),
             str(r.get("tampered", 0)),
         )
-    _console(False).print(table)
+    console.print(table)
+
+
+def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
+    suites = len({r["suite"] for r in rows})
+    table = _compact(
+        "best-of-k: <=k any of the first k resolved (oracle), pick: chosen by visible tests"
+    )
+    usd = any(r["usd_cumulative"] for r in rows)
+    tampered = any(r.get("tampered") for r in rows)
+    table.add_column("solver model", overflow="fold", min_width=12)
+    for col in ("k", "<=k", "pick", "pass@k", "J cum."):
+        table.add_column(col, justify="right", no_wrap=True)
+    if usd:
+        table.add_column("$ cum.", justify="right", no_wrap=True)
+    if tampered:
+        table.add_column("tampered", justify="right", no_wrap=True)
+    previous = None
+    for r in rows:
+        key = (r["suite"], r["solver"], r["model"])
+        # The name once per group: the k rows below it read as its curve.
+        cells: list[Any] = ["" if key == previous else _name_cell(r, suites)]
+        previous = key
+        cells += [
+            str(r["k"]),
+            f"{r['resolved_within_k']}/{r['tasks']}",
+            f"{r.get('selected_resolved', '-')}/{r['tasks']}",
+            _pct(r["pass_at_k"]),
+            _joules(r["joules_cumulative"]),
+        ]
+        if usd:
+            cells.append(f"{r['usd_cumulative']:.4f}")
+        if tampered:
+            cells.append(str(r.get("tampered", 0)))
+        table.add_row(*cells)
+    return table
+
+
+def meter_table(status: dict[str, Any], *, console: Console | None = None) -> None:
+    """The meter's status as one line per fact: nested figures are spelled out, never
+    printed as dicts, and long values fold to the terminal's width."""
+    from rich.text import Text
+
+    console = console or _console(False)
+    table = _table("meter", show_header=False, box=None, pad_edge=False, title_justify="left")
+    table.add_column("key", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in meter_lines(status):
+        table.add_row(Text(key), Text(value))
+    console.print(table)
+
+
+def meter_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, value) lines for `meter_table` and the report's meter section."""
+    lines: list[tuple[str, str]] = []
+    lines.append(
+        (
+            "source",
+            f"{status.get('source', '?')}"
+            + (" (measured)" if status.get("measured") else " (an estimate, not a measurement)"),
+        )
+    )
+    if "min_window_ms" in status:
+        lines.append(("floor", f"windows under {status['min_window_ms']} ms are not reliable"))
+    if "policy" in status:
+        lines.append(("attribution", str(status["policy"])))
+    for d in status.get("domains") or []:
+        lines.append(
+            (
+                f"domain {d.get('name', '?')}",
+                f"{d.get('kind', '?')} via {d.get('source', '?')}, resolution "
+                f"{d.get('resolution_uj', '?')} uJ, floor {d.get('min_window_ms', '?')} ms",
+            )
+        )
+    est = status.get("estimator")
+    if isinstance(est, dict):
+        lines.append(("estimator", f"{est.get('mode', '?')}, {est.get('watts', '?')} W"))
+    cal = status.get("calibration")
+    if isinstance(cal, dict):
+        lines += calibration_lines(cal)
+    elif "calibration" in status:
+        lines.append(("calibration", "none yet (marginal energy is gross energy)"))
+    known = {"source", "measured", "min_window_ms", "policy", "domains", "estimator", "calibration"}
+    for key, value in status.items():
+        if key not in known:
+            lines.append((str(key), _compact_json(value)))
+    return lines
+
+
+def calibration_lines(cal: dict[str, Any]) -> list[tuple[str, str]]:
+    seq = cal.get("seq")
+    when = cal.get("time") or ""
+    age = cal.get("age_s")
+    head = f"ledger entry {seq}" if seq is not None else "calibration"
+    head += f", {when}" if when else ""
+    head += f" ({_age(age)} ago)" if isinstance(age, int | float) else ""
+    head += f", {cal.get('seconds', '?')} s of {cal.get('source', '?')}"
+    lines = [("calibration", head)]
+    for name, d in sorted((cal.get("domains") or {}).items()):
+        if isinstance(d, dict):
+            lines.append(
+                (
+                    f"idle {name}",
+                    f"{d.get('idle_mw', 0) / 1000:.3f} W ± {d.get('stddev_mw', 0) / 1000:.3f} W",
+                )
+            )
+    return lines
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def _compact_json(value: Any) -> str:
+    import json
+
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
 
 
 def kv(title: str, data: dict[str, Any]) -> None:

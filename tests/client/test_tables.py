@@ -1,0 +1,137 @@
+"""The terminal tables stay readable on an 80-column terminal."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from jb_client import render
+from rich.console import Console
+
+from jouled.frontier import best_of_k, frontier_rows
+from tests.client.ledger import hostile_ledger, result
+
+
+def bodies() -> list[dict[str, Any]]:
+    docs = [d["body"] for d in hostile_ledger() if d["kind"] == "result"]
+    flag = [{"code": "ctypes", "path": "a.py", "line": 1, "detail": "x"}]
+    for rollout in range(3):
+        docs.append(
+            result(
+                0,
+                "s/a",
+                "resolved",
+                solver="reference",
+                model="",
+                rollout=rollout,
+                grade_mj=123_456_789,
+                usd_micros=41_000_000,
+            )["body"]
+        )
+        docs.append(
+            result(
+                0,
+                "other/b",
+                "tampered",
+                solver="agent-with-a-long-name",
+                model="model-2026-01",
+                rollout=rollout,
+                audit=flag,
+            )["body"]
+        )
+    return docs
+
+
+def console(width: int) -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=width, color_system=None), buf
+
+
+def lines(buf: io.StringIO) -> list[str]:
+    return buf.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("table", ["frontier", "bestofk"])
+def test_narrow_terminal_gets_the_compact_layout_within_80_columns(table: str) -> None:
+    c, buf = console(80)
+    if table == "frontier":
+        render.frontier_table(frontier_rows(bodies()), console=c)
+    else:
+        render.bestofk_table(best_of_k(bodies()), console=c)
+    out = lines(buf)
+    assert max(len(line) for line in out) <= 80
+    assert "…" not in buf.getvalue()  # nothing cut short, long names fold instead
+    text = buf.getvalue()
+    assert "s/reference" in text and "model-2026-01" in text
+
+
+def test_compact_frontier_keeps_the_figures_a_reader_compares() -> None:
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(bodies()), console=c)
+    row = next(line for line in lines(buf) if "reference" in line)
+    assert "3/3" in row and "100.0%" in row and "44-100" in row  # resolved, CI
+    assert "123,457" in row  # J per resolved
+    tampered = next(line for line in lines(buf) if "other/agent" in line)
+    assert "t3 a3" in tampered
+
+
+def test_wide_layout_on_request_or_on_a_wide_terminal() -> None:
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(bodies()), console=c, wide=True)
+    assert "t3 a3" not in buf.getvalue()  # every column, squeezed: the user asked
+    c, buf = console(200)
+    render.frontier_table(frontier_rows(bodies()), console=c)
+    assert "attempts" in buf.getvalue() and "t3 a3" not in buf.getvalue()
+    c, buf = console(200)
+    render.frontier_table(frontier_rows(bodies()), console=c, wide=False)
+    assert "attempts" not in buf.getvalue() and "t3 a3" in buf.getvalue()
+
+
+def test_hostile_names_stay_text_in_the_compact_tables() -> None:
+    c, buf = console(80)
+    rows = frontier_rows([result(0, "s/a", "resolved", solver="[bold]x[/bold]")["body"]])
+    render.frontier_table(rows, console=c)
+    assert "[bold]x[/bold]" in buf.getvalue()
+
+
+METER = {
+    "source": "rapl+nvml",
+    "measured": True,
+    "min_window_ms": 100,
+    "domains": [
+        {
+            "name": f"package-{i}",
+            "source": "rapl",
+            "kind": "cpu",
+            "resolution_uj": 61,
+            "min_window_ms": 10,
+        }
+        for i in range(2)
+    ],
+    "policy": "exclusive",
+    "rapl": {
+        "root": "/sys/class/powercap",
+        "interval_s": 0.5,
+        "zones": [{"name": "package-0", "path": "/sys/class/powercap/intel-rapl:0" * 3}],
+    },
+    "calibration": {
+        "source": "rapl",
+        "seconds": 10,
+        "seq": 1,
+        "time": "2026-01-01T00:00:10.000Z",
+        "age_s": 7300,
+        "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
+        "idle_w": {"package-0": 4.1},
+    },
+}
+
+
+def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
+    c, buf = console(80)
+    render.meter_table(METER, console=c)
+    text = buf.getvalue()
+    assert max(len(line) for line in lines(buf)) <= 80
+    assert "idle package-0" in text and "4.100 W ± 0.120 W" in text
+    assert "ledger entry 1" in text and "(2 h ago)" in text
+    assert "domain package-1" in text and "'name'" not in text
