@@ -614,16 +614,14 @@ class Sandbox:
                 real = os.path.realpath(f"/etc/{name}")
                 if os.path.isfile(real):
                     args += ["--ro-bind", real, f"/etc/{name}"]
-        for path in _interpreter_paths():
-            args += self._bind_read_only(path, made, bound)
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", SANDBOX_TMP]
         args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
         made.update({SANDBOX_TMP, "/dev/shm"})
-        # After the tmpfs mounts, so that a path under /tmp is not hidden by them.
-        for extra in read_only:
-            if os.path.exists(extra):
-                args += self._bind_read_only(os.path.normpath(str(extra)), made, bound)
+        # After the tmpfs mounts, so that an installation under /tmp is not hidden by them.
+        extra = [os.path.normpath(str(p)) for p in read_only if os.path.exists(p)]
+        for path in [*_interpreter_paths(), *extra]:
+            args += self._bind_read_only(path, made, bound)
         args += ["--bind", str(workdir), SANDBOX_WORKDIR]
         if ro_dir is not None:
             args += _parents(SANDBOX_RO, made, bound)

@@ -551,3 +551,21 @@ def sysconfig_purelib() -> str:
     import sysconfig
 
     return sysconfig.get_paths()["purelib"]
+
+
+@needs_bwrap
+def test_an_installation_under_tmp_is_not_hidden_by_the_private_tmp(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout (and its virtualenv) under /tmp stays visible above the run's own /tmp."""
+    install = Path(tempfile.mkdtemp(prefix="jb-install-", dir="/tmp"))
+    try:
+        (install / "marker").write_text("installed\n")
+        os.chmod(install, 0o755)
+        os.chmod(install / "marker", 0o644)
+        real = sandbox._interpreter_paths()
+        monkeypatch.setattr(sandbox, "_interpreter_paths", lambda: [*real, str(install)])
+        result = sh(f"cat {install}/marker && touch /tmp/scratch && echo tmp-ok", workdir)
+        assert result.output == "installed\ntmp-ok\n", result.output
+    finally:
+        shutil.rmtree(install, ignore_errors=True)
