@@ -1,4 +1,4 @@
-"""Attacks on grading integrity (issue 8): each patch keeps the bug and tries to get `resolved`.
+"""Attacks on grading integrity: each patch keeps the bug and tries to get `resolved`.
 
 Every route ships a NON-fix plus a payload; the payload (or, where the
 defence may stop it from ever loading, a probe in the library the tests

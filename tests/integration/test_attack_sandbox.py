@@ -1,4 +1,4 @@
-"""Attacks on the sandbox (issue 7): a hostile patch's code runs in the graded pytest process.
+"""Attacks on the sandbox: a hostile patch's code runs in the graded pytest process.
 
 Every payload proves it ran with marker lines in the receipt's `output_tail`
 (see attacks.py); each test asserts the marker is there, that the attack step
