@@ -27,3 +27,11 @@ def test_a_changed_or_absent_blob_is_not_returned(tmp_path: Path) -> None:
     assert store.get(digest) == b"output\n"
     assert store.get("0" * 64) is None
     assert store.get("../escape") is None
+
+
+def test_a_result_signed_before_logs_has_its_graded_run_only() -> None:
+    from jouled.daemon import Daemon
+
+    old = {"output": {"sha256": "ab" * 32, "kept_bytes": 5, "dropped_bytes": 7}}
+    assert Daemon._runs(old) == {"grade": {**old["output"], "status": "truncated"}}
+    assert Daemon._runs({}) == {}
