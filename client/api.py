@@ -379,6 +379,10 @@ class Client:
             raise ClientError("give an idempotency key or a seq", Kind.INVALID_ARGUMENT)
         return dict(json.loads(self._call(self._stub.GetReceipt, request).json))
 
+    def logs(self, seq: int) -> dict[str, Any]:
+        """A result's captured output per run and its full failing and missing test ids."""
+        return dict(self._doc(self._stub.GetLogs, pb.GetLogsRequest(seq=seq)))
+
     def public_keys(self) -> dict[str, Any]:
         return dict(self._doc(self._stub.PublicKeys, pb.PublicKeysRequest()))
 

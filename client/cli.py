@@ -237,6 +237,8 @@ def submit(
         _emit(receipt)
     else:
         render.receipt_line(receipt)
+        if not receipt["resolved"]:
+            render.failure_lines(receipt)
 
 
 def _read(path: Path) -> bytes:
@@ -506,6 +508,23 @@ def swebench(
             f"resolved {resolved}/{total} (run {run_id}); {len(reg['skipped'])} skipped, "
             f"{len(malformed)} malformed, {len(empty)} empty patches"
         )
+
+
+@app.command()
+def logs(
+    seq: Annotated[int, typer.Option("--seq", min=0, max=CLAIM_MAX, help="The result's entry.")],
+    as_json: Json = False,
+) -> None:
+    """A result's captured output per run and its full failing and missing test ids.
+
+    Each text is checked against the hash its result signs; one that is absent or
+    changed is shown as missing, never as the signed text.
+    """
+    doc = _ask(lambda c: c.logs(seq))
+    if as_json:
+        _emit(doc)
+    else:
+        render.logs_report(doc)
 
 
 @app.command()

@@ -560,3 +560,63 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
     console.print(table)
     if len(rows) > shown:
         console.print(f"... {len(rows) - shown} more (see --json)", highlight=False)
+
+
+def failure_lines(r: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
+    """Under an unresolved receipt: the failing and missing test ids, the output's tail."""
+    console = _console(False)
+    tests = r.get("tests", {})
+    for key, label in (("tests_failed", "failed"), ("tests_missing", "missing")):
+        ids = list(r.get(key) or [])
+        total = max(int(tests.get(label, 0)), len(ids))
+        if not total:
+            continue
+        console.print(f"  {label} ({total}):", highlight=False)
+        for test_id in ids[:ids_shown]:
+            console.print(f"    {test_id}", highlight=False, markup=False)
+        if total > min(len(ids), ids_shown):
+            console.print(
+                f"    ... {total - min(len(ids), ids_shown)} more "
+                f"(jb-client logs --seq {r.get('seq')})",
+                highlight=False,
+            )
+    tail = str(r.get("output_tail") or "").rstrip("\n").splitlines()[-tail_lines:]
+    if tail:
+        console.print(f"  output (last {len(tail)} lines):", highlight=False)
+        for line in tail:
+            console.print(f"    {line}", highlight=False, markup=False)
+
+
+def logs_report(doc: dict[str, Any]) -> None:
+    """A result's captured runs and test ids: each run's signed hash, status and text."""
+    console = _console(False)
+    console.print(
+        f"seq {doc['seq']} {doc['task_id']} {doc['status']} (attempt {doc['attempt_id']})",
+        highlight=False,
+    )
+    for key, label in (("tests_failed", "failed"), ("tests_missing", "missing")):
+        item = doc.get(key) or {}
+        if not item.get("count"):
+            continue
+        note = " [red]missing: not the signed list[/]" if item.get("status") == "missing" else ""
+        console.print(f"== {label} test ids ({item['count']}){note}", highlight=False)
+        for test_id in item.get("ids", []):
+            console.print(test_id, highlight=False, markup=False)
+        if item.get("clipped"):
+            console.print("... clipped: the answer's size bound was reached", highlight=False)
+    for phase, run in doc.get("runs", {}).items():
+        status = run["status"]
+        shown = f"[red]{status}[/]" if status == "missing" else status
+        console.print(
+            f"== {phase}: {shown} ({run['kept_bytes']} bytes kept, {run['dropped_bytes']} "
+            f"dropped), exit {run['exit_code']}, signal {run['signal']}, "
+            f"sha256 {run['sha256']}",
+            highlight=False,
+        )
+        if run.get("clipped_bytes"):
+            console.print(
+                f"... first {run['clipped_bytes']} bytes clipped by the answer's size bound",
+                highlight=False,
+            )
+        if run.get("text"):
+            console.print(run["text"].rstrip("\n"), highlight=False, markup=False)

@@ -7,8 +7,8 @@ nothing of gRPC.
 
 Roles:
 - `agent`: list and fetch tasks, submit patches, meter its own operations (op
-  windows), read receipts and the frontier;
-- `auditor`: read-only: export, checkpoints, proofs, frontier, receipts, keys;
+  windows), read receipts, logs and the frontier;
+- `auditor`: read-only: export, checkpoints, proofs, frontier, receipts, logs, keys;
 - `operator`: calibrate, register SWE-bench records, run daemon-hosted
   solvers, and everything an agent or auditor may.
 
@@ -43,6 +43,7 @@ _READ = {
     "Frontier",
     "BestOfK",
     "GetReceipt",
+    "GetLogs",
     "PublicKeys",
     "MeterStatus",
 }

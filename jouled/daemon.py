@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from jouled.ledger.entry import Entry
 from jouled.ledger.keys import KeyPaths
 from jouled.ledger.signing import public_pem
 from jouled.ledger.store import Ledger, current_keyid
+from jouled.logstore import LogStore
 from jouled.meter import calibration as calibration_mod
 from jouled.meter.auto import open_meter
 from jouled.meter.base import Calibration, Meter
@@ -56,6 +58,11 @@ log = logging.getLogger("jouled")
 
 # How much of a graded run's output a receipt carries (the tail; the sandbox keeps 1 MiB).
 OUTPUT_TAIL_CHARS = 64 << 10
+# How many bytes of stored text (run output and id lists together) one GetLogs answer
+# carries: under gRPC's default 4 MiB message limit. Longer texts keep their tails.
+LOGS_RESPONSE_BYTES = 3 << 20
+# The order runs are served in, so that the bound clips the least useful first.
+_LOG_PHASES = ("grade", "solve", "baseline", "reference")
 CLAIMED_KEYS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
 
 
@@ -229,6 +236,7 @@ class Daemon:
             self.meter.close()
             raise
         self.counts = metrics.Counts()  # what the metrics endpoint serves
+        self.logs = LogStore(config.data_dir / "logs")
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
         self.evaluator = Evaluator(
@@ -725,37 +733,118 @@ class Daemon:
             raise CancelledError(
                 f"the call ended while its attempt ran; recorded as abort {entry.seq}"
             )
+        self._store_logs(attempt, body)
         entry = self.ledger.append("result", body)
-        self._save_output(attempt)
         self._frontier.add(entry.body)
         self.counts.result(entry.body)
         progress("signed", f"ledger entry {entry.seq}")
         return self.receipt(entry)
 
-    def _output_path(self, attempt_id: str) -> Path | None:
-        if not attempt_id or not attempt_id.isalnum():
-            return None
-        return self.config.data_dir / "output" / f"{attempt_id}.log"
+    def _store_logs(self, attempt: Attempt, body: dict[str, Any]) -> None:
+        """Keep the texts the body will sign; one that cannot be kept is signed `missing`."""
+        lost: set[str] = set()
+        for digest, data in attempt.blobs.items():
+            try:
+                self.logs.put(data)
+            except OSError as err:  # the result stands; only this text is lost
+                log.warning("cannot keep a log of attempt %s: %s", attempt.attempt_id, err)
+                lost.add(digest)
+        for run in body.get("logs", {}).values():
+            if run["sha256"] in lost:
+                run["status"] = "missing"
 
-    def _save_output(self, attempt: Attempt) -> None:
-        """Keep the graded run's output tail beside the ledger (its hash is signed)."""
-        path = self._output_path(attempt.attempt_id)
-        if path is None or not attempt.output:
-            return
+    def _legacy_output(self, attempt_id: str, digest: str) -> bytes | None:
+        """A graded run's tail as results signed before the log store kept it, if unchanged."""
+        if not attempt_id.isalnum():
+            return None
         try:
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            path.write_text(attempt.output[-OUTPUT_TAIL_CHARS:])
-        except OSError as err:  # the signed result stands; only the tail is lost
-            log.warning("cannot keep the output of attempt %s: %s", attempt.attempt_id, err)
+            data = (self.config.data_dir / "output" / f"{attempt_id}.log").read_bytes()
+        except OSError:
+            return None
+        return data if hashlib.sha256(data).hexdigest() == digest else None
+
+    def _signed_text(self, body: Mapping[str, Any], digest: str) -> bytes | None:
+        """The stored text whose sha256 is `digest`; None when absent or changed."""
+        data = self.logs.get(digest)
+        if data is None:
+            data = self._legacy_output(str(body.get("attempt_id", "")), digest)
+        return data
+
+    @staticmethod
+    def _runs(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The captured runs a result signs (older results signed only the graded one)."""
+        if "logs" in body:
+            return {phase: dict(run) for phase, run in body["logs"].items()}
+        if "output" in body:
+            out = body["output"]
+            status = "truncated" if out.get("dropped_bytes") else "complete"
+            return {"grade": {**out, "status": status}}
+        return {}
 
     def output_tail(self, body: Mapping[str, Any]) -> str:
-        path = self._output_path(str(body.get("attempt_id", "")))
-        if path is None:
+        run = self._runs(body).get("grade")
+        data = None if run is None else self._signed_text(body, str(run["sha256"]))
+        if data is None:
             return ""
-        try:
-            return path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return data.decode(errors="replace")[-OUTPUT_TAIL_CHARS:]
+
+    def get_logs(self, seq: int) -> dict[str, Any]:
+        """A result's captured runs and its full failing and missing test ids.
+
+        Every text is checked against the sha256 its result signs: one absent or
+        changed on disk is reported `missing` and never served. The answer carries
+        at most LOGS_RESPONSE_BYTES of text; a longer text keeps its tail.
+        """
+        entry = self._result_entry(seq)
+        body = entry.body
+        budget = LOGS_RESPONSE_BYTES
+        ids: dict[str, Any] = {}
+        for key in ("tests_failed", "tests_missing"):
+            listed = [str(i) for i in body.get(key, [])]
+            signed = body.get(f"{key}_all")
+            item: dict[str, Any] = {"count": len(listed), "sha256": None, "status": "complete"}
+            if signed is not None:
+                item |= {"count": signed["count"], "sha256": signed["sha256"]}
+                data = self._signed_text(body, str(signed["sha256"]))
+                if data is None:
+                    item["status"] = "missing"
+                else:
+                    listed = data.decode(errors="replace").splitlines()
+            kept: list[str] = []
+            for test_id in listed:
+                cost = len(test_id.encode()) + 1
+                if cost > budget:
+                    break
+                budget -= cost
+                kept.append(test_id)
+            item["ids"] = kept
+            item["clipped"] = len(kept) < len(listed)
+            ids[key] = item
+        runs: dict[str, dict[str, Any]] = {}
+        signed_runs = self._runs(body)
+        for phase in sorted(signed_runs, key=lambda p: (*_LOG_PHASES, p).index(p)):
+            run = signed_runs[phase]
+            data = self._signed_text(body, str(run["sha256"]))
+            run["signed_status"] = run["status"]
+            if data is None:
+                run |= {"status": "missing", "text": "", "clipped_bytes": 0}
+            else:
+                tail = data[len(data) - min(len(data), budget) :]
+                budget -= len(tail)
+                run |= {
+                    "text": tail.decode(errors="replace"),
+                    "clipped_bytes": len(data) - len(tail),
+                }
+            runs[phase] = run
+        return {
+            "seq": entry.seq,
+            "task_id": body["task_id"],
+            "attempt_id": body.get("attempt_id", ""),
+            "status": body["status"],
+            "runs": runs,
+            **ids,
+            "max_bytes": LOGS_RESPONSE_BYTES,
+        }
 
     def receipt(self, entry: Entry, *, replayed: bool = False) -> dict[str, Any]:
         """Everything needed to check one result alone: entry, proof, checkpoint."""
@@ -774,6 +863,9 @@ class Daemon:
             "audit": body.get("audit", []),
             "leaf_hash": entry.leaf_hash.hex(),
             "replayed": replayed,
+            # Copied from the signed body: the first failing and missing test ids.
+            "tests_failed": body.get("tests_failed", []),
+            "tests_missing": body.get("tests_missing", []),
             # Not signed: the body signs the kept output's sha256 and size.
             "output_tail": self.output_tail(body),
             "entry": entry.export_record(),
@@ -908,17 +1000,19 @@ class Daemon:
                     "or cancelled never will",
                 )
         elif seq is not None:
-            limits.integer("seq", seq)
-            if seq >= self.ledger.size:
-                raise NotFoundError(
-                    f"entry {seq} does not exist: the ledger has {self.ledger.size}"
-                )
-            entry = self.ledger.get(seq)
-            if entry.kind != "result":
-                raise NotFoundError(f"entry {seq} is a {entry.kind} entry, not a result")
+            entry = self._result_entry(seq)
         else:
             raise UsageError("give an idempotency key or a seq")
         return self.receipt(entry)
+
+    def _result_entry(self, seq: int) -> Entry:
+        limits.integer("seq", seq)
+        if seq >= self.ledger.size:
+            raise NotFoundError(f"entry {seq} does not exist: the ledger has {self.ledger.size}")
+        entry = self.ledger.get(seq)
+        if entry.kind != "result":
+            raise NotFoundError(f"entry {seq} is a {entry.kind} entry, not a result")
+        return entry
 
     def public_keys(self) -> dict[str, Any]:
         """The signing key and, during a rotation's overlap, the retired one."""

@@ -319,6 +319,10 @@ class Servicer(pb_grpc.JouledServicer):
         raise UsageError("GetReceipt needs an idempotency_key or a seq")
 
     @_unary
+    def GetLogs(self, request: pb.GetLogsRequest, context: Any) -> pb.Document:
+        return _doc(self.daemon.get_logs(request.seq))
+
+    @_unary
     def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:
         return _doc(self.daemon.public_keys())
 

@@ -101,6 +101,9 @@ class Attempt:
     idempotency_key: str = ""
     attempt_id: str = ""
     output: str = ""  # the tail of the graded run's stdout+stderr, set by `evaluate`
+    # Texts whose sha256 the body signs (run output, long id lists), by digest: the
+    # daemon stores them before it signs. Set by `evaluate`.
+    blobs: dict[str, bytes] = field(default_factory=dict)
     energy: dict[str, dict[str, Any]] = field(default_factory=dict)  # ops metered so far
 
 
@@ -274,9 +277,16 @@ class Evaluator:
     # -- baseline --------------------------------------------------------------------------
 
     def expected(
-        self, contract: Contract, progress: Progress = _quiet
+        self,
+        contract: Contract,
+        progress: Progress = _quiet,
+        runs: dict[str, RunResult] | None = None,
     ) -> tuple[Expected, PhaseEnergy | None]:
-        """The expected test ids, from cache, the ledger, or a fresh metered baseline run."""
+        """The expected test ids, from cache, the ledger, or a fresh metered baseline run.
+
+        A fresh baseline's runs are added to `runs`: "baseline" (the buggy tree) and,
+        when the ids were derived from the reference, "reference".
+        """
         with self._locks_guard:
             lock = self._baseline_locks.setdefault(contract.digest, threading.Lock())
         with lock:
@@ -285,7 +295,7 @@ class Evaluator:
                 self._expected[contract.digest] = cached
                 return cached, None
             progress("baseline", f"first use of {contract.task_id}: checking the tests fail")
-            expected, energy = self._run_baseline(contract)
+            expected, energy = self._run_baseline(contract, runs)
             self._expected[contract.digest] = expected
             return expected, energy
 
@@ -303,7 +313,9 @@ class Evaluator:
         prepare_tree(contract, tree, parse_trusted(contract.reference_patch))
         return before, self.run_check(contract, tree, ids)
 
-    def _run_baseline(self, contract: Contract) -> tuple[Expected, PhaseEnergy]:
+    def _run_baseline(
+        self, contract: Contract, runs: dict[str, RunResult] | None = None
+    ) -> tuple[Expected, PhaseEnergy]:
         if not contract.has_expected_ids and contract.reference_patch is None:
             raise TaskError(
                 f"{contract.task_id} names no expected test ids and has no reference",
@@ -315,6 +327,10 @@ class Evaluator:
             )
             window.cpu_ns += before.result.cpu_ns + (after.result.cpu_ns if after else 0)
         assert window.energy is not None
+        if runs is not None:
+            runs["baseline"] = before.result
+            if after is not None:
+                runs["reference"] = after.result
         expected = derive_expected(contract, before, after)
         body: dict[str, Any] = {
             "task_id": contract.task_id,
@@ -387,15 +403,18 @@ class Evaluator:
         extra: dict[str, Any] = {}
         patch, solved = attempt.patch, None
         error = ""
+        runs: dict[str, RunResult] = {}  # every run this attempt paid for, by phase
         try:
-            expected, baseline_energy = self.expected(contract, progress)
+            expected, baseline_energy = self.expected(contract, progress, runs)
             if baseline_energy is not None:
                 energy["baseline"] = baseline_energy.to_wire()
             if patch is None:
                 progress("solve", f"running the {attempt.solver} solver")
                 command = self.solvers.commands.get(attempt.solver)
                 if command is not None:
-                    patch = solved = self._command_solve(attempt, command, tree, energy, extra)
+                    patch = solved = self._command_solve(
+                        attempt, command, tree, energy, extra, runs
+                    )
                 else:
                     with self.metering.phase() as window:
                         patch = solved = self._daemon_solve(attempt)
@@ -412,6 +431,7 @@ class Evaluator:
             assert window.energy is not None
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
+            runs["grade"] = check.result
             attempt.output = check.result.output
             extra |= {
                 "output": _output_summary(check.result),
@@ -447,6 +467,7 @@ class Evaluator:
             progress("error", error)
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
         body.update(extra)
+        body["logs"] = {phase: capture(run, attempt.blobs) for phase, run in runs.items()}
         body["energy_total"] = energy_total(energy)
         body["provenance"] = {
             **provenance.environment(),
@@ -464,6 +485,7 @@ class Evaluator:
         tree: Path,
         energy: dict[str, dict[str, Any]],
         extra: dict[str, Any],
+        runs: dict[str, RunResult],
     ) -> Patch:
         """Run an agent CLI on its own copy of the tree, metered; its work as a patch."""
         contract = attempt.contract
@@ -474,6 +496,7 @@ class Evaluator:
                 command, env, contract.prompt, workdir, self.sandbox, attempt.model
             )
             window.cpu_ns += solved.run.cpu_ns
+        runs["solve"] = solved.run
         assert window.energy is not None
         energy["solve"] = window.energy.to_wire()
         attempt.claimed = {**solved.claimed, **attempt.claimed}
@@ -532,12 +555,18 @@ class Evaluator:
             "version": __version__,
         }
         if graded is not None and (graded.failed or graded.missing):
-            body["tests_failed"] = list(graded.failed[:50])
-            body["tests_missing"] = list(graded.missing[:50])
+            for key, ids in (("tests_failed", graded.failed), ("tests_missing", graded.missing)):
+                body[key] = list(ids[:INLINE_IDS])
+                if len(ids) > INLINE_IDS:
+                    body[f"{key}_all"] = id_list(ids, attempt.blobs)
         if error:
             body["error"] = error
         return body
 
+
+# How many failing (and missing) test ids a body lists inline; a longer list is
+# signed as the sha256 of all of them, one per line, and stored like the logs.
+INLINE_IDS = 50
 
 _EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -611,6 +640,29 @@ def _output_summary(result: RunResult) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "signal": result.signal,
     }
+
+
+def capture(result: RunResult, blobs: dict[str, bytes]) -> dict[str, Any]:
+    """A run's captured output as signed: its kept bytes (added to `blobs`) by hash."""
+    kept = result.output.encode()
+    digest = hashlib.sha256(kept).hexdigest()
+    blobs[digest] = kept
+    return {
+        "sha256": digest,
+        "status": "truncated" if result.output_dropped else "complete",
+        "kept_bytes": len(kept),
+        "dropped_bytes": result.output_dropped,
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+    }
+
+
+def id_list(ids: Sequence[str], blobs: dict[str, bytes]) -> dict[str, Any]:
+    """All of `ids`, one per line, as signed: a count and a hash (the text added to `blobs`)."""
+    text = "".join(f"{i}\n" for i in ids).encode()
+    digest = hashlib.sha256(text).hexdigest()
+    blobs[digest] = text
+    return {"count": len(ids), "sha256": digest}
 
 
 def _summary(graded: Grade) -> str:

@@ -18,6 +18,7 @@ MAPS = (
     "body.energy.*.domains",
     "body.energy_total.domains",
     "body.claimed",
+    "body.logs",
     "body.domains",
     "energy",
     "energy.*.domains",
