@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 from typing import Any
 
 from jb_client import render
@@ -257,3 +258,12 @@ def test_tables_name_the_revision_when_a_task_changed() -> None:
     wide = table(rows, wide=True)
     assert rows[1]["digest_set"] in wide
     assert "merged 1" in table(frontier_rows([at(OLD), at(NEW)], merge_digests=True), wide=True)
+
+
+def test_the_report_page_shows_no_dollars_for_a_silent_solver() -> None:
+    from jb_client import report
+
+    rows = frontier_rows([result("s/a", solver="silent"), half_cent()], axis="usd")
+    page = report._frontier_table(rows)
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert "?" in cells and "0.0050" in cells and "0.0000" not in cells
