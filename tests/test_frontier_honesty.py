@@ -6,6 +6,9 @@ import io
 import json
 import random
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from jb_client import render
@@ -267,3 +270,36 @@ def test_the_report_page_shows_no_dollars_for_a_silent_solver() -> None:
     page = report._frontier_table(rows)
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert "?" in cells and "0.0050" in cells and "0.0000" not in cells
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def frontier_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jb_client", "frontier", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_merges_digests_offline_only_on_request(tmp_path: Path) -> None:
+    from tests.client.ledger import result as entry
+    from tests.client.ledger import write_export
+
+    docs = [entry(1, "s/a", "resolved"), entry(2, "s/a", "unresolved", rollout=1)]
+    docs[0]["body"]["task_digest"], docs[1]["body"]["task_digest"] = OLD, NEW
+    export = write_export(tmp_path / "ledger.jsonl", docs)
+    split = json.loads(frontier_cli("--from-export", str(export), "--json").stdout)["rows"]
+    assert [r["revision"] for r in split] == [0, 1]
+    done = frontier_cli("--from-export", str(export), "--merge-digests", "--json")
+    assert done.returncode == 0, done.stderr
+    (merged,) = json.loads(done.stdout)["rows"]
+    assert merged["revision"] is None and merged["merged_digests"] == 1
+
+
+def test_cli_refuses_to_merge_digests_on_the_daemon() -> None:
+    done = frontier_cli("--merge-digests")
+    assert done.returncode != 0
+    assert "--from-export" in done.stderr and "Traceback" not in done.stderr
