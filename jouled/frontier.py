@@ -436,6 +436,8 @@ class _Group:
     # The median sorts every wall time; it is kept until the next attempt arrives.
     _median_ms: float | None = None
     _median_fresh: bool = False
+    # (digest_set, tasks, merged_digests): hashed again only when a task version is new.
+    _coverage: tuple[str, int, int] | None = None
 
     def add(self, a: _Attempt) -> None:
         if a.status == ERROR:
@@ -460,7 +462,10 @@ class _Group:
         self.windows += e.windows
         self.reliable_windows += e.reliable_windows
         self.invalid_windows += e.invalid_windows
-        self.tasks.add((a.task_id, a.task_digest))
+        version = (a.task_id, a.task_digest)
+        if version not in self.tasks:
+            self.tasks.add(version)
+            self._coverage = None
         if e.windows:
             self.walls.append(e.wall_ms)
             self._median_fresh = False
@@ -475,10 +480,19 @@ class _Group:
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.tasks |= other.tasks
+        self._coverage = None
         self.walls.extend(other.walls)
         self._median_fresh = False
         self.sources |= other.sources
         self.op_keys |= other.op_keys
+
+    def coverage(self) -> tuple[str, int, int]:
+        """The digest set id, the distinct tasks, and the tasks seen at several digests."""
+        if self._coverage is None:
+            per_task = Counter(task for task, _ in self.tasks)
+            several = sum(1 for count in per_task.values() if count > 1)
+            self._coverage = (digest_set_id(self.tasks), len(per_task), several)
+        return self._coverage
 
     def wall_median_ms(self) -> float | None:
         if not self._median_fresh:
@@ -492,16 +506,16 @@ class _Group:
         low, high = wilson_interval(resolved, n)
         joules_total = self.gross_mj / 1000
         usd_total = self.usd_micros / 1_000_000 if self.usd_claims else None
-        task_ids = Counter(task for task, _ in self.tasks)
+        digest_set, tasks, merged = self.coverage()
         return {
             "suite": key[0],
             "solver": key[1],
             "model": key[2],
             "revision": revision,
-            "digest_set": digest_set_id(self.tasks),
-            "merged_digests": sum(1 for count in task_ids.values() if count > 1),
+            "digest_set": digest_set,
+            "merged_digests": merged,
             "attempts": n,
-            "tasks": len(task_ids),
+            "tasks": tasks,
             "resolved": resolved,
             "resolution": resolved / n if n else 0.0,
             "ci_low": low,
