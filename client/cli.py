@@ -322,22 +322,42 @@ def frontier(
         Path | None,
         typer.Option("--plot", help="Also draw the frontier to FILE (.svg or .png; matplotlib)."),
     ] = None,
+    merge_digests: Annotated[
+        bool,
+        typer.Option(
+            "--merge-digests",
+            help="Pool each solver's results across a changed task's digests into one row "
+            "(with --from-export FILE).",
+        ),
+    ] = False,
     wide: Wide = None,
     as_json: Json = False,
 ) -> None:
-    """Resolution vs energy (or dollars, or wall time) per suite, solver and model.
+    """Resolution vs energy (or dollars, or wall time) per suite, solver, model and the
+    revision of the tasks graded (a changed task's results form their own row).
 
     With several targets (or --fleet), or a fleet export directory, a row per host,
     each host's ledger verified against its pinned key first.
     """
-    if _is_fleet() or (export is not None and export.is_dir()):
+    fleet_wide = _is_fleet() or (export is not None and export.is_dir())
+    if merge_digests and (fleet_wide or export is None):
+        _fail(
+            UsageError(
+                "--merge-digests pools rows offline, from one ledger's export",
+                hint="export the ledger (`jb-client export --out FILE`), then run "
+                "`jb-client frontier --from-export FILE --merge-digests`",
+            )
+        )
+    if fleet_wide:
         return _fleet_frontier(suite, axis, export, as_json)
     try:
         if export is not None:
             from jouled import frontier as frontier_fn
 
             results, ops = _export_bodies(export)
-            rows = frontier_fn.frontier_rows(results, suite=suite or None, axis=axis, ops=ops)
+            rows = frontier_fn.frontier_rows(
+                results, suite=suite or None, axis=axis, ops=ops, merge_digests=merge_digests
+            )
         else:
             with _client() as c:
                 rows = c.frontier(suite, axis)["rows"]

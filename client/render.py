@@ -50,6 +50,31 @@ def _joules(value: float | None, reliable: bool = True) -> str:
     return text if reliable else f"~{text}"
 
 
+def _verdict(r: dict[str, Any]) -> str:
+    """A row's Pareto mark: * on the frontier, ? no verdict (its $ partly claimed)."""
+    return {True: "*", None: "?"}.get(r.get("pareto"), "")
+
+
+def _usd(r: dict[str, Any]) -> str:
+    """Claimed dollars, with the share of attempts that claimed them when not all did."""
+    total, share = r.get("usd_total"), r.get("usd_claimed_share")
+    if total is None:
+        return "-"  # nothing claimed: unknown, never $0
+    text = f"{float(total):.4f}"
+    return text if share is None or share >= 1 else f"{text} ({_pct(share)})"
+
+
+def _revision(r: dict[str, Any]) -> str:
+    """Which versions of its tasks a row graded: its revision, or how many it merged."""
+    if r.get("revision") is None:
+        return f"merged {r.get('merged_digests', 0)}"
+    return f"r{r['revision']}"
+
+
+def _revised(rows: Sequence[dict[str, Any]]) -> bool:
+    return any(r.get("revision", 0) != 0 for r in rows)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -138,12 +163,17 @@ def frontier_table(
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
         console.print(_frontier_compact(rows))
         return
-    table = _table("resolution vs energy (~ = energy not reliable; * = Pareto)")
+    revised = _revised(rows)
+    table = _table(
+        "resolution vs energy (~ = energy not reliable; * = Pareto; "
+        "? = no verdict, $ partly claimed; $ (n%) = share of attempts that claimed)"
+    )
     cols = (
         "",
         "suite",
         "solver",
         "model",
+        *(("rev", "digest set") if revised else ()),
         "attempts",
         "tasks",
         "resolved",
@@ -160,17 +190,24 @@ def frontier_table(
         "op J",
     )
     for col in cols:
+        # A digest set is an id to compare rows by: cut short it would mislead.
+        ident = col in ("rev", "digest set")
         table.add_column(
             col,
-            justify="right" if col not in ("suite", "solver", "model", "source", "") else "left",
+            justify="right"
+            if col not in ("suite", "solver", "model", "source", "", "rev")
+            else "left",
+            no_wrap=ident,
+            min_width=16 if col == "digest set" else None,
         )
     for r in rows:
         reliable = r["reliable_share"] == 1
         table.add_row(
-            "*" if r["pareto"] else "",
+            _verdict(r),
             r["suite"],
             r["solver"],
             r["model"] or "-",
+            *((_revision(r), str(r.get("digest_set", ""))) if revised else ()),
             str(r["attempts"]),
             str(r["tasks"]),
             str(r["resolved"]),
@@ -179,7 +216,7 @@ def frontier_table(
             _joules(r["joules_total"], reliable),
             _joules(r["joules_per_resolved"], reliable),
             "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
-            f"{r['usd_total']:.4f}",
+            _usd(r),
             r["energy_source"],
             _pct(r["reliable_share"]),
             str(r.get("tampered", 0)),
@@ -192,7 +229,7 @@ def frontier_table(
     console.print(table)
 
 
-def _name_cell(r: dict[str, Any], suites: int) -> Text:
+def _name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
     from rich.text import Text
 
     # Text, not markup: names come from results.
@@ -200,6 +237,8 @@ def _name_cell(r: dict[str, Any], suites: int) -> Text:
     cell.append(str(r["solver"]))
     if r.get("model"):
         cell.append(f" {r['model']}", style="dim")
+    if revised:
+        cell.append(f" {_revision(r)}", style="dim")
     return cell
 
 
@@ -221,9 +260,11 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
     where = f" ({rows[0]['suite']})" if suites == 1 else ""
     table = _compact(
         f"frontier{where}, energy: {', '.join(sources) or 'none'}. "
-        "* Pareto, ~ energy not reliable, $ claimed; flags: t tampered, a audit flagged, "
-        "op the agent's op windows (J)"
+        "* Pareto, ? no verdict ($ partly claimed), ~ energy not reliable, $ claimed "
+        "((n%) when only n% claimed it); r0, r1... the tasks' revision; flags: t tampered, "
+        "a audit flagged, op the agent's op windows (J)"
     )
+    revised = _revised(rows)
     usd = any(r["usd_total"] for r in rows)
     flags = any(r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") for r in rows)
     table.add_column("", no_wrap=True)
@@ -237,8 +278,8 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
     for r in rows:
         reliable = r["reliable_share"] == 1
         cells: list[Any] = [
-            "*" if r["pareto"] else "",
-            _name_cell(r, suites),
+            _verdict(r),
+            _name_cell(r, suites, revised),
             f"{r['resolved']}/{r['attempts']}",
             _pct(r["resolution"]),
             _ci(r),
@@ -246,7 +287,7 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
             "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
         ]
         if usd:
-            cells.append(f"{r['usd_total']:.4f}")
+            cells.append(_usd(r))
         if flags:
             marks = [f"t{r['tampered']}"] if r.get("tampered") else []
             marks += [f"a{r['audit_flagged']}"] if r.get("audit_flagged") else []
@@ -452,7 +493,7 @@ def fleet_frontier_table(doc: dict[str, Any]) -> None:
         reliable = r["reliable_share"] == 1
         summary = r["host"] == "*"
         table.add_row(
-            "*" if r["pareto"] else "",
+            _verdict(r),
             f"all ({len(r['hosts'])})" if summary else r["host"],
             r["suite"],
             r["solver"],

@@ -236,7 +236,7 @@ def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
         jpr = r.get("joules_per_resolved")
         body.append(
             (
-                "*" if r.get("pareto") else "",
+                {True: "*", None: "?"}.get(r.get("pareto"), ""),
                 esc(r["suite"]),
                 esc(r["solver"]),
                 esc(r.get("model") or "-"),
@@ -248,7 +248,7 @@ def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 _j(round(1000 * float(r["joules_total"])), reliable),
                 "-" if jpr is None else _j(round(1000 * float(jpr)), reliable),
                 "-" if r.get("wall_median_s") is None else f"{float(r['wall_median_s']):.2f}",
-                f"{float(r.get('usd_total') or 0):.4f}",
+                _usd(r),
                 esc(r.get("energy_source", "")),
                 _pct(r.get("reliable_share")),
                 _flag(r.get("tampered", 0)),
@@ -260,6 +260,15 @@ def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
             )
         )
     return _table(head, body, "num")
+
+
+def _usd(r: Mapping[str, Any]) -> str:
+    """Claimed dollars: "-" when nothing was claimed, the share when only some was."""
+    total, share = r.get("usd_total"), r.get("usd_claimed_share")
+    if total is None:
+        return "-"
+    text = f"{float(total):.4f}"
+    return text if share is None or float(share) >= 1 else f"{text} ({_pct(share)})"
 
 
 def _flag(n: Any) -> str:
@@ -554,7 +563,8 @@ def render_html(data: ReportData, *, title: str = "", now: datetime.datetime | N
         "some window was under the meter's floor or within idle noise, so their joules are "
         "not comparable. Bars: 95% Wilson intervals. The staircase joins the Pareto "
         "frontier (<code>*</code>). Dollars are claimed by the agents, joules measured by "
-        "the daemon.</p>",
+        "the daemon; a row whose dollars only some attempts claimed shows the share and "
+        "gets no verdict on the dollar axis (<code>?</code>).</p>",
         _figure(plot.frontier_figure, data.frontier, "frontier", data.axis),
         _frontier_table(data.frontier),
         "<h2>Best of k</h2>",

@@ -6,8 +6,24 @@ same numbers.
 
 Counting rules, decided once here so every consumer agrees:
 
-- Attempts are grouped by (suite, solver, model). The suite is the body's
-  `suite`, else the part of `task_id` before the first "/".
+- Attempts are grouped by (suite, solver, model, revision). The suite is the
+  body's `suite`, else the part of `task_id` before the first "/".
+- A task's `task_digest` is its content hash: results at two digests of one
+  task graded different work and are never pooled by default. A task's
+  digests are numbered in the order they first appear in the ledger (0 for
+  the first, 1 for the one after the task changed, ...), and that number is
+  the attempt's `revision`. Rows of one (suite, solver, model) at different
+  revisions stay apart, each with its `revision` and its `digest_set`: an id
+  (the first 16 hex digits of SHA-256 over the sorted "task_id NUL
+  task_digest" lines it covers) that two rows share exactly when they graded
+  the same versions of the same tasks. The daemon and an export read the
+  ledger in the same order, so they number revisions alike. Pareto flags are
+  set within one (suite, revision): the attempts on a changed task compete
+  with each other, not with the suite's older rows.
+- `merge_digests` (`jb-client frontier --from-export FILE --merge-digests`) pools a
+  (suite, solver, model)'s revisions into one row on request: its `revision`
+  is null and `merged_digests` counts the tasks whose several digests it
+  pools (0 in every row that pools none).
 - `error` attempts are infrastructure faults, not the solver's doing: they are
   left out of attempts, energy, dollars and best-of-k, and counted in `errors`.
 - `invalid` attempts (the task's baseline did not fail) stay in `attempts` and
@@ -36,6 +52,16 @@ Counting rules, decided once here so every consumer agrees:
   seen: zero attempts, resolution 0.0, interval (0.0, 1.0).
 - Joules are attested (daemon-measured); `claimed_joules` and the dollar
   columns are agent-reported (`usd_source: "claimed"`) and never added to them.
+- Dollars count only the attempts that claim them: a positive
+  `claimed.usd_micros` (on the wire an unset proto3 field reads 0, so a claim
+  of $0 cannot be told from no claim). `usd_total` sums the claims and is null
+  when no attempt claimed; `usd_per_resolved` divides it by the resolved
+  attempts that claimed (null when none did); `usd_claimed_share` is the share
+  of attempts that claimed (null with no attempts). An attempt that claims
+  nothing never counts as $0.
+- On the "usd" axis a row whose `usd_claimed_share` is below 1 gets
+  `pareto: null`: its dollar cost is not known, so it neither joins nor
+  blocks the frontier. A row that resolved nothing is still `false` (below).
 - `energy_source` is the one source label every counted window carries
   ("estimator", "rapl+nvml", ...), `"mixed:"` followed by the sorted distinct
   labels joined with "," when windows disagree (their joules are not
@@ -58,6 +84,7 @@ Counting rules, decided once here so every consumer agrees:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 import threading
@@ -88,6 +115,7 @@ AXES = {
 USD_SOURCE = "claimed"
 
 _Key = tuple[str, str, str]  # (suite, solver, model)
+_RowKey = tuple[str, str, str, int]  # (suite, solver, model, revision)
 _OpKey = tuple[str, str, str, int]  # (agent, task_id, run_id, rollout)
 
 
@@ -196,10 +224,15 @@ class _Attempt:
     patch_sha256: str = ""
     agent: str = ""
     run_id: str = ""
+    task_digest: str = ""
 
     @property
     def key(self) -> _Key:
         return (self.suite, self.solver, self.model)
+
+    @property
+    def claims_usd(self) -> bool:
+        return self.usd_micros > 0
 
     @property
     def op_key(self) -> _OpKey:
@@ -305,7 +338,25 @@ def _parse(body: Mapping[str, Any]) -> _Attempt:
         patch_sha256=str(body.get("patch_sha256") or ""),
         agent=str(body.get("agent") or ""),
         run_id=str(body.get("run_id") or ""),
+        task_digest=str(body.get("task_digest") or ""),
     )
+
+
+class _Revisions:
+    """Each task's digests, numbered in the order they first appear."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, int]] = {}
+
+    def of(self, a: _Attempt) -> int:
+        digests = self._seen.setdefault(a.task_id, {})
+        return digests.setdefault(a.task_digest, len(digests))
+
+
+def digest_set_id(pairs: Iterable[tuple[str, str]]) -> str:
+    """The id of a set of (task_id, task_digest) pairs: equal sets, equal ids."""
+    lines = sorted({f"{task}\0{digest}" for task, digest in pairs})
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def _visible_share(body: Mapping[str, Any]) -> float:
@@ -328,12 +379,16 @@ def select_visible(samples: Sequence[_Attempt]) -> _Attempt | None:
     return min(samples, key=lambda a: (-a.visible_passed, -votes[a.patch_sha256], a.rollout))
 
 
-def _grouped(results: Iterable[Mapping[str, Any]], suite: str | None) -> dict[_Key, list[_Attempt]]:
-    groups: dict[_Key, list[_Attempt]] = defaultdict(list)
+def _grouped(
+    results: Iterable[Mapping[str, Any]], suite: str | None
+) -> dict[_RowKey, list[_Attempt]]:
+    groups: dict[_RowKey, list[_Attempt]] = defaultdict(list)
+    revisions = _Revisions()
     for body in results:
         attempt = _parse(body)
+        revision = revisions.of(attempt)  # numbered over every suite, as in `Frontier`
         if suite is None or attempt.suite == suite:
-            groups[attempt.key].append(attempt)
+            groups[(*attempt.key, revision)].append(attempt)
     return groups
 
 
@@ -367,11 +422,13 @@ class _Group:
     gross_mj: int = 0
     marginal_mj: int = 0
     usd_micros: int = 0
+    usd_claims: int = 0  # attempts that claimed dollars
+    usd_resolved: int = 0  # resolved attempts that claimed dollars
     claimed_mj: int = 0
     windows: int = 0
     reliable_windows: int = 0
     invalid_windows: int = 0
-    tasks: set[str] = field(default_factory=set)
+    tasks: set[tuple[str, str]] = field(default_factory=set)  # (task_id, task_digest)
     walls: list[int] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
     op_keys: set[_OpKey] = field(default_factory=set)
@@ -379,6 +436,8 @@ class _Group:
     # The median sorts every wall time; it is kept until the next attempt arrives.
     _median_ms: float | None = None
     _median_fresh: bool = False
+    # (digest_set, tasks, merged_digests): hashed again only when a task version is new.
+    _coverage: tuple[str, int, int] | None = None
 
     def add(self, a: _Attempt) -> None:
         if a.status == ERROR:
@@ -395,16 +454,45 @@ class _Group:
         # same whatever order the ledger yields attempts in.
         self.gross_mj += e.gross_mj
         self.marginal_mj += e.marginal_mj
-        self.usd_micros += a.usd_micros
+        if a.claims_usd:
+            self.usd_micros += a.usd_micros
+            self.usd_claims += 1
+            self.usd_resolved += a.resolved
         self.claimed_mj += a.claimed_mj
         self.windows += e.windows
         self.reliable_windows += e.reliable_windows
         self.invalid_windows += e.invalid_windows
-        self.tasks.add(a.task_id)
+        version = (a.task_id, a.task_digest)
+        if version not in self.tasks:
+            self.tasks.add(version)
+            self._coverage = None
         if e.windows:
             self.walls.append(e.wall_ms)
             self._median_fresh = False
         self.sources |= e.sources
+
+    def pooled(self, other: _Group) -> None:
+        """Add another group's totals; its op windows are the caller's to count."""
+        for name in (
+            "attempts", "errors", "invalid", "tampered", "audit_flagged", "timeouts",
+            "resolved", "gross_mj", "marginal_mj", "usd_micros", "usd_claims",
+            "usd_resolved", "claimed_mj", "windows", "reliable_windows", "invalid_windows",
+        ):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.tasks |= other.tasks
+        self._coverage = None
+        self.walls.extend(other.walls)
+        self._median_fresh = False
+        self.sources |= other.sources
+        self.op_keys |= other.op_keys
+
+    def coverage(self) -> tuple[str, int, int]:
+        """The digest set id, the distinct tasks, and the tasks seen at several digests."""
+        if self._coverage is None:
+            per_task = Counter(task for task, _ in self.tasks)
+            several = sum(1 for count in per_task.values() if count > 1)
+            self._coverage = (digest_set_id(self.tasks), len(per_task), several)
+        return self._coverage
 
     def wall_median_ms(self) -> float | None:
         if not self._median_fresh:
@@ -412,18 +500,22 @@ class _Group:
             self._median_fresh = True
         return self._median_ms
 
-    def row(self, key: _Key) -> dict[str, Any]:
+    def row(self, key: _Key, revision: int | None) -> dict[str, Any]:
         n, resolved = self.attempts, self.resolved
         median_ms = self.wall_median_ms()
         low, high = wilson_interval(resolved, n)
         joules_total = self.gross_mj / 1000
-        usd_total = self.usd_micros / 1_000_000
+        usd_total = self.usd_micros / 1_000_000 if self.usd_claims else None
+        digest_set, tasks, merged = self.coverage()
         return {
             "suite": key[0],
             "solver": key[1],
             "model": key[2],
+            "revision": revision,
+            "digest_set": digest_set,
+            "merged_digests": merged,
             "attempts": n,
-            "tasks": len(self.tasks),
+            "tasks": tasks,
             "resolved": resolved,
             "resolution": resolved / n if n else 0.0,
             "ci_low": low,
@@ -433,7 +525,8 @@ class _Group:
             "joules_per_resolved": _per(joules_total, resolved),
             "wall_median_s": None if median_ms is None else median_ms / 1000,
             "usd_total": usd_total,
-            "usd_per_resolved": _per(usd_total, resolved),
+            "usd_per_resolved": None if usd_total is None else _per(usd_total, self.usd_resolved),
+            "usd_claimed_share": self.usd_claims / n if n else None,
             "usd_source": USD_SOURCE,
             "claimed_joules": self.claimed_mj / 1000,
             "energy_source": _energy_source(self.sources),
@@ -453,20 +546,42 @@ class _Group:
 
 def _cost(row: Mapping[str, Any], axis: str) -> float:
     value = row[AXES[axis]]
-    if not row["resolved"] or value is None:
+    if not row["resolved"] or value is None or not _judged(row, axis):
         return math.inf
     return float(value)
 
 
+def _judged(row: Mapping[str, Any], axis: str) -> bool:
+    """Whether the row's cost on `axis` is known well enough for a Pareto verdict."""
+    if axis != "usd" or not row["resolved"]:
+        return True  # resolving nothing is a verdict whatever was spent
+    share = row.get("usd_claimed_share")
+    return share is not None and share >= 1
+
+
 def _mark_pareto(rows: list[dict[str, Any]], axis: str) -> None:
-    by_suite: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    pools: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        by_suite[row["suite"]].append(row)
-    for suite_rows in by_suite.values():
-        flags = pareto([(r["resolution"], _cost(r, axis)) for r in suite_rows])
-        for row, flag in zip(suite_rows, flags, strict=True):
+        row["pareto"] = None  # no verdict unless the pool below gives one
+        row["pareto_axis"] = axis
+        if _judged(row, axis):
+            pools[(row["suite"], row.get("revision", 0))].append(row)
+    for pool in pools.values():
+        flags = pareto([(r["resolution"], _cost(r, axis)) for r in pool])
+        for row, flag in zip(pool, flags, strict=True):
             row["pareto"] = flag
-            row["pareto_axis"] = axis
+
+
+def _sort_key(row: Mapping[str, Any], axis: str) -> tuple[Any, ...]:
+    revision = row.get("revision")
+    return (
+        row["suite"],
+        -1 if revision is None else revision,
+        -row["resolution"],
+        _cost(row, axis),
+        row["solver"],
+        row["model"],
+    )
 
 
 class Frontier:
@@ -480,9 +595,10 @@ class Frontier:
     def __init__(
         self, results: Iterable[Mapping[str, Any]] = (), ops: Iterable[Mapping[str, Any]] = ()
     ) -> None:
-        self._groups: dict[_Key, _Group] = defaultdict(_Group)
+        self._groups: dict[_RowKey, _Group] = defaultdict(_Group)
+        self._revisions = _Revisions()
         self._ops: dict[_OpKey, _OpSum] = {}
-        self._op_groups: dict[_OpKey, set[_Key]] = defaultdict(set)
+        self._op_groups: dict[_OpKey, set[_RowKey]] = defaultdict(set)
         self._lock = threading.Lock()
         for body in ops:
             self.add_op(body)
@@ -492,12 +608,13 @@ class Frontier:
     def add(self, body: Mapping[str, Any]) -> None:
         attempt = _parse(body)
         with self._lock:
-            group = self._groups[attempt.key]
+            group_key = (*attempt.key, self._revisions.of(attempt))
+            group = self._groups[group_key]
             group.add(attempt)
             key = attempt.op_key
             if attempt.status != ERROR and key not in group.op_keys:
                 group.op_keys.add(key)
-                self._op_groups[key].add(attempt.key)
+                self._op_groups[key].add(group_key)
                 if key in self._ops:
                     group.ops.add(self._ops[key])
 
@@ -512,27 +629,51 @@ class Frontier:
             for group_key in self._op_groups.get(key, ()):
                 self._groups[group_key].ops.add(op)
 
-    def rows(self, *, suite: str | None = None, axis: str = "joules") -> list[dict[str, Any]]:
-        """One row per (suite, solver, model), Pareto-flagged within each suite.
+    def rows(
+        self, *, suite: str | None = None, axis: str = "joules", merge_digests: bool = False
+    ) -> list[dict[str, Any]]:
+        """One row per (suite, solver, model, revision), Pareto-flagged within each
+        (suite, revision); with `merge_digests`, one per (suite, solver, model).
 
         `axis` picks the cost the frontier trades resolution against: "joules"
         (per resolved task), "usd" (claimed, per resolved task) or "wall"
-        (median seconds per attempt). Rows come sorted by suite, resolution
-        descending, that cost ascending, then solver and model.
+        (median seconds per attempt). Rows come sorted by suite, revision,
+        resolution descending, that cost ascending, then solver and model.
         """
         if axis not in AXES:
             raise UsageError(f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(AXES)}")
         with self._lock:
-            rows = [
-                group.row(key)
-                for key, group in sorted(self._groups.items())
+            chosen = [
+                (key, group)
+                for key, group in sorted(self._groups.items(), key=lambda item: item[0])
                 if suite is None or key[0] == suite
             ]
+            if merge_digests:
+                rows = [self._pooled(groups).row(key, None) for key, groups in _by_key(chosen)]
+            else:
+                rows = [group.row(key[:3], key[3]) for key, group in chosen]
         _mark_pareto(rows, axis)
-        rows.sort(
-            key=lambda r: (r["suite"], -r["resolution"], _cost(r, axis), r["solver"], r["model"])
-        )
+        rows.sort(key=lambda r: _sort_key(r, axis))
         return rows
+
+    def _pooled(self, groups: Sequence[_Group]) -> _Group:
+        """One group holding several revisions' totals, each op window counted once."""
+        pooled = _Group()
+        for group in groups:
+            pooled.pooled(group)
+        for key in pooled.op_keys:
+            if key in self._ops:
+                pooled.ops.add(self._ops[key])
+        return pooled
+
+
+def _by_key(
+    chosen: Sequence[tuple[_RowKey, _Group]],
+) -> list[tuple[_Key, list[_Group]]]:
+    merged: dict[_Key, list[_Group]] = defaultdict(list)
+    for key, group in chosen:
+        merged[key[:3]].append(group)
+    return sorted(merged.items())
 
 
 def frontier_rows(
@@ -541,15 +682,18 @@ def frontier_rows(
     suite: str | None = None,
     axis: str = "joules",
     ops: Iterable[Mapping[str, Any]] = (),
+    merge_digests: bool = False,
 ) -> list[dict[str, Any]]:
     """The frontier of a list of results and op entry bodies (see `Frontier.rows`)."""
-    return Frontier(results, ops).rows(suite=suite, axis=axis)
+    return Frontier(results, ops).rows(suite=suite, axis=axis, merge_digests=merge_digests)
 
 
 # -- best of k -------------------------------------------------------------------------
 
 
-def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int) -> dict[str, Any]:
+def _best_of_k_row(
+    key: _RowKey, by_task: Mapping[str, Sequence[_Attempt]], k: int
+) -> dict[str, Any]:
     # "Within k" follows rollout indices, so repeated (task, rollout) samples
     # both fall inside the same k; pass@k instead treats every sample as a draw.
     first_k = [a for samples in by_task.values() for a in samples if a.rollout < k]
@@ -564,6 +708,8 @@ def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int)
         "suite": key[0],
         "solver": key[1],
         "model": key[2],
+        "revision": key[3],
+        "digest_set": digest_set_id((t, s[0].task_digest) for t, s in by_task.items()),
         "k": k,
         "tasks": tasks,
         "attempts": len(first_k),
@@ -585,13 +731,14 @@ def _best_of_k_row(key: _Key, by_task: Mapping[str, Sequence[_Attempt]], k: int)
 def best_of_k(
     results: Iterable[Mapping[str, Any]], *, suite: str | None = None
 ) -> list[dict[str, Any]]:
-    """Per (suite, solver, model) and k = 1..N: what the first k rollouts bought.
+    """Per (suite, solver, model, revision) and k = 1..N: what the first k rollouts bought.
 
     N is one more than the highest rollout index seen for the group. Tasks
     resolved within the first k rollouts stand against the joules and claimed
     dollars those rollouts cost; `pass_at_k` is the unbiased estimate averaged
     over the tasks that have at least k samples (`pass_at_k_tasks` of them;
-    null when none has). Error attempts are left out, as in the frontier.
+    null when none has). Error attempts are left out and revisions kept apart,
+    as in the frontier; `usd_cumulative` sums the dollars the attempts claimed.
 
     `resolved_within_k` asks the oracle (any of the first k resolved): an upper
     bound no deployed agent reaches. `selected_resolved` is what an agent gets
@@ -688,8 +835,22 @@ def count_once(
     return kept, duplicates
 
 
+def _host_label(labels: set[str]) -> str:
+    """One host's energy source over its rows of one (suite, solver, model)."""
+    if len(labels) == 1:
+        return next(iter(labels))
+    parts = {
+        p for label in labels if label != "none" for p in label.removeprefix("mixed:").split(",")
+    }
+    return _energy_source(parts)
+
+
 def fleet_frontier(
-    hosts: Sequence[HostLedger], *, suite: str | None = None, axis: str = "joules"
+    hosts: Sequence[HostLedger],
+    *,
+    suite: str | None = None,
+    axis: str = "joules",
+    merge_digests: bool = False,
 ) -> dict[str, Any]:
     """The frontier of several hosts' ledgers: a row per (host, suite, solver, model).
 
@@ -700,19 +861,36 @@ def fleet_frontier(
     label (`comparable` true). Otherwise those columns are null and
     `energy_source` reads "not comparable", with each host's label in
     `energy_sources`: energy from different meters is never summed into one
-    figure. Attempts are counted once across hosts (`count_once`).
+    figure. Attempts are counted once across hosts (`count_once`). Revisions are
+    numbered over the hosts' results in host-name order, so the summary does not
+    depend on the order the hosts were listed in; a host whose rows of one
+    (suite, solver, model) span several revisions reports their labels together.
     """
     if len({h.host for h in hosts}) != len(hosts):
         raise UsageError("two ledgers name the same host", hint="give each host its own name")
     kept, duplicates = count_once(hosts)
     rows: list[dict[str, Any]] = []
-    sources: dict[_Key, dict[str, str]] = defaultdict(dict)
-    for ledger in sorted(hosts, key=lambda h: h.host):
-        for row in frontier_rows(kept[ledger.host], suite=suite, axis=axis, ops=ledger.ops):
+    labels_of: dict[_Key, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    ordered = sorted(hosts, key=lambda h: h.host)
+    for ledger in ordered:
+        for row in frontier_rows(
+            kept[ledger.host], suite=suite, axis=axis, ops=ledger.ops, merge_digests=merge_digests
+        ):
             rows.append({"host": ledger.host, **row})
-            sources[(row["suite"], row["solver"], row["model"])][ledger.host] = row["energy_source"]
-    every = [b for ledger in hosts for b in kept[ledger.host]]
-    summary = frontier_rows(every, suite=suite, axis=axis, ops=[o for h in hosts for o in h.ops])
+            key = (row["suite"], row["solver"], row["model"])
+            labels_of[key][ledger.host].add(row["energy_source"])
+    sources = {
+        key: {host: _host_label(labels) for host, labels in by_host.items()}
+        for key, by_host in labels_of.items()
+    }
+    every = [b for ledger in ordered for b in kept[ledger.host]]
+    summary = frontier_rows(
+        every,
+        suite=suite,
+        axis=axis,
+        ops=[o for h in ordered for o in h.ops],
+        merge_digests=merge_digests,
+    )
     for row in summary:
         by_host = sources[(row["suite"], row["solver"], row["model"])]
         labels = {s for s in by_host.values() if s != "none"}

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from jouled.errors import UsageError
-from jouled.frontier import best_of_k, frontier_rows, pareto, pass_at_k, wilson_interval
+from jouled.frontier import (
+    best_of_k,
+    digest_set_id,
+    frontier_rows,
+    pareto,
+    pass_at_k,
+    wilson_interval,
+)
 
 
 def window(
@@ -208,6 +215,9 @@ def test_rows_have_exact_figures() -> None:
         "suite": "smoke",
         "solver": "reference",
         "model": "",
+        "revision": 0,
+        "digest_set": digest_set_id([("smoke/lrucache", "ab" * 32), ("smoke/parser", "ab" * 32)]),
+        "merged_digests": 0,
         "attempts": 2,
         "tasks": 2,
         "resolved": 2,
@@ -218,8 +228,10 @@ def test_rows_have_exact_figures() -> None:
         "joules_marginal": 2.2,
         "joules_per_resolved": 3.0,
         "wall_median_s": 0.4,
+        # Only the lrucache attempt claimed dollars: the parser one is not $0.
         "usd_total": 1.5,
-        "usd_per_resolved": 0.75,
+        "usd_per_resolved": 1.5,
+        "usd_claimed_share": 0.5,
         "usd_source": "claimed",
         "claimed_joules": 7.0,
         "energy_source": "estimator",
@@ -251,7 +263,8 @@ def test_solver_that_resolves_nothing_has_null_cost_and_is_off_the_frontier() ->
     for axis in ("joules", "usd", "wall"):
         by_solver = {r["solver"]: r for r in frontier_rows(smoke_results(), axis=axis)}
         assert by_solver["noop"]["pareto"] is False
-        assert by_solver["reference"]["pareto"] is True
+        # Half the reference's attempts claimed dollars: no verdict on that axis.
+        assert by_solver["reference"]["pareto"] is (None if axis == "usd" else True)
 
 
 def test_rows_serialise_as_the_wire_format() -> None:
