@@ -51,9 +51,14 @@ def _top_name(path: PurePosixPath) -> str | None:
 
 
 def check_patch(patch: Patch, tree: Path) -> None:
-    """Raise PatchError when `patch` (already applied to `tree`) adds a start-up hazard."""
+    """Raise PatchError when `patch` (already applied to `tree`) adds a start-up hazard.
+
+    Files it adds or renames are judged; edits to files the tree already holds are not.
+    """
     for file in patch.files:
-        if file.new_path is None:
+        # Only what the patch brings in: a file the task's own tree already has
+        # is the task's, whatever its name.
+        if file.new_path is None or not (file.is_new or file.is_rename):
             continue
         path = PurePosixPath(file.new_path)
         if "__pycache__" in path.parts or path.suffix in _NOT_SOURCE or ".pth" in path.suffixes:
