@@ -28,7 +28,6 @@ import signal
 import socket
 import sysconfig
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -398,7 +397,13 @@ def scenario_peek(a: Arena) -> tuple[Outcome, Outcome, str]:
     )
     with ThreadPoolExecutor(max_workers=2) as pool:
         victim = pool.submit(submit, a.target, A.LRUCACHE.task_id, victim_patch, victim_token)
-        time.sleep(0.5)  # let the victim be seeded first; the attacker keeps looking anyway
+        # The attacker goes in only once the victim's tree holds the secret on this host,
+        # so its looking cannot miss the secret merely by being early.
+        seeded = A.wait_until(
+            lambda: any((a.daemon.data_dir / "work").glob(f"attempt-*/tree/{secret_name}")),
+            GRACE_S,
+        )
+        assert seeded, "the victim's tree never held its secret"
         attacker = submit(a.target, A.LRUCACHE.task_id, attacker_patch, attacker_token)
         return victim.result(), attacker, secret
 
