@@ -93,15 +93,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jouled.documents import STATUSES, Status
 from jouled.errors import UsageError
 
-RESOLVED = "resolved"
-UNRESOLVED = "unresolved"
-TIMEOUT = "timeout"
-ERROR = "error"
-INVALID = "invalid"
-TAMPERED = "tampered"
-STATUSES = frozenset({RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED})
+RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
 
 COUNTED_PHASES = ("solve", "grade")
 

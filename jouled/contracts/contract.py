@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +30,26 @@ ROOT_CONFIG_NAMES = ("pyproject.toml",)
 # Never part of a task tree; skipped when seeding and hashing.
 # .git is never needed in a workdir (patches may not touch it) and is large in real checkouts.
 IGNORED_NAMES = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+
+
+# Maps the ids a run reported onto the spellings a contract's expected ids use.
+IdMatcher = Callable[[Mapping[str, str], Sequence[str]], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class GradingPolicy:
+    """What grading needs to know about a contract beyond its test ids.
+
+    The pipeline reads only this; it never asks where a contract came from.
+    """
+
+    # Observed ids -> outcomes keyed the way the expected ids are spelled; None: exact ids.
+    match_ids: IdMatcher | None = None
+    # Whether exit status 1 ("some test failed") is left to the ids: real test modules
+    # hold tests that fail before and after a fix and are in neither list.
+    failing_exit_judged_by_ids: bool = False
+    # The aggregate memory bound of the contract's runs; None: the sandbox default.
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,7 @@ class Contract:
     # left out of the tree agents fetch and of the seeded workdir, copied in to grade.
     hidden: tuple[str, ...] = ()
     hidden_count: int = 0  # how many files of the pristine tree the globs match
+    grading: GradingPolicy = field(default_factory=GradingPolicy)
 
     @property
     def has_expected_ids(self) -> bool:

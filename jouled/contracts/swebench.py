@@ -71,10 +71,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from jouled.contracts.contract import Contract
+from jouled.contracts.contract import Contract, GradingPolicy
+from jouled.documents import SEVERITY, Outcome
 from jouled.errors import PatchError, TaskError
 from jouled.patch import Patch, parse_patch
-from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED
 
 __all__ = [
     "DEFAULT_SUITE",
@@ -114,6 +114,9 @@ _OBJECT_NAME = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
 # pytest loads conftest.py itself, and naming a package's __init__.py would
 # collect the package rather than a module.
 _NOT_TEST_MODULES = ("conftest.py", "__init__.py")
+
+# Real repositories (numpy- and BLAS-heavy ones) need more than the 4 GiB default.
+MEMORY_BYTES = 16 << 30
 
 _PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
 
@@ -698,6 +701,7 @@ def to_contract(
         test_patch=record.test_patch.encode("utf-8", errors="surrogateescape"),
         source=f"SWE-bench Verified {record.instance_id}",
         license=LICENSE,
+        grading=GRADING,
     )
 
 
@@ -708,7 +712,10 @@ def to_contract(
 _MOUSE_BUTTONS = (("MouseButton.LEFT", "1"), ("MouseButton.RIGHT", "3"))
 _PARAMETRIZED = re.compile(r"(.*?)\[(.*)\]\Z", re.DOTALL)
 
-_SEVERITY = {PASSED: 0, SKIPPED: 1, FAILED: 2, ERROR: 3}
+
+def _severity(outcome: str) -> int:
+    known = outcome in Outcome.__members__.values()
+    return SEVERITY[Outcome(outcome)] if known else SEVERITY[Outcome.ERROR]
 
 
 def _first_word(text: str) -> str:
@@ -760,6 +767,15 @@ def match_dataset_ids(outcomes: Mapping[str, str], expected: Iterable[str]) -> d
             if form not in wanted:
                 continue
             previous = matched.get(form)
-            if previous is None or _SEVERITY.get(outcome, 3) > _SEVERITY.get(previous, 3):
+            if previous is None or _severity(outcome) > _severity(previous):
                 matched[form] = outcome
     return matched
+
+
+# How SWE-bench contracts are graded: ids as the dataset spells them, and the
+# official harness's indifference to pytest's "some test failed" status.
+GRADING = GradingPolicy(
+    match_ids=match_dataset_ids,
+    failing_exit_judged_by_ids=True,
+    memory_bytes=MEMORY_BYTES,
+)

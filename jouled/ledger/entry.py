@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from jouled.documents import ENTRY_KINDS
 from jouled.ledger import canonical
 from jouled.ledger.merkle import leaf_hash
 from jouled.ledger.signing import PAYLOAD_TYPE, Signer
 
-KINDS = ("genesis", "calibration", "baseline", "result", "abort", "key_rotation", "op")
+KINDS = ENTRY_KINDS
 
 # DSSE's name for the envelope's type field, and the one exports used before it.
 TYPE_FIELD = "payloadType"

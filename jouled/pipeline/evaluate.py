@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from jouled import __version__
 from jouled.contracts.contract import Contract, iter_tree
-from jouled.contracts.swebench import match_dataset_ids
+from jouled.documents import Status
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
@@ -36,14 +36,7 @@ from jouled.solvers import command as command_solver
 
 Progress = Callable[[str, str], None]
 
-RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (
-    "resolved",
-    "unresolved",
-    "timeout",
-    "error",
-    "invalid",
-    "tampered",
-)
+RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
 
 
 # Reference fixes and SWE-bench test patches come with the task, not from a
@@ -183,9 +176,9 @@ def read_only_tests(contract: Contract, tree: Path, protected: Sequence[str]) ->
 
 
 def default_limits(contract: Contract) -> Limits:
-    # Real repositories (numpy- and BLAS-heavy ones) need more than the 4 GiB default.
-    if contract.kind == "swebench":
-        return Limits(timeout_s=contract.timeout_s, memory_bytes=16 << 30)
+    memory = contract.grading.memory_bytes
+    if memory is not None:
+        return Limits(timeout_s=contract.timeout_s, memory_bytes=memory)
     return Limits(timeout_s=contract.timeout_s)
 
 
@@ -258,12 +251,16 @@ class Evaluator:
             )
         channel = pytest_run.read_channel(result.channel or b"", plan.key)
         outcomes = pytest_run.without_canaries(channel.outcomes, plan.canaries)
-        if contract.kind == "swebench":
+        policy = contract.grading
+        if policy.match_ids is not None:
             ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
-            outcomes = match_dataset_ids(outcomes, ids)
+            outcomes = policy.match_ids(outcomes, ids)
         forged = pytest_run.forgery(channel, plan.canaries, result.exit_code, expected)
         graded = pytest_run.effective_exit(
-            channel, plan.canaries, result.exit_code, others_may_fail=contract.kind == "swebench"
+            channel,
+            plan.canaries,
+            result.exit_code,
+            others_may_fail=policy.failing_exit_judged_by_ids,
         )
         return CheckRun(
             result,
@@ -673,13 +670,13 @@ def _summary(graded: Grade) -> str:
 def graded_exit(contract: Contract, exit_code: int | None) -> int | None:
     """The exit status grading holds the run to.
 
-    Local tasks must exit 0 as well as pass every expected id. SWE-bench's own
+    A run must exit 0 as well as pass every expected id, unless the contract's
+    policy leaves "some test failed" (1) to the ids alone (SWE-bench's own
     harness ignores pytest's status, and real test modules hold tests that fail
-    before and after the fix and are in neither list, so for those contracts
-    "some test failed" (1) is judged by the ids alone; interrupted, internal,
+    before and after the fix and are in neither list); interrupted, internal,
     usage and collection failures (2-5) and killed runs still fail.
     """
-    if contract.kind == "swebench" and exit_code == 1:
+    if contract.grading.failing_exit_judged_by_ids and exit_code == 1:
         return 0
     return exit_code
 

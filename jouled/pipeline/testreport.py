@@ -13,17 +13,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
+from jouled.documents import SEVERITY, Outcome
 
-# When one id is reported more than once (a failing call plus an erroring
-# teardown), the worst outcome wins.
-_SEVERITY = {PASSED: 0, SKIPPED: 1, FAILED: 2, ERROR: 3}
+PASSED, FAILED, SKIPPED, ERROR = (
+    Outcome.PASSED.value,
+    Outcome.FAILED.value,
+    Outcome.SKIPPED.value,
+    Outcome.ERROR.value,
+)
 
 
 def record_outcome(outcomes: dict[str, str], test_id: str, outcome: str) -> None:
     """Record `outcome` for `test_id`, keeping the worse one when it is already there."""
     previous = outcomes.get(test_id)
-    if previous is None or _SEVERITY[outcome] > _SEVERITY[previous]:
+    if previous is None or SEVERITY[Outcome(outcome)] > SEVERITY[Outcome(previous)]:
         outcomes[test_id] = outcome
 
 
