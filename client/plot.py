@@ -158,6 +158,8 @@ def _frontier_axes(
     column: str,
     xlabel: str,
 ) -> None:
+    partial = [r for r in rows if axis == "usd" and not _claims_all_usd(r)]
+    rows = [r for r in rows if r not in partial]
     costs = [float(r[column]) for r in rows if r.get(column) is not None and r["resolved"]]
     log = _cost_scale(ax, costs)
     placed: list[tuple[float, float, Mapping[str, Any]]] = []
@@ -211,18 +213,32 @@ def _frontier_axes(
     ax.set_xlabel(label(xlabel + (", log scale" if log else ""), 80))
     _percent_axis(ax, "resolution")
     ax.set_title(label(f"{suite}: resolution vs {AXES[axis][1]}", 90), fontsize=10)
-    if missing:
-        shown = ", ".join(label(m, 30) for m in missing[:3])
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    notes = [
+        (why, names)
+        for why, names in (
+            ("not placed (nothing resolved, or no cost)", missing),
+            ("not placed (only some attempts claim dollars)", [row_name(r) for r in partial]),
+        )
+        if names
+    ]
+    for i, (why, names) in enumerate(notes):
+        shown = ", ".join(label(m, 30) for m in names[:3])
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         ax.text(
             0.0,
-            -0.2 if log else -0.16,
-            label(f"not placed (nothing resolved, or no cost): {shown}{more}", 200),
+            (-0.2 if log else -0.16) - 0.05 * i,
+            label(f"{why}: {shown}{more}", 200),
             transform=ax.transAxes,
             fontsize=7,
             color="0.35",
             va="top",
         )
+
+
+def _claims_all_usd(row: Mapping[str, Any]) -> bool:
+    """Whether every attempt behind a row claimed its dollars: a partial sum is no cost."""
+    share = row.get("usd_claimed_share")
+    return share is not None and float(share) >= 1
 
 
 # -- best of k -------------------------------------------------------------------------

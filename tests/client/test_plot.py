@@ -77,3 +77,24 @@ def test_unknown_format_or_axis_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_hostile_name_is_in_the_data() -> None:
     assert any(b["solver"] == HOSTILE for b in BODIES)
+
+
+def test_partial_dollar_claims_are_named_not_placed_on_the_dollar_axis() -> None:
+    bodies = [
+        result(0, "s/a", "resolved", solver="full", usd_micros=5000)["body"],
+        result(1, "s/a", "resolved", solver="half", usd_micros=4000)["body"],
+        result(2, "s/b", "resolved", solver="full", usd_micros=5000)["body"],
+        result(3, "s/b", "resolved", solver="half")["body"],
+    ]
+    rows = frontier_rows(bodies, axis="usd")
+    shares = {r["solver"]: r["usd_claimed_share"] for r in rows}
+    assert shares == {"full": 1.0, "half": 0.5}
+    ax = plot.frontier_figure(rows, "usd").axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert any("only some attempts claim dollars" in t and "half" in t for t in texts)
+    placed = [t for t in texts if "not placed" not in t]
+    assert any(t.startswith("full") for t in placed)
+    assert not any(t.startswith("half") for t in placed)
+    # On the energy axis the same row has a cost and is placed.
+    joules = [t.get_text() for t in plot.frontier_figure(rows, "joules").axes[0].texts]
+    assert any(t.lstrip("~").startswith("half") for t in joules)
