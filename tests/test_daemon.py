@@ -6,6 +6,7 @@ Real DuckDB and real pytest runs; only gRPC is left out.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def daemon(tmp_path: Path):
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(
         Config.from_env(
             {},
