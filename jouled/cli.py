@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from jouled.config import Config
-from jouled.errors import JouledError
+from jouled.errors import JouledError, UsageError
 
 app = typer.Typer(
     name="jouled",
@@ -282,7 +282,10 @@ def meter_probe(
     """What energy counters this host has, which would be used, and why."""
     from jouled.meter.probe import probe
 
-    config = Config.from_env(powercap_root=powercap_root)
+    try:
+        config = Config.from_env(powercap_root=powercap_root)
+    except JouledError as err:
+        raise _fail(err, EXIT_USAGE) from None
     report = probe(config.powercap_root)
     typer.echo(json.dumps(report, indent=2, default=str) if as_json else _format_probe(report))
 
@@ -307,4 +310,11 @@ def _format_probe(report: dict[str, Any], indent: str = "") -> str:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except JouledError as err:
+        # A command that did not map the error itself still ends with its message, not a
+        # traceback: a usage error exits 2, anything else as a failure to start.
+        code = EXIT_USAGE if isinstance(err, UsageError) else EXIT_STARTUP
+        typer.echo(f"jouled: {err.diagnostics()}", err=True)
+        sys.exit(code)
