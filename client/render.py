@@ -91,32 +91,37 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
     _console(False).print(table)
 
 
-def receipt_line(r: dict[str, Any]) -> None:
-    grade = r.get("energy", {}).get("grade", {})
-    tests = r.get("tests", {})
+def receipt_line(document: dict[str, Any]) -> None:
+    from jouled.documents import Receipt
+
+    r = Receipt.parse(document)
+    grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
-    status = f"{r['status']:<10}"
-    mark = f"[green]{status}[/]" if r["resolved"] else f"[red]{status}[/]"
+    status = f"{r.status.value:<10}"
+    mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
     _console(False).print(
-        f"{r['task_id']:<28} {mark} tests {tests.get('passed', 0)}/{tests.get('expected', 0)}"
-        f"  grade {j} J ({grade.get('source', '?')})  seq {r['seq']}"
-        + ("  (replayed)" if r.get("replayed") else "")
+        f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
+        f"  grade {j} J ({grade.get('source', '?')})  seq {r.seq}"
+        + ("  (replayed)" if r.replayed else "")
     )
-    audit_lines(r.get("audit") or [])
+    audit_lines(r.audit)
 
 
-def op_receipt_line(r: dict[str, Any]) -> None:
+def op_receipt_line(document: dict[str, Any]) -> None:
     """An op window's receipt, on stderr: the metered command owns stdout."""
-    e = r.get("energy", {})
+    from jouled.documents import OpReceipt
+
+    r = OpReceipt.parse(document)
+    e = r.energy
     gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
     reliable = bool(e.get("reliable"))
-    end = f"  [yellow]abandoned ({r.get('end')})[/]" if r.get("abandoned") else ""
+    end = f"  [yellow]abandoned ({r.end})[/]" if r.abandoned else ""
     _console(True).print(
-        f"op {r['label']}: {_joules(None if gross is None else gross / 1000, reliable)} J gross, "
+        f"op {r.label}: {_joules(None if gross is None else gross / 1000, reliable)} J gross, "
         f"{_joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
         f"({e.get('source', '?')}, {e.get('attribution', '?')}), {e.get('wall_ms', 0)} ms, "
-        f"agent {r.get('agent', '?')}, seq {r['seq']}{end}",
+        f"agent {r.agent}, seq {r.seq}{end}",
         highlight=False,
     )
 

@@ -151,6 +151,16 @@ class Document:
         extra.update((k, v) for k, v in data.items() if k not in known)
         return cls(**values, extra=extra, absent=frozenset(absent))
 
+    def set(self, key: str, value: Any) -> None:
+        """Set a field by its JSON key: a declared one by attribute, any other in `extra`."""
+        for spec in _fields(type(self)):
+            if spec.key == key:
+                setattr(self, spec.name, value)
+                self.absent = self.absent - {key}
+                self.extra.pop(key, None)
+                return
+        self.extra[key] = value
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: the parsed one again, or the one the daemon signs or sends."""
         out: dict[str, Any] = {}
@@ -362,7 +372,7 @@ class CalibrationBody(Document):
     NAME: ClassVar[str] = "calibration body"
 
     source: str
-    seconds: float
+    seconds: int
     domains: dict[str, dict[str, int]]
 
 
@@ -632,6 +642,58 @@ class Receipt(Document):
             tests_missing=body.tests_missing or [],
             # Not signed: the body signs the kept output's sha256 and size.
             output_tail=output_tail,
+            entry=entry,
+            proof=proof,
+            checkpoint=checkpoint,
+        )
+
+
+@dataclass(kw_only=True)
+class OpReceipt(Document):
+    """An op entry with what checks it alone (docs/protocol.md, CloseWindow)."""
+
+    NAME: ClassVar[str] = "op receipt"
+
+    seq: int
+    kind: EntryKind
+    window_id: str
+    label: str
+    agent: str
+    task_id: str
+    run_id: str
+    rollout: int
+    energy: EnergyWindow
+    end: str
+    abandoned: bool
+    leaf_hash: str
+    entry: ExportRecord
+    proof: InclusionProof
+    checkpoint: str
+
+    @classmethod
+    def of(
+        cls,
+        body: OpBody,
+        *,
+        seq: int,
+        leaf_hash: str,
+        entry: ExportRecord,
+        proof: InclusionProof,
+        checkpoint: str,
+    ) -> OpReceipt:
+        return cls(
+            seq=seq,
+            kind=EntryKind.OP,
+            window_id=body.window_id,
+            label=body.label,
+            agent=body.agent,
+            task_id=body.task_id,
+            run_id=body.run_id,
+            rollout=body.rollout,
+            energy=body.energy,
+            end=body.end,
+            abandoned=body.abandoned,
+            leaf_hash=leaf_hash,
             entry=entry,
             proof=proof,
             checkpoint=checkpoint,
