@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from jouled.config import Config
+from jouled.documents import KeyRotationBody
 from jouled.errors import JouledError, UsageError
 
 app = typer.Typer(
@@ -257,11 +258,11 @@ def keys_rotate(
         entry = rotate_key(Config.from_env(data_dir=data_dir), overlap)
     except JouledError as err:
         raise _fail(err, EXIT_USAGE) from None
-    body = entry.body
+    body = KeyRotationBody.parse(entry.body)
     typer.echo(
-        f"rotated at entry {entry.seq}: {body['old_keyid'][:16]} signs entries up to "
-        f"{entry.seq}, {body['new_keyid'][:16]} from {entry.seq + 1}; checkpoints are "
-        f"signed by both until entry {entry.seq + body['overlap_entries']}"
+        f"rotated at entry {entry.seq}: {body.old_keyid[:16]} signs entries up to "
+        f"{entry.seq}, {body.new_keyid[:16]} from {entry.seq + 1}; checkpoints are "
+        f"signed by both until entry {entry.seq + body.overlap_entries}"
     )
 
 
