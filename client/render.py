@@ -608,13 +608,18 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         console.print(f"... {len(rows) - shown} more (see --json)", highlight=False)
 
 
-def failure_lines(r: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
+def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
     """Under an unresolved receipt: the failing and missing test ids, the output's tail."""
+    from jouled.documents import Receipt
+
+    r = Receipt.parse(document)
     console = _console(False)
-    tests = r.get("tests", {})
-    for key, label in (("tests_failed", "failed"), ("tests_missing", "missing")):
-        ids = list(r.get(key) or [])
-        total = max(int(tests.get(label, 0)), len(ids))
+    counted = (
+        (r.tests_failed, r.tests["failed"], "failed"),
+        (r.tests_missing, r.tests["missing"], "missing"),
+    )
+    for ids, count, label in counted:
+        total = max(count, len(ids))
         if not total:
             continue
         console.print(f"  {label} ({total}):", highlight=False)
@@ -622,11 +627,10 @@ def failure_lines(r: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) 
             console.print(f"    {test_id}", highlight=False, markup=False)
         if total > min(len(ids), ids_shown):
             console.print(
-                f"    ... {total - min(len(ids), ids_shown)} more "
-                f"(jb-client logs --seq {r.get('seq')})",
+                f"    ... {total - min(len(ids), ids_shown)} more (jb-client logs --seq {r.seq})",
                 highlight=False,
             )
-    tail = str(r.get("output_tail") or "").rstrip("\n").splitlines()[-tail_lines:]
+    tail = r.output_tail.rstrip("\n").splitlines()[-tail_lines:]
     if tail:
         console.print(f"  output (last {len(tail)} lines):", highlight=False)
         for line in tail:
