@@ -695,12 +695,12 @@ class Daemon:
 
     @staticmethod
     def _check_same(previous: Entry, attempt: Attempt) -> None:
-        body = previous.body
-        same_patch = attempt.patch is None or body["patch_sha256"] == attempt.patch.sha256
-        if body["task_id"] != attempt.contract.task_id or not same_patch:
+        body = ResultBody.parse(previous.body, where=f"entry {previous.seq}: result body")
+        same_patch = attempt.patch is None or body.patch_sha256 == attempt.patch.sha256
+        if body.task_id != attempt.contract.task_id or not same_patch:
             raise UsageError(
                 f"idempotency key {attempt.idempotency_key!r} was already used for a different "
-                f"submission (entry {previous.seq}, {body['task_id']})",
+                f"submission (entry {previous.seq}, {body.task_id})",
                 hint="use a fresh idempotency key for each distinct submission",
             )
 
