@@ -102,6 +102,7 @@ class _Field:
     hint: Any
     required: bool
     null: bool  # None is written as null rather than left out
+    default: Any  # an optional field's default (from its factory, if it has one)
 
 
 @dataclass(kw_only=True)
@@ -115,7 +116,8 @@ class Document:
     # Fields this class does not declare (and declared optional ones read as null),
     # kept as read so that serialising gives back the same object.
     extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # Declared optional fields the parsed object did not have: serialising leaves them out.
+    # Declared optional fields the parsed object did not have: serialising leaves them
+    # out while they keep their default.
     absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
@@ -156,7 +158,6 @@ class Document:
         for spec in _fields(type(self)):
             if spec.key == key:
                 setattr(self, spec.name, value)
-                self.absent = self.absent - {key}
                 self.extra.pop(key, None)
                 return
         self.extra[key] = value
@@ -165,9 +166,9 @@ class Document:
         """The JSON object: the parsed one again, or the one the daemon signs or sends."""
         out: dict[str, Any] = {}
         for spec in _fields(type(self)):
-            if spec.key in self.absent:
-                continue
             value = getattr(self, spec.name)
+            if spec.key in self.absent and value == spec.default:
+                continue
             if value is None and not spec.required and not spec.null:
                 continue
             out[spec.key] = _dump(value)
@@ -188,6 +189,10 @@ def _fields(cls: type[Document]) -> tuple[_Field, ...]:
         if f.name in ("extra", "absent") or not f.init:
             continue
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None if f.default is dataclasses.MISSING else f.default
         out.append(
             _Field(
                 name=f.name,
@@ -195,6 +200,7 @@ def _fields(cls: type[Document]) -> tuple[_Field, ...]:
                 hint=hints[f.name],
                 required=required,
                 null=f.name in cls.NULL,
+                default=default,
             )
         )
     _FIELDS[cls] = tuple(out)

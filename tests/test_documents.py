@@ -215,3 +215,36 @@ def test_a_frontier_row_writes_null_figures_and_leaves_out_an_unset_verdict() ->
     assert out["revision"] is None and out["usd_total"] is None
     assert "pareto" not in out and "host" not in out
     assert FrontierRow.parse(out).to_dict() == out
+
+
+def test_a_field_given_a_value_after_parsing_is_written() -> None:
+    data = result_body()
+    del data["tests_failed"], data["tests_missing"]
+    body = ResultBody.parse(data)
+    body.error = "the sandbox failed"
+    body.tests_failed = ["t::a"]
+    out = body.to_dict()
+    assert out["error"] == "the sandbox failed" and out["tests_failed"] == ["t::a"]
+    del_audit = {k: v for k, v in _receipt().items() if k != "audit"}
+    assert "audit" not in Receipt.parse(del_audit).to_dict()
+    receipt = Receipt.parse(del_audit)
+    receipt.audit = [{"code": "x"}]
+    assert receipt.to_dict()["audit"] == [{"code": "x"}]
+
+
+def _receipt() -> dict[str, Any]:
+    proof: InclusionProof = {
+        "seq": 4,
+        "leaf_hash": "b" * 64,
+        "tree_size": 5,
+        "root": "c" * 64,
+        "hashes": [],
+    }
+    return Receipt.of(
+        ResultBody.parse(result_body()),
+        seq=4,
+        leaf_hash="b" * 64,
+        entry=ExportRecord.parse(_line()),
+        proof=proof,
+        checkpoint="note\n",
+    ).to_dict()
