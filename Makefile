@@ -36,7 +36,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy client
 
 clean:
 	rm -rf $(VENV) build *.egg-info jouled/v1/*_pb2*.py jouled/v1/*_pb2*.pyi

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from jouled.config import default_home
+from jouled.documents import FrontierRow, OpReceipt, Receipt
 from jouled.errors import JouledError, Kind
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
@@ -285,7 +286,7 @@ class Client:
                 if event.HasField("progress") and progress:
                     progress(event.progress.phase, event.progress.message)
                 elif event.HasField("receipt"):
-                    receipt = json.loads(event.receipt.json)
+                    receipt = Receipt.parse(json.loads(event.receipt.json)).to_dict()
         except grpc.RpcError as err:
             raise self._error(err) from None
         if receipt is None:
@@ -299,7 +300,15 @@ class Client:
     # -- reading ----------------------------------------------------------------------------
 
     def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
-        return dict(self._doc(self._stub.Frontier, pb.FrontierRequest(suite=suite, axis=axis)))
+        doc = dict(self._doc(self._stub.Frontier, pb.FrontierRequest(suite=suite, axis=axis)))
+        rows = doc.get("rows")
+        if not isinstance(rows, list):
+            raise ClientError("the daemon's frontier has no rows", Kind.INTERNAL)
+        doc["rows"] = [
+            FrontierRow.parse(row, where=f"frontier row {i}").to_dict()
+            for i, row in enumerate(rows)
+        ]
+        return doc
 
     def best_of_k(self, suite: str = "") -> dict[str, Any]:
         return dict(self._doc(self._stub.BestOfK, pb.FrontierRequest(suite=suite)))
@@ -377,7 +386,7 @@ class Client:
             request = pb.GetReceiptRequest(seq=seq)
         else:
             raise ClientError("give an idempotency key or a seq", Kind.INVALID_ARGUMENT)
-        return dict(json.loads(self._call(self._stub.GetReceipt, request).json))
+        return Receipt.parse(json.loads(self._call(self._stub.GetReceipt, request).json)).to_dict()
 
     def logs(self, seq: int) -> dict[str, Any]:
         """A result's captured output per run and its full failing and missing test ids."""
@@ -428,7 +437,7 @@ class Client:
 
     def _close_window(self, window_id: str) -> dict[str, Any]:
         reply = self._call(self._stub.CloseWindow, pb.CloseWindowRequest(window_id=window_id))
-        return dict(json.loads(reply.json))
+        return OpReceipt.parse(json.loads(reply.json)).to_dict()
 
 
 class OpWindow:
@@ -463,7 +472,7 @@ class OpWindow:
         try:
             for event in self._call:
                 if event.HasField("closed"):
-                    self.receipt = dict(json.loads(event.closed.json))
+                    self.receipt = OpReceipt.parse(json.loads(event.closed.json)).to_dict()
                     return self.receipt
         except grpc.RpcError as err:
             raise self._client._error(err) from None

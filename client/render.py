@@ -91,32 +91,37 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
     _console(False).print(table)
 
 
-def receipt_line(r: dict[str, Any]) -> None:
-    grade = r.get("energy", {}).get("grade", {})
-    tests = r.get("tests", {})
+def receipt_line(document: dict[str, Any]) -> None:
+    from jouled.documents import Receipt
+
+    r = Receipt.parse(document)
+    grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
-    status = f"{r['status']:<10}"
-    mark = f"[green]{status}[/]" if r["resolved"] else f"[red]{status}[/]"
+    status = f"{r.status.value:<10}"
+    mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
     _console(False).print(
-        f"{r['task_id']:<28} {mark} tests {tests.get('passed', 0)}/{tests.get('expected', 0)}"
-        f"  grade {j} J ({grade.get('source', '?')})  seq {r['seq']}"
-        + ("  (replayed)" if r.get("replayed") else "")
+        f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
+        f"  grade {j} J ({grade.get('source', '?')})  seq {r.seq}"
+        + ("  (replayed)" if r.replayed else "")
     )
-    audit_lines(r.get("audit") or [])
+    audit_lines(r.audit)
 
 
-def op_receipt_line(r: dict[str, Any]) -> None:
+def op_receipt_line(document: dict[str, Any]) -> None:
     """An op window's receipt, on stderr: the metered command owns stdout."""
-    e = r.get("energy", {})
+    from jouled.documents import OpReceipt
+
+    r = OpReceipt.parse(document)
+    e = r.energy
     gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
     reliable = bool(e.get("reliable"))
-    end = f"  [yellow]abandoned ({r.get('end')})[/]" if r.get("abandoned") else ""
+    end = f"  [yellow]abandoned ({r.end})[/]" if r.abandoned else ""
     _console(True).print(
-        f"op {r['label']}: {_joules(None if gross is None else gross / 1000, reliable)} J gross, "
+        f"op {r.label}: {_joules(None if gross is None else gross / 1000, reliable)} J gross, "
         f"{_joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
         f"({e.get('source', '?')}, {e.get('attribution', '?')}), {e.get('wall_ms', 0)} ms, "
-        f"agent {r.get('agent', '?')}, seq {r['seq']}{end}",
+        f"agent {r.agent}, seq {r.seq}{end}",
         highlight=False,
     )
 
@@ -603,13 +608,18 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         console.print(f"... {len(rows) - shown} more (see --json)", highlight=False)
 
 
-def failure_lines(r: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
+def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
     """Under an unresolved receipt: the failing and missing test ids, the output's tail."""
+    from jouled.documents import Receipt
+
+    r = Receipt.parse(document)
     console = _console(False)
-    tests = r.get("tests", {})
-    for key, label in (("tests_failed", "failed"), ("tests_missing", "missing")):
-        ids = list(r.get(key) or [])
-        total = max(int(tests.get(label, 0)), len(ids))
+    counted = (
+        (r.tests_failed, r.tests["failed"], "failed"),
+        (r.tests_missing, r.tests["missing"], "missing"),
+    )
+    for ids, count, label in counted:
+        total = max(count, len(ids))
         if not total:
             continue
         console.print(f"  {label} ({total}):", highlight=False)
@@ -617,11 +627,10 @@ def failure_lines(r: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) 
             console.print(f"    {test_id}", highlight=False, markup=False)
         if total > min(len(ids), ids_shown):
             console.print(
-                f"    ... {total - min(len(ids), ids_shown)} more "
-                f"(jb-client logs --seq {r.get('seq')})",
+                f"    ... {total - min(len(ids), ids_shown)} more (jb-client logs --seq {r.seq})",
                 highlight=False,
             )
-    tail = str(r.get("output_tail") or "").rstrip("\n").splitlines()[-tail_lines:]
+    tail = r.output_tail.rstrip("\n").splitlines()[-tail_lines:]
     if tail:
         console.print(f"  output (last {len(tail)} lines):", highlight=False)
         for line in tail:

@@ -30,7 +30,8 @@ from jb_client.api import checkpoint_history_path
 from jb_client.render import calibration_lines, meter_lines
 
 from jouled import frontier
-from jouled.errors import UsageError
+from jouled.documents import ExportRecord
+from jouled.errors import DocumentError, UsageError
 
 if TYPE_CHECKING:
     from jb_client.api import Client
@@ -74,15 +75,14 @@ def parse_lines(lines: Iterable[str], where: str = "export") -> list[Entry]:
         if not line.strip():
             continue
         try:
-            doc = json.loads(base64.b64decode(json.loads(line)["payload"], validate=True))
-            entries.append(
-                Entry(int(doc["seq"]), str(doc["kind"]), str(doc.get("time", "")), doc["body"])
-            )
-        except (ValueError, KeyError, TypeError, binascii.Error) as err:
+            payload = ExportRecord.parse(json.loads(line)).parsed_payload()
+        except (ValueError, DocumentError) as err:
             raise UsageError(
-                f"{where} line {n} is not an export line: {err}",
+                f"{where} line {n} is not an export line: "
+                f"{err.message if isinstance(err, DocumentError) else err}",
                 hint="give a file written by `jb-client export`",
             ) from None
+        entries.append(Entry(payload.seq, payload.kind.value, payload.time, payload.body))
     return entries
 
 

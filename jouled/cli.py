@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from jouled.config import Config
-from jouled.errors import JouledError
+from jouled.documents import KeyRotationBody
+from jouled.errors import JouledError, UsageError
 
 app = typer.Typer(
     name="jouled",
@@ -257,11 +258,11 @@ def keys_rotate(
         entry = rotate_key(Config.from_env(data_dir=data_dir), overlap)
     except JouledError as err:
         raise _fail(err, EXIT_USAGE) from None
-    body = entry.body
+    body = KeyRotationBody.parse(entry.body)
     typer.echo(
-        f"rotated at entry {entry.seq}: {body['old_keyid'][:16]} signs entries up to "
-        f"{entry.seq}, {body['new_keyid'][:16]} from {entry.seq + 1}; checkpoints are "
-        f"signed by both until entry {entry.seq + body['overlap_entries']}"
+        f"rotated at entry {entry.seq}: {body.old_keyid[:16]} signs entries up to "
+        f"{entry.seq}, {body.new_keyid[:16]} from {entry.seq + 1}; checkpoints are "
+        f"signed by both until entry {entry.seq + body.overlap_entries}"
     )
 
 
@@ -282,7 +283,10 @@ def meter_probe(
     """What energy counters this host has, which would be used, and why."""
     from jouled.meter.probe import probe
 
-    config = Config.from_env(powercap_root=powercap_root)
+    try:
+        config = Config.from_env(powercap_root=powercap_root)
+    except JouledError as err:
+        raise _fail(err, EXIT_USAGE) from None
     report = probe(config.powercap_root)
     typer.echo(json.dumps(report, indent=2, default=str) if as_json else _format_probe(report))
 
@@ -307,4 +311,11 @@ def _format_probe(report: dict[str, Any], indent: str = "") -> str:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except JouledError as err:
+        # A command that did not map the error itself still ends with its message, not a
+        # traceback: a usage error exits 2, anything else as a failure to start.
+        code = EXIT_USAGE if isinstance(err, UsageError) else EXIT_STARTUP
+        typer.echo(f"jouled: {err.diagnostics()}", err=True)
+        sys.exit(code)

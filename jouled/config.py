@@ -6,6 +6,7 @@ flags onto overrides. Nothing else in the library reads `os.environ`.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -38,9 +39,12 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as err:
         raise ConfigError(f"{name}={raw!r} is not a number") from err
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}={raw!r} is not a finite number")
+    return value
 
 
 def host_port(address: str) -> tuple[str, int]:
@@ -125,6 +129,15 @@ class Config:
                 f"--min-isolation {self.min_isolation!r} is not one of "
                 f"{', '.join(ISOLATION_LEVELS)}"
             )
+        for name, watts in (
+            ("JOULED_ACTIVE_WATTS", self.active_watts),
+            ("JOULED_WATTS_PER_CORE", self.watts_per_core),
+        ):
+            if not (math.isfinite(watts) and watts > 0):
+                raise ConfigError(
+                    f"{name} must be a positive number of watts, got {watts}",
+                    hint=f"unset {name} for the default, or set it to the host's figure",
+                )
         if self.workers < 1:
             raise ConfigError("workers must be at least 1")
         if self.queue_limit < 0:

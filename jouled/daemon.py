@@ -20,13 +20,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jouled import __version__, frontier, limits, metrics
 from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
+from jouled.documents import (
+    AbortBody,
+    ExportRecord,
+    InclusionProof,
+    OpBody,
+    OpReceipt,
+    Receipt,
+    ResultBody,
+)
 from jouled.errors import (
     BusyError,
     CancelledError,
@@ -285,15 +294,15 @@ class Daemon:
                 [
                     (
                         "abort",
-                        {
-                            "attempt_id": p.attempt_id,
-                            "idempotency_key": p.idempotency_key or "",
-                            "task_id": p.task_id,
-                            "suite": p.task_id.partition("/")[0],
-                            "solver": str(p.request.get("solver", "")),
-                            "reason": "the daemon stopped before the attempt finished",
-                            "version": __version__,
-                        },
+                        AbortBody(
+                            attempt_id=p.attempt_id,
+                            idempotency_key=p.idempotency_key or "",
+                            task_id=p.task_id,
+                            suite=p.task_id.partition("/")[0],
+                            solver=str(p.request.get("solver", "")),
+                            reason="the daemon stopped before the attempt finished",
+                            version=__version__,
+                        ).to_dict(),
                     )
                     for p in pending
                 ]
@@ -686,12 +695,12 @@ class Daemon:
 
     @staticmethod
     def _check_same(previous: Entry, attempt: Attempt) -> None:
-        body = previous.body
-        same_patch = attempt.patch is None or body["patch_sha256"] == attempt.patch.sha256
-        if body["task_id"] != attempt.contract.task_id or not same_patch:
+        body = ResultBody.parse(previous.body, where=f"entry {previous.seq}: result body")
+        same_patch = attempt.patch is None or body.patch_sha256 == attempt.patch.sha256
+        if body.task_id != attempt.contract.task_id or not same_patch:
             raise UsageError(
                 f"idempotency key {attempt.idempotency_key!r} was already used for a different "
-                f"submission (entry {previous.seq}, {body['task_id']})",
+                f"submission (entry {previous.seq}, {body.task_id})",
                 hint="use a fresh idempotency key for each distinct submission",
             )
 
@@ -718,15 +727,15 @@ class Daemon:
             # Nobody waits for this result: it is closed as an abort, which no frontier counts.
             entry = self.ledger.append(
                 "abort",
-                {
-                    "attempt_id": attempt.attempt_id,
-                    "idempotency_key": attempt.idempotency_key,
-                    "task_id": attempt.contract.task_id,
-                    "suite": attempt.contract.suite,
-                    "solver": attempt.solver,
-                    "reason": "the caller cancelled (or its deadline passed) while it ran",
-                    "version": __version__,
-                },
+                AbortBody(
+                    attempt_id=attempt.attempt_id,
+                    idempotency_key=attempt.idempotency_key,
+                    task_id=attempt.contract.task_id,
+                    suite=attempt.contract.suite,
+                    solver=attempt.solver,
+                    reason="the caller cancelled (or its deadline passed) while it ran",
+                    version=__version__,
+                ).to_dict(),
             )
             self.counts.abort(entry.body)
             log.info("attempt %s cancelled while running: abort %d", attempt.attempt_id, entry.seq)
@@ -850,28 +859,17 @@ class Daemon:
         """Everything needed to check one result alone: entry, proof, checkpoint."""
         note = self.ledger.checkpoint_note()
         size = parse_note(note)[0].size
-        body = entry.body
-        return {
-            "seq": entry.seq,
-            "task_id": body["task_id"],
-            "patch_sha256": body["patch_sha256"],
-            "status": body["status"],
-            "resolved": body["resolved"],
-            "tests": body["tests"],
-            "energy": body["energy"],
-            "solver": body["solver"],
-            "audit": body.get("audit", []),
-            "leaf_hash": entry.leaf_hash.hex(),
-            "replayed": replayed,
-            # Copied from the signed body: the first failing and missing test ids.
-            "tests_failed": body.get("tests_failed", []),
-            "tests_missing": body.get("tests_missing", []),
-            # Not signed: the body signs the kept output's sha256 and size.
-            "output_tail": self.output_tail(body),
-            "entry": entry.export_record(),
-            "proof": self.ledger.inclusion_proof(entry.seq, size),
-            "checkpoint": note,
-        }
+        body = ResultBody.parse(entry.body, where=f"entry {entry.seq}: result body")
+        return Receipt.of(
+            body,
+            seq=entry.seq,
+            leaf_hash=entry.leaf_hash.hex(),
+            entry=ExportRecord.parse(entry.export_record()),
+            proof=cast(InclusionProof, self.ledger.inclusion_proof(entry.seq, size)),
+            checkpoint=note,
+            output_tail=self.output_tail(entry.body),
+            replayed=replayed,
+        ).to_dict()
 
     # -- op windows -------------------------------------------------------------------------
 
@@ -921,19 +919,14 @@ class Daemon:
         """An op entry with what checks it alone: proof and checkpoint."""
         note = self.ledger.checkpoint_note()
         size = parse_note(note)[0].size
-        body = entry.body
-        return {
-            "seq": entry.seq,
-            "kind": entry.kind,
-            **{k: body[k] for k in ("window_id", "label", "agent", "task_id", "run_id", "rollout")},
-            "energy": body["energy"],
-            "end": body["end"],
-            "abandoned": body["abandoned"],
-            "leaf_hash": entry.leaf_hash.hex(),
-            "entry": entry.export_record(),
-            "proof": self.ledger.inclusion_proof(entry.seq, size),
-            "checkpoint": note,
-        }
+        return OpReceipt.of(
+            OpBody.parse(entry.body, where=f"entry {entry.seq}: op body"),
+            seq=entry.seq,
+            leaf_hash=entry.leaf_hash.hex(),
+            entry=ExportRecord.parse(entry.export_record()),
+            proof=cast(InclusionProof, self.ledger.inclusion_proof(entry.seq, size)),
+            checkpoint=note,
+        ).to_dict()
 
     # -- reading the ledger ---------------------------------------------------------------
 

@@ -157,3 +157,19 @@ class VerificationError(LedgerError):
     def __init__(self, message: str, *, seq: int | None = None, hint: str = "") -> None:
         super().__init__(f"entry {seq}: {message}" if seq is not None else message, hint=hint)
         self.seq = seq
+
+
+# -- wire documents ----------------------------------------------------------------------
+
+
+class DocumentError(UsageError):
+    """A wire document (a ledger body, a receipt, a frontier row) is malformed.
+
+    `field` is the dotted path of the bad field, `document` what was being read.
+    """
+
+    def __init__(self, message: str, *, document: str, field: str = "", hint: str = "") -> None:
+        where = f"{document} field {field!r}" if field else document
+        super().__init__(f"{where}: {message}", hint=hint)
+        self.document = document
+        self.field = field

@@ -93,7 +93,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jouled.documents import STATUSES, Status
+from jouled.documents import STATUSES, FrontierRow, Status
 from jouled.errors import UsageError
 
 RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
@@ -496,47 +496,48 @@ class _Group:
         return self._median_ms
 
     def row(self, key: _Key, revision: int | None) -> dict[str, Any]:
+        """The group's frontier row (a `FrontierRow`, without its Pareto verdict yet)."""
         n, resolved = self.attempts, self.resolved
         median_ms = self.wall_median_ms()
         low, high = wilson_interval(resolved, n)
         joules_total = self.gross_mj / 1000
         usd_total = self.usd_micros / 1_000_000 if self.usd_claims else None
         digest_set, tasks, merged = self.coverage()
-        return {
-            "suite": key[0],
-            "solver": key[1],
-            "model": key[2],
-            "revision": revision,
-            "digest_set": digest_set,
-            "merged_digests": merged,
-            "attempts": n,
-            "tasks": tasks,
-            "resolved": resolved,
-            "resolution": resolved / n if n else 0.0,
-            "ci_low": low,
-            "ci_high": high,
-            "joules_total": joules_total,
-            "joules_marginal": self.marginal_mj / 1000,
-            "joules_per_resolved": _per(joules_total, resolved),
-            "wall_median_s": None if median_ms is None else median_ms / 1000,
-            "usd_total": usd_total,
-            "usd_per_resolved": None if usd_total is None else _per(usd_total, self.usd_resolved),
-            "usd_claimed_share": self.usd_claims / n if n else None,
-            "usd_source": USD_SOURCE,
-            "claimed_joules": self.claimed_mj / 1000,
-            "energy_source": _energy_source(self.sources),
-            "reliable_share": self.reliable_windows / self.windows if self.windows else None,
-            "invalid_windows": self.invalid_windows,
-            "invalid": self.invalid,
-            "tampered": self.tampered,
-            "audit_flagged": self.audit_flagged,
-            "errors": self.errors,
-            "timeouts": self.timeouts,
-            "op_joules": self.ops.marginal_mj / 1000,
-            "op_windows": self.ops.windows,
-            "op_reliable_share": self.ops.reliable / self.ops.windows if self.ops.windows else None,
-            "op_abandoned": self.ops.abandoned,
-        }
+        return FrontierRow(
+            suite=key[0],
+            solver=key[1],
+            model=key[2],
+            revision=revision,
+            digest_set=digest_set,
+            merged_digests=merged,
+            attempts=n,
+            tasks=tasks,
+            resolved=resolved,
+            resolution=resolved / n if n else 0.0,
+            ci_low=low,
+            ci_high=high,
+            joules_total=joules_total,
+            joules_marginal=self.marginal_mj / 1000,
+            joules_per_resolved=_per(joules_total, resolved),
+            wall_median_s=None if median_ms is None else median_ms / 1000,
+            usd_total=usd_total,
+            usd_per_resolved=None if usd_total is None else _per(usd_total, self.usd_resolved),
+            usd_claimed_share=self.usd_claims / n if n else None,
+            usd_source=USD_SOURCE,
+            claimed_joules=self.claimed_mj / 1000,
+            energy_source=_energy_source(self.sources),
+            reliable_share=self.reliable_windows / self.windows if self.windows else None,
+            invalid_windows=self.invalid_windows,
+            invalid=self.invalid,
+            tampered=self.tampered,
+            audit_flagged=self.audit_flagged,
+            errors=self.errors,
+            timeouts=self.timeouts,
+            op_joules=self.ops.marginal_mj / 1000,
+            op_windows=self.ops.windows,
+            op_reliable_share=self.ops.reliable / self.ops.windows if self.ops.windows else None,
+            op_abandoned=self.ops.abandoned,
+        ).to_dict()
 
 
 def _cost(row: Mapping[str, Any], axis: str) -> float:

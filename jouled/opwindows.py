@@ -35,9 +35,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jouled import __version__, limits
+from jouled.documents import EnergyWindow, OpBody
 from jouled.errors import BusyError, DeniedError, NotFoundError, UsageError
 from jouled.meter.base import Snapshot
 from jouled.meter.metering import Metering, host_busy_cpu_ns
@@ -314,18 +315,18 @@ class OpWindows:
             if window.holds_host:
                 self.metering._host_lock.release()
         req = window.request
-        body: dict[str, Any] = {
-            "window_id": window.id,
-            "label": req.label,
-            "agent": req.agent,
-            "task_id": req.task_id,
-            "run_id": req.run_id,
-            "rollout": req.rollout,
-            "energy": energy.to_wire(),
-            "end": end,
-            "abandoned": end != CLOSED,
-            "version": __version__,
-        }
+        body = OpBody(
+            window_id=window.id,
+            label=req.label,
+            agent=req.agent,
+            task_id=req.task_id,
+            run_id=req.run_id,
+            rollout=req.rollout,
+            energy=cast(EnergyWindow, energy.to_wire()),
+            end=end,
+            abandoned=end != CLOSED,
+            version=__version__,
+        ).to_dict()
         try:
             window.receipt = self._sign(body)
         except BaseException as err:

@@ -6,19 +6,21 @@ Real DuckDB and real pytest runs; only gRPC is left out.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from jouled.config import Config
 from jouled.daemon import Daemon, Submission
+from jouled.documents import Receipt, ResultBody
 from jouled.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def daemon(tmp_path: Path):
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(
         Config.from_env(
             {},
@@ -103,3 +105,27 @@ def test_every_result_says_what_graded_it(daemon: Daemon) -> None:
     assert made["meter"] == "estimator" and made["sandbox"] == body["sandbox"]
     assert body["isolation"]["level"] == body["sandbox"]
     assert {"seed", "apply", "grade"} <= set(body["energy"])
+
+
+def test_a_result_in_an_older_shape_still_gets_a_receipt(daemon: Daemon) -> None:
+    """A body signed before logs, audit flags and attempt ids keeps its bytes and is served."""
+    old = {
+        "task_id": "smoke/interval",
+        "suite": "smoke",
+        "task_digest": daemon.task("smoke/interval").digest,
+        "patch_sha256": "0" * 64,
+        "status": "unresolved",
+        "resolved": False,
+        "tests": {"expected": 2, "passed": 1, "failed": 1, "missing": 0},
+        "energy": {"grade": {"gross_mj": 5, "idle_mj": 1, "marginal_mj": 4, "wall_ms": 3}},
+        "solver": "someone/agent-v0",
+        "output": {"sha256": "ab" * 32, "kept_bytes": 5, "dropped_bytes": 0},
+        "version": "0.0.9",
+    }
+    entry = daemon.ledger.append("result", old)
+    receipt = Receipt.parse(daemon.get_receipt(seq=entry.seq))
+    assert receipt.status == "unresolved" and receipt.audit == [] and receipt.tests_failed == []
+    assert receipt.output_tail == ""  # its output was never kept in the log store
+    assert receipt.entry.payload_bytes() == entry.payload
+    body = ResultBody.parse(receipt.entry.parsed_payload().body)
+    assert body.to_dict() == old and body.attempt_id is None

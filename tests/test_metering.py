@@ -4,6 +4,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from jouled.meter.base import Domain, Meter, Snapshot
 from jouled.meter.metering import _CLK_TCK, Metering, host_busy_cpu_ns
 
@@ -49,11 +51,13 @@ def test_exclusive_phases_do_not_overlap() -> None:
     assert inside == [False] * 4
 
 
-def test_shared_phases_are_charged_their_cpu_share(tmp_path: Path, monkeypatch) -> None:
+def test_shared_phases_are_charged_their_cpu_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stat = tmp_path / "stat"
     busy = iter([1000, 1400])  # jiffies of busy time at the window's edges
 
-    def fake_busy(path: str = "/proc/stat") -> int:
+    def fake_busy(path: str = "/proc/stat") -> int | None:
         stat.write_text(f"cpu  {next(busy)} 0 0 5000 0 0 0 0 0 0\n")
         return host_busy_cpu_ns(str(stat))
 

@@ -82,7 +82,7 @@ def git(repo: Path, *args: str) -> str:
 def git_diff(
     tmp_path: Path,
     before: dict[str, str | bytes],
-    change: Callable[[Path], None],
+    change: Callable[[Path], object],
     executable: tuple[str, ...] = (),
 ) -> tuple[bytes, Path, Path]:
     """The `git diff` of `change` made to a committed tree: (diff, pristine copy, changed tree)."""

@@ -65,14 +65,27 @@ def test_bestofk_table_shows_tampered(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def receipt(audit: list[dict[str, Any]]) -> dict[str, Any]:
+    """A receipt document (docs/ledger.md, Receipts) whose entry and proof are placeholders."""
     return {
+        "seq": 7,
         "task_id": "s/a",
+        "patch_sha256": "0" * 64,
         "status": "unresolved",
         "resolved": False,
-        "tests": {"passed": 0, "expected": 2},
+        "tests": {"expected": 2, "passed": 0, "failed": 2, "missing": 0},
         "energy": {},
-        "seq": 7,
+        "solver": "someone/agent",
         "audit": audit,
+        "leaf_hash": "1" * 64,
+        "entry": {
+            "seq": 7,
+            "payload": "",
+            "payloadType": "application/vnd.jouled.event.v1+json",
+            "signatures": [],
+            "leaf_hash": "1" * 64,
+        },
+        "proof": {"seq": 7, "leaf_hash": "1" * 64, "tree_size": 8, "root": "2" * 64, "hashes": []},
+        "checkpoint": "",
     }
 
 

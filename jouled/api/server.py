@@ -34,6 +34,7 @@ from jouled.api.peercred import PeerCred, PeerRelay
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon, Submission, Ticket
+from jouled.documents import OpReceipt, Receipt
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.opwindows import DISCONNECT
 from jouled.v1 import jouled_pb2 as pb
@@ -100,27 +101,29 @@ def _task(c: Contract) -> pb.Task:
     )
 
 
-def _receipt(r: dict[str, Any]) -> pb.Receipt:
+def _receipt(document: dict[str, Any]) -> pb.Receipt:
+    r = Receipt.parse(document)
     return pb.Receipt(
-        seq=r["seq"],
-        task_id=r["task_id"],
-        patch_sha256=r["patch_sha256"],
-        status=r["status"],
-        resolved=r["resolved"],
-        leaf_hash=r["leaf_hash"],
-        json=json.dumps(r, sort_keys=True),
+        seq=r.seq,
+        task_id=r.task_id,
+        patch_sha256=r.patch_sha256,
+        status=r.status.value,
+        resolved=r.resolved,
+        leaf_hash=r.leaf_hash,
+        json=json.dumps(r.to_dict(), sort_keys=True),
     )
 
 
-def _op_receipt(r: dict[str, Any]) -> pb.OpReceipt:
+def _op_receipt(document: dict[str, Any]) -> pb.OpReceipt:
+    r = OpReceipt.parse(document)
     return pb.OpReceipt(
-        seq=r["seq"],
-        window_id=r["window_id"],
-        label=r["label"],
-        attribution=r["energy"]["attribution"],
-        abandoned=r["abandoned"],
-        leaf_hash=r["leaf_hash"],
-        json=json.dumps(r, sort_keys=True),
+        seq=r.seq,
+        window_id=r.window_id,
+        label=r.label,
+        attribution=r.energy.get("attribution", ""),
+        abandoned=r.abandoned,
+        leaf_hash=r.leaf_hash,
+        json=json.dumps(r.to_dict(), sort_keys=True),
     )
 
 

@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from jouled import __version__
 from jouled.contracts.contract import Contract, iter_tree
-from jouled.documents import Status
+from jouled.documents import BaselineBody, EnergyWindow, GradeCounts, ResultBody, Status
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
@@ -329,23 +329,23 @@ class Evaluator:
             if after is not None:
                 runs["reference"] = after.result
         expected = derive_expected(contract, before, after)
-        body: dict[str, Any] = {
-            "task_id": contract.task_id,
-            "suite": contract.suite,
-            "task_digest": contract.digest,
-            "valid": expected.valid,
-            "reason": expected.reason,
-            "derived": after is not None,
-            "fail_to_pass": list(expected.fail_to_pass),
-            "pass_to_pass": list(expected.pass_to_pass),
-            "before": _counts(before),
-            "after": _counts(after) if after else None,
-            "energy": {"baseline": window.energy.to_wire()},
-            "sandbox": before.result.level,
-            "isolation": dict(before.result.isolation),
-            "version": __version__,
-        }
-        seq = self.baselines.record_baseline(contract, body)
+        body = BaselineBody(
+            task_id=contract.task_id,
+            suite=contract.suite,
+            task_digest=contract.digest,
+            valid=expected.valid,
+            reason=expected.reason,
+            derived=after is not None,
+            fail_to_pass=list(expected.fail_to_pass),
+            pass_to_pass=list(expected.pass_to_pass),
+            before=_counts(before),
+            after=_counts(after) if after else None,
+            energy={"baseline": cast(EnergyWindow, window.energy.to_wire())},
+            sandbox=before.result.level,
+            isolation=dict(before.result.isolation),
+            version=__version__,
+        )
+        seq = self.baselines.record_baseline(contract, body.to_dict())
         return Expected(
             expected.fail_to_pass, expected.pass_to_pass, expected.valid, expected.reason, seq
         ), window.energy
@@ -463,17 +463,18 @@ class Evaluator:
             error = err.diagnostics() if isinstance(err, JouledError) else str(err)
             progress("error", error)
         body = self._body(attempt, patch, status, grade_info, energy, restored, level, error)
-        body.update(extra)
-        body["logs"] = {phase: capture(run, attempt.blobs) for phase, run in runs.items()}
-        body["energy_total"] = energy_total(energy)
-        body["provenance"] = {
+        for key, value in extra.items():
+            body.set(key, value)
+        body.logs = {phase: capture(run, attempt.blobs) for phase, run in runs.items()}
+        body.energy_total = energy_total(energy)
+        body.provenance = {
             **provenance.environment(),
             "meter": self.metering.meter.source,
             "calibration_seq": self.metering.calibration.seq if self.metering.calibration else None,
             "sandbox": level,
         }
-        body["audit"] = audit_flags(contract, patch)  # evidence only: never part of the verdict
-        return body
+        body.audit = audit_flags(contract, patch)  # evidence only: never part of the verdict
+        return body.to_dict()
 
     def _command_solve(
         self,
@@ -526,38 +527,40 @@ class Evaluator:
         restored: list[str],
         level: str,
         error: str,
-    ) -> dict[str, Any]:
+    ) -> ResultBody:
         contract = attempt.contract
-        body: dict[str, Any] = {
-            "task_id": contract.task_id,
-            "suite": contract.suite,
-            "task_digest": contract.digest,
-            "patch_sha256": patch.sha256 if patch else _EMPTY_SHA256,
-            "status": status,
-            "resolved": status == RESOLVED,
-            "tests": graded.summary()
+        body = ResultBody(
+            task_id=contract.task_id,
+            suite=contract.suite,
+            task_digest=contract.digest,
+            patch_sha256=patch.sha256 if patch else _EMPTY_SHA256,
+            status=Status(status),
+            resolved=status == RESOLVED,
+            tests=cast(GradeCounts, graded.summary())
             if graded
             else {"expected": 0, "passed": 0, "failed": 0, "missing": 0},
-            "solver": attempt.solver,
-            "model": attempt.model,
-            "agent": attempt.agent,
-            "run_id": attempt.run_id,
-            "rollout": attempt.rollout,
-            "energy": energy,
-            "claimed": dict(attempt.claimed),
-            "sandbox": level,
-            "restored": restored,
-            "idempotency_key": attempt.idempotency_key,
-            "attempt_id": attempt.attempt_id,
-            "version": __version__,
-        }
+            solver=attempt.solver,
+            model=attempt.model,
+            agent=attempt.agent,
+            run_id=attempt.run_id,
+            rollout=attempt.rollout,
+            energy=cast(dict[str, EnergyWindow], energy),
+            claimed=dict(attempt.claimed),
+            sandbox=level,
+            restored=restored,
+            idempotency_key=attempt.idempotency_key,
+            attempt_id=attempt.attempt_id,
+            version=__version__,
+        )
         if graded is not None and (graded.failed or graded.missing):
-            for key, ids in (("tests_failed", graded.failed), ("tests_missing", graded.missing)):
-                body[key] = list(ids[:INLINE_IDS])
-                if len(ids) > INLINE_IDS:
-                    body[f"{key}_all"] = id_list(ids, attempt.blobs)
+            body.tests_failed = list(graded.failed[:INLINE_IDS])
+            body.tests_missing = list(graded.missing[:INLINE_IDS])
+            if len(graded.failed) > INLINE_IDS:
+                body.tests_failed_all = id_list(graded.failed, attempt.blobs)
+            if len(graded.missing) > INLINE_IDS:
+                body.tests_missing_all = id_list(graded.missing, attempt.blobs)
         if error:
-            body["error"] = error
+            body.error = error
         return body
 
 

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def node() -> str:
     return node
 
 
-def _client(node: str, *args: str) -> tuple[int, dict[str, object]]:
+def _client(node: str, *args: str) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
         [node, str(NODE_DIR / "client.mjs"), *args],
         cwd=NODE_DIR,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import grp
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -32,13 +33,9 @@ class Tls:
     def __init__(self, daemon: Daemon, certs: Certs, tokens: dict[str, str]) -> None:
         self.daemon, self.certs, self.tokens = daemon, certs, tokens
 
-    def client(self, who: str | None, **kw: object) -> Client:
+    def client(self, who: str | None) -> Client:
         return Client(
-            self.daemon.target,
-            token=self.tokens[who] if who else "",
-            ca=self.certs.ca,
-            env={},
-            **kw,
+            self.daemon.target, token=self.tokens[who] if who else "", ca=self.certs.ca, env={}
         )
 
     def cli(self, who: str | None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -156,7 +153,9 @@ def test_tls_without_the_ca_fails_with_a_hint(tls: Tls) -> None:
         ("audit", lambda c: c.calibrate(1), "Calibrate"),
     ],
 )
-def test_roles_bound_what_each_caller_may_do(tls: Tls, who: str, call, method: str) -> None:
+def test_roles_bound_what_each_caller_may_do(
+    tls: Tls, who: str, call: Callable[[Client], object], method: str
+) -> None:
     with tls.client(who) as c, pytest.raises(ClientError) as err:
         call(c)
     assert err.value.kind == Kind.PERMISSION_DENIED
@@ -333,11 +332,8 @@ def test_the_socket_group_decides_who_connects_and_peer_rules_give_roles(
         assert owner_only.client_json("tasks")["tasks"]  # the daemon's own uid is operator
     finally:
         assert owner_only.stop() == 0
-    group = (
-        os.getgrgid(NOBODY).gr_name
-        if NOBODY in {g.gr_gid for g in __import__("grp").getgrall()}
-        else str(NOBODY)
-    )
+    known = {g.gr_gid for g in grp.getgrall()}
+    group = grp.getgrgid(NOBODY).gr_name if NOBODY in known else str(NOBODY)
     no_role = start_daemon(tmp_path / "b", "--socket-group", group, listen=target)
     try:
         done = _as_nobody(target, "tasks")

@@ -6,6 +6,7 @@ import base64
 import json
 import shutil
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ SMOKE = sorted(p.name for p in (TASKS / "smoke").iterdir() if (p / "task.toml").
 
 
 def make_patch(
-    tmp_path: Path, task: Path, edits: dict[str, str | None], reference: bool = False
+    tmp_path: Path, task: Path, edits: Mapping[str, str | None], reference: bool = False
 ) -> Path:
     """A git-style diff from the task's before/ tree to a copy with `edits` applied."""
     old, new = tmp_path / "old", tmp_path / "new"
@@ -325,9 +326,11 @@ def test_an_edited_parquet_column_fails_verify(daemon: Daemon, tmp_path: Path) -
     assert daemon.client("export", "--out", str(out)).returncode == 0
     parquet = out.with_name(out.name + ".parquet")
     with duckdb.connect() as db:
-        seq = db.execute(
+        row = db.execute(
             f"SELECT min(seq) FROM read_parquet('{parquet}') WHERE kind = 'result' AND NOT resolved"
-        ).fetchone()[0]
+        ).fetchone()
+        assert row is not None
+        seq = row[0]
         db.execute(f"CREATE TABLE t AS SELECT * FROM read_parquet('{parquet}')")
         db.execute(f"UPDATE t SET resolved = true, status = 'resolved' WHERE seq = {seq}")
         db.execute(f"COPY t TO '{parquet}' (FORMAT parquet)")

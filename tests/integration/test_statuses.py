@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local(tasks: Path, tmp_path_factory: pytest.TempPathFactory):
+def local(tasks: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = start_daemon(tmp_path_factory.mktemp("statuses") / "data", tasks=tasks)
     yield d
     assert d.stop() == 0

@@ -121,4 +121,4 @@ def test_snapshots_of_either_spelling_carry_the_type(ledger_parts: tuple, tmp_pa
         assert write_parquet(export, parquet) == 4
         assert check_parquet(parquet, leaves) == 4
         types = duckdb.sql(f"SELECT DISTINCT payload_type FROM read_parquet('{parquet}')")
-        assert types.fetchall() == [(PAYLOAD_TYPE,)]
+        assert types is not None and types.fetchall() == [(PAYLOAD_TYPE,)]

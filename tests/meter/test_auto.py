@@ -39,7 +39,9 @@ def test_auto_combines_every_measured_source(powercap: FakePowercap) -> None:
         assert [d.name for d in m.domains()] == ["package-0", "dram-0", "gpu-0", "gpu-1"]
         snap = m.snapshot()
         assert set(snap.totals_uj) == {"package-0", "dram-0", "gpu-0", "gpu-1"}
-        assert [s["source"] for s in m.describe()["meters"]] == ["rapl", "nvml"]  # type: ignore[index]
+        meters = m.describe()["meters"]
+        assert isinstance(meters, list)
+        assert [s["source"] for s in meters] == ["rapl", "nvml"]
 
 
 @pytest.mark.usefixtures("no_pynvml")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jouled.contracts.contract import iter_tree
+from jouled.contracts.contract import Contract, iter_tree
 from jouled.contracts.task import discover
 from jouled.ledger import canonical
 from jouled.patch import Patch, diff_trees, parse_patch, patched_text
@@ -59,7 +59,7 @@ SMOKE = discover(REPO / "tasks" / "smoke")
 
 
 @pytest.mark.parametrize("contract", SMOKE, ids=[c.name for c in SMOKE])
-def test_reference_fixes_earn_no_flags(contract) -> None:
+def test_reference_fixes_earn_no_flags(contract: Contract) -> None:
     assert contract.reference_patch is not None
     patch = parse_patch(contract.reference_patch)
     before = {
@@ -74,7 +74,7 @@ def test_reference_fixes_earn_no_flags(contract) -> None:
 
 
 @pytest.mark.parametrize("contract", SMOKE, ids=[c.name for c in SMOKE])
-def test_the_bundled_trees_read_as_new_files_earn_no_flags(contract) -> None:
+def test_the_bundled_trees_read_as_new_files_earn_no_flags(contract: Contract) -> None:
     """Every source file of every task, as if a patch created it: library code, not hacks."""
     for rel, path in iter_tree(contract.pristine):
         if rel.endswith(".py") and not rel.startswith("tests/"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,7 @@ def test_baseline_and_reference_runs_include_hidden_tests(tmp_path: Path) -> Non
 
 
 @pytest.fixture
-def daemon(tmp_path: Path):
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
     tasks = tmp_path / "tasks"
     shutil.copytree(SEMVER, tasks / "smoke" / "semver")
     d = Daemon(
