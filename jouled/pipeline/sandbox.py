@@ -1018,10 +1018,13 @@ def _supervise(
         if init is not None:
             os.close(init)
     signalled = os.WIFSIGNALED(status)
+    # A run killed at its deadline did not exit by itself, whichever of bwrap and its
+    # child the kill reached first (bwrap that outlives its child exits 128 + signal).
+    killed = signalled or timed_out
     return RunResult(
         argv=tuple(argv),
-        exit_code=None if signalled else os.WEXITSTATUS(status),
-        signal=os.WTERMSIG(status) if signalled else None,
+        exit_code=None if killed else os.WEXITSTATUS(status),
+        signal=(os.WTERMSIG(status) if signalled else int(signal.SIGKILL)) if killed else None,
         timed_out=timed_out,
         wall_ns=wall_ns,
         cpu_ns=round((rusage.ru_utime + rusage.ru_stime) * 1e9),
