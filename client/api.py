@@ -299,8 +299,11 @@ class Client:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
-        doc = dict(self._doc(self._stub.Frontier, pb.FrontierRequest(suite=suite, axis=axis)))
+    def frontier(
+        self, suite: str = "", axis: str = "joules", *, merge_digests: bool = False
+    ) -> dict[str, Any]:
+        request = pb.FrontierRequest(suite=suite, axis=axis, merge_digests=merge_digests)
+        doc = dict(self._doc(self._stub.Frontier, request))
         rows = doc.get("rows")
         if not isinstance(rows, list):
             raise ClientError("the daemon's frontier has no rows", Kind.INTERNAL)

@@ -326,8 +326,7 @@ def frontier(
         bool,
         typer.Option(
             "--merge-digests",
-            help="Pool each solver's results across a changed task's digests into one row "
-            "(with --from-export FILE).",
+            help="Pool each solver's results across a changed task's digests into one row.",
         ),
     ] = False,
     wide: Wide = None,
@@ -340,16 +339,8 @@ def frontier(
     each host's ledger verified against its pinned key first.
     """
     fleet_wide = _is_fleet() or (export is not None and export.is_dir())
-    if merge_digests and (fleet_wide or export is None):
-        _fail(
-            UsageError(
-                "--merge-digests pools rows offline, from one ledger's export",
-                hint="export the ledger (`jb-client export --out FILE`), then run "
-                "`jb-client frontier --from-export FILE --merge-digests`",
-            )
-        )
     if fleet_wide:
-        return _fleet_frontier(suite, axis, export, as_json)
+        return _fleet_frontier(suite, axis, export, as_json, merge_digests)
     try:
         if export is not None:
             from jouled import frontier as frontier_fn
@@ -360,7 +351,7 @@ def frontier(
             )
         else:
             with _client() as c:
-                rows = c.frontier(suite, axis)["rows"]
+                rows = c.frontier(suite, axis, merge_digests=merge_digests)["rows"]
         if plot_to is not None:
             from jb_client import plot
 
@@ -953,7 +944,9 @@ def _fleet_run(
         render.fleet_frontier_table(merged)
 
 
-def _fleet_frontier(suite: str, axis: str, export: Path | None, as_json: bool) -> None:
+def _fleet_frontier(
+    suite: str, axis: str, export: Path | None, as_json: bool, merge_digests: bool
+) -> None:
     try:
         if export is not None:
             if not export.is_dir():
@@ -963,11 +956,18 @@ def _fleet_frontier(suite: str, axis: str, export: Path | None, as_json: bool) -
                 )
             hosts = _fleet_hosts(need_targets=False)
             merged = fleet.merged_frontier(
-                fleet.load_export_dir(export, hosts), suite=suite or None, axis=axis
+                fleet.load_export_dir(export, hosts),
+                suite=suite or None,
+                axis=axis,
+                merge_digests=merge_digests,
             )
         else:
             merged = fleet.live_frontier(
-                _fleet_hosts(), _fleet_client, suite=suite or None, axis=axis
+                _fleet_hosts(),
+                _fleet_client,
+                suite=suite or None,
+                axis=axis,
+                merge_digests=merge_digests,
             )
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):

@@ -574,10 +574,17 @@ def load_export_dir(root: Path, hosts: Sequence[Host]) -> Collected:
 
 
 def merged_frontier(
-    collected: Collected, *, suite: str | None = None, axis: str = "joules"
+    collected: Collected,
+    *,
+    suite: str | None = None,
+    axis: str = "joules",
+    merge_digests: bool = False,
 ) -> dict[str, Any]:
     doc = fleet_frontier(
-        [HostLedger(v.host, v.results, v.ops) for v in collected.ledgers], suite=suite, axis=axis
+        [HostLedger(v.host, v.results, v.ops) for v in collected.ledgers],
+        suite=suite,
+        axis=axis,
+        merge_digests=merge_digests,
     )
     doc["hosts"] = [
         {
@@ -597,8 +604,14 @@ def merged_frontier(
 
 
 def live_frontier(
-    hosts: Sequence[Host], client_for: ClientFor, *, suite: str | None = None, axis: str = "joules"
+    hosts: Sequence[Host],
+    client_for: ClientFor,
+    *,
+    suite: str | None = None,
+    axis: str = "joules",
+    merge_digests: bool = False,
 ) -> dict[str, Any]:
     """Export every reachable host, verify each, and merge their frontiers."""
     with tempfile.TemporaryDirectory(prefix="jb-fleet-") as tmp:
-        return merged_frontier(collect(hosts, Path(tmp), client_for), suite=suite, axis=axis)
+        collected = collect(hosts, Path(tmp), client_for)
+        return merged_frontier(collected, suite=suite, axis=axis, merge_digests=merge_digests)

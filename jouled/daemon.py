@@ -930,8 +930,11 @@ class Daemon:
 
     # -- reading the ledger ---------------------------------------------------------------
 
-    def frontier(self, suite: str = "", axis: str = "joules") -> dict[str, Any]:
-        return {"rows": self._frontier.rows(suite=suite or None, axis=axis)}
+    def frontier(
+        self, suite: str = "", axis: str = "joules", *, merge_digests: bool = False
+    ) -> dict[str, Any]:
+        rows = self._frontier.rows(suite=suite or None, axis=axis, merge_digests=merge_digests)
+        return {"rows": rows}
 
     def best_of_k(self, suite: str = "") -> dict[str, Any]:
         return {"rows": frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None)}

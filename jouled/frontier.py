@@ -20,7 +20,7 @@ Counting rules, decided once here so every consumer agrees:
   ledger in the same order, so they number revisions alike. Pareto flags are
   set within one (suite, revision): the attempts on a changed task compete
   with each other, not with the suite's older rows.
-- `merge_digests` (`jb-client frontier --from-export FILE --merge-digests`) pools a
+- `merge_digests` (`jb-client frontier --merge-digests`, served or offline) pools a
   (suite, solver, model)'s revisions into one row on request: its `revision`
   is null and `merged_digests` counts the tasks whose several digests it
   pools (0 in every row that pools none).

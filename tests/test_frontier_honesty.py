@@ -284,7 +284,7 @@ def frontier_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_merges_digests_offline_only_on_request(tmp_path: Path) -> None:
+def test_cli_merges_digests_offline_on_request(tmp_path: Path) -> None:
     from tests.client.ledger import result as entry
     from tests.client.ledger import write_export
 
@@ -297,9 +297,3 @@ def test_cli_merges_digests_offline_only_on_request(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (merged,) = json.loads(done.stdout)["rows"]
     assert merged["revision"] is None and merged["merged_digests"] == 1
-
-
-def test_cli_refuses_to_merge_digests_on_the_daemon() -> None:
-    done = frontier_cli("--merge-digests")
-    assert done.returncode != 0
-    assert "--from-export" in done.stderr and "Traceback" not in done.stderr

@@ -249,7 +249,11 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def Frontier(self, request: pb.FrontierRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.frontier(request.suite, request.axis or "joules"))
+        return _doc(
+            self.daemon.frontier(
+                request.suite, request.axis or "joules", merge_digests=request.merge_digests
+            )
+        )
 
     @_unary
     def BestOfK(self, request: pb.FrontierRequest, context: Any) -> pb.Document:

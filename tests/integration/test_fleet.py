@@ -126,6 +126,12 @@ def test_a_suite_spread_over_three_hosts_survives_losing_one(
     assert summary["comparable"] and summary["attempts"] == len(units)
     assert summary["resolved"] == len(units) and summary["tasks"] == len(units)
     assert merged["duplicates"] == [] and merged["unreachable"] == []
+    # No task changed digest: pooling revisions leaves every row's counts as they were.
+    pooled = jb_json(
+        *targets(daemons), *pins(daemons), "frontier", "--suite", SUITE, "--merge-digests"
+    )
+    assert all(r["revision"] is None and r["merged_digests"] == 0 for r in pooled["rows"])
+    assert {r["host"]: r["attempts"] for r in pooled["rows"]} == dict(per_host)
 
     # Re-running the same run id through the CLI finds every result and runs nothing again.
     before = [d.ledger_size() for d in daemons]
