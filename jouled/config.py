@@ -72,6 +72,9 @@ class Config:
     own_uid_operator: bool = True  # the daemon's own uid and root are operators on the socket
     socket_group: str = ""  # the Unix socket's group (mode 0660); empty: owner only (0600)
     checkout_root: Path | None = None  # SWE-bench checkouts: CHECKOUT_ROOT/<instance_id>
+    # SWE-bench environments (see jouled.contracts.swebench_env); None: the daemon's own
+    # interpreter, for pytest-run instances only.
+    swebench_envs: Path | None = None
     min_free_mb: int = 256  # below this much free space in the data dir, attempts are refused
     energy: str = "auto"
     calibrate_seconds: float = 10.0

@@ -360,15 +360,17 @@ class Daemon:
                 limits.name("instance_id", iid)
                 if "/" in iid:
                     raise UsageError(f"instance_id {iid!r} holds '/'")
-                reason = swebench.unsupported_reason(record)
-                if reason:
-                    raise UsageError(reason)
                 self._inside(root, iid)
-                contract = swebench.to_contract(record, root, suite=suite)
+                contract = swebench.to_contract(
+                    record, root, suite=suite, environments=self.config.swebench_envs
+                )
                 if self.registry.register(contract):
                     new.append({"suite": suite, "record": raw})
             except JouledError as err:
-                skipped.append({"instance_id": iid[: limits.NAME_MAX], "reason": err.message})
+                code = err.code if isinstance(err, swebench.Unsupported) else "refused"
+                skipped.append(
+                    {"instance_id": iid[: limits.NAME_MAX], "reason": err.message, "code": code}
+                )
                 continue
             registered.append(contract.task_id)
         if new:
@@ -421,7 +423,14 @@ class Daemon:
                     raise PreconditionError("no --checkout-root")
                 record = swebench.SweBenchRecord.from_dict(item["record"], f"{path}:{n}")
                 self._inside(root, record.instance_id)
-                self.registry.register(swebench.to_contract(record, root, suite=item["suite"]))
+                self.registry.register(
+                    swebench.to_contract(
+                        record,
+                        root,
+                        suite=item["suite"],
+                        environments=self.config.swebench_envs,
+                    )
+                )
             except (ValueError, KeyError, TypeError, JouledError) as err:
                 message = err.message if isinstance(err, JouledError) else repr(err)
                 log.warning("%s:%d: SWE-bench registration not restored: %s", path, n, message)

@@ -471,7 +471,7 @@ def test_a_record_compiles_to_a_contract(record: SweBenchRecord, checkout_root: 
 
 
 def test_the_digest_follows_its_documented_framing(record: SweBenchRecord) -> None:
-    h = hashlib.sha256(b"jouled-swebench-v1\n")
+    h = hashlib.sha256(b"jouled-swebench-v2\n")
     for name, value in [
         ("instance_id", record.instance_id.encode()),
         ("base_commit", record.base_commit.encode()),
@@ -479,9 +479,20 @@ def test_the_digest_follows_its_documented_framing(record: SweBenchRecord) -> No
         ("patch", record.patch.encode()),
         ("FAIL_TO_PASS", json.dumps(F2P, separators=(",", ":")).encode()),
         ("PASS_TO_PASS", json.dumps(P2P, separators=(",", ":")).encode()),
+        ("tree", b"ab" * 32),
+        ("test_cmd", b'["python","-m","pytest"]'),
+        ("rules", b"strict"),
+        ("runtime", b"daemon"),
     ]:
         h.update(f"{len(name)}:{name}{len(value)}:".encode() + value)
-    assert contract_digest(record) == h.hexdigest()
+    digest = contract_digest(
+        record,
+        tree="ab" * 32,
+        test_cmd=("python", "-m", "pytest"),
+        rules="strict",
+        runtime="daemon",
+    )
+    assert digest == h.hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -501,11 +512,35 @@ def test_the_digest_covers_what_is_graded(record: SweBenchRecord, change: dict[s
     assert contract_digest(dataclasses.replace(record, **change)) != contract_digest(record)
 
 
+@pytest.mark.parametrize(
+    "how", [{"tree": "1" * 64}, {"test_cmd": ("pytest",)}, {"rules": "x"}, {"runtime": "env"}]
+)
+def test_the_digest_covers_how_it_is_graded(record: SweBenchRecord, how: dict[str, Any]) -> None:
+    assert contract_digest(record, **how) != contract_digest(record)
+
+
 def test_the_digest_ignores_provenance(record: SweBenchRecord) -> None:
     changed = dataclasses.replace(
         record, problem_statement="other words", hints_text="a hint", version="9", created_at=None
     )
     assert contract_digest(changed) == contract_digest(record)
+
+
+def test_a_dirty_checkout_is_digested_as_it_is(record: SweBenchRecord, checkout_root: Path) -> None:
+    """The tree every attempt is seeded from is part of the digest, not only its commit."""
+    clean = to_contract(record, checkout_root)
+    tree = checkout_root / INSTANCE
+    (tree / "calc" / "ops.py").write_text(OPS.replace("a - b", "a + b"))  # fixed, uncommitted
+    dirty = to_contract(record, checkout_root)
+    assert dirty.digest != clean.digest
+    (tree / "calc" / "ops.py").write_text(OPS)
+    assert to_contract(record, checkout_root).digest == clean.digest
+    (tree / "calc" / "helper.py").write_text("")  # an untracked file counts too
+    assert to_contract(record, checkout_root).digest != clean.digest
+    (tree / "calc" / "helper.py").unlink()
+    (tree / "calc" / "__pycache__").mkdir(exist_ok=True)  # caches never count
+    (tree / "calc" / "__pycache__" / "ops.cpython-311.pyc").write_bytes(b"x")
+    assert to_contract(record, checkout_root).digest == clean.digest
 
 
 def test_a_missing_checkout_says_which_directory_and_how_to_make_it(
@@ -605,17 +640,37 @@ def test_a_tree_without_git_metadata_is_taken_as_prepared(
 def test_instances_graded_by_other_runners_are_refused(
     record: SweBenchRecord, checkout_root: Path
 ) -> None:
+    """Without an official specification, only pytest node ids can be graded."""
     django = dataclasses.replace(
         record, FAIL_TO_PASS=("test_add (calc.tests.OpsTests)",), PASS_TO_PASS=()
     )
     reason = unsupported_reason(django)
     assert reason is not None and "not a pytest node id" in reason
-    with pytest.raises(TaskError) as caught:
+    with pytest.raises(swebench.Unsupported) as caught:
         to_contract(django, checkout_root)
-    assert "Docker harness" in caught.value.hint
+    assert caught.value.code == swebench.UNSUPPORTED_RUNNER
     sympy = dataclasses.replace(record, PASS_TO_PASS=("test_add",))
     assert unsupported_reason(sympy) is not None
     assert unsupported_reason(record) is None
+
+
+def test_a_runner_other_than_pytest_needs_an_environment(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    """Django's runtests.py runs only in an environment with Django installed at /testbed."""
+    django = dataclasses.replace(
+        record,
+        repo="django/django",
+        version="5.0",
+        FAIL_TO_PASS=("test_add (calc.tests.OpsTests.test_add)",),
+    )
+    for envs in (None, tmp_path / "envs"):
+        with pytest.raises(swebench.Unsupported) as caught:
+            to_contract(django, checkout_root, environments=envs)
+        assert caught.value.code == swebench.NO_ENVIRONMENT
+        assert "runtests.py" in caught.value.message
+        assert "django__django__5.0" in caught.value.message
+        assert "jouled swebench prepare" in caught.value.hint
 
 
 def test_records_that_cannot_be_graded_here_are_refused(
@@ -632,7 +687,7 @@ def test_records_that_cannot_be_graded_here_are_refused(
     assert "test_patch cannot be applied by jouled" in caught.value.message
     assert "binary" in caught.value.message
     data_only = SMALL_PATCH.replace("x.py", "tests/data.txt")
-    with pytest.raises(TaskError, match="touches no Python test module"):
+    with pytest.raises(swebench.Unsupported, match="touches no Python test module"):
         to_contract(dataclasses.replace(record, test_patch=data_only), checkout_root)
     with pytest.raises(TaskError, match="suite"):
         to_contract(record, checkout_root, suite="a/b")

@@ -59,19 +59,23 @@ Grading differences from the official harness
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from jouled.contracts.contract import Contract, GradingPolicy
+from jouled.contracts import swebench_env
+from jouled.contracts import swebench_harness as harness
+from jouled.contracts.contract import Contract, GradingPolicy, Runtime, iter_tree
 from jouled.documents import SEVERITY, Outcome
 from jouled.errors import PatchError, TaskError
 from jouled.patch import Patch, parse_patch
@@ -81,6 +85,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Prediction",
     "SweBenchRecord",
+    "Unsupported",
     "contract_digest",
     "dataset_id_forms",
     "load_predictions",
@@ -89,6 +94,7 @@ __all__ = [
     "modules_to_run",
     "read_head",
     "to_contract",
+    "tree_digest",
     "unsupported_reason",
 ]
 
@@ -102,7 +108,14 @@ TRUSTED_PATCH_BYTES = 64 << 20
 
 _REQUIRED_TEXT = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
 _TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-_OPTIONAL_TEXT = ("version", "environment_setup_commit", "created_at", "hints_text")
+_OPTIONAL_TEXT = (
+    "version",
+    "environment_setup_commit",
+    "created_at",
+    "hints_text",
+    "test_cmd",
+    "log_parser",
+)
 
 # An instance id becomes a directory name and the NAME of a SUITE/NAME task id.
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -140,6 +153,10 @@ class SweBenchRecord:
     environment_setup_commit: str | None = None
     created_at: str | None = None
     hints_text: str | None = None
+    # The official test command and log parser, where the record carries them; else
+    # they come from the specification of `repo` at `version`.
+    test_cmd: str | None = None
+    log_parser: str | None = None
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> SweBenchRecord:
@@ -186,6 +203,8 @@ class SweBenchRecord:
             environment_setup_commit=optional["environment_setup_commit"],
             created_at=optional["created_at"],
             hints_text=optional["hints_text"],
+            test_cmd=optional["test_cmd"],
+            log_parser=optional["log_parser"],
         )
 
 
@@ -578,22 +597,103 @@ def _checkout(record: SweBenchRecord, checkout_root: Path) -> Path:
 # -- contracts ------------------------------------------------------------------------
 
 
-def unsupported_reason(record: SweBenchRecord) -> str | None:
-    """Why jouled cannot grade this instance itself, or None when it can.
+class Unsupported(TaskError):
+    """An instance jouled cannot grade here; `code` says why, for coverage reports."""
 
-    Grading reads pytest node ids (`path/to/test_file.py::Class::test[param]`);
-    instances graded by another runner (Django's runtests.py, SymPy's bin/test)
-    name their tests differently.
-    """
+    def __init__(self, code: str, message: str, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+
+
+# Why an instance is not graded, as coverage reports name it.
+NO_ENVIRONMENT = "no-environment"
+UNSUPPORTED_RUNNER = "unsupported-runner"
+NO_CHECKOUT = "no-checkout"
+BAD_RECORD = "bad-record"
+
+
+def _record_spec(record: SweBenchRecord) -> harness.Spec | None:
+    """The official specification: the record's own fields over the generated table."""
+    spec = harness.spec_for(record.repo, record.version)
+    parser = record.log_parser.removeprefix("parse_log_") if record.log_parser else None
+    if record.test_cmd is None and parser is None:
+        return spec
+    if parser is not None and parser not in harness.PARSERS:
+        return None
+    base = spec or harness.Spec(
+        repo=record.repo, version=record.version or "", python="", test_cmd="", parser=""
+    )
+    return dataclasses.replace(
+        base, test_cmd=record.test_cmd or base.test_cmd, parser=parser or base.parser
+    )
+
+
+def _pytest_ids(record: SweBenchRecord) -> str | None:
     for key in _TEST_LISTS:
         for test_id in getattr(record, key):
             head, sep, rest = test_id.partition("::")
             if not sep or not head.strip() or not rest:
                 return (
-                    f"{key} id {test_id!r} is not a pytest node id "
-                    f"({record.repo} is not graded with pytest)"
+                    f"{key} id {test_id!r} is not a pytest node id and {record.repo} "
+                    f"{record.version or '(no version)'} has no official test specification"
                 )
     return None
+
+
+def unsupported_reason(record: SweBenchRecord, environments: Path | None = None) -> str | None:
+    """Why jouled cannot grade this instance here, or None when it can.
+
+    An instance with an official specification (by repository and version, or
+    its record's own `test_cmd` and `log_parser`) runs its repository's own
+    test command; a runner other than pytest (Django, SymPy) needs a prepared
+    environment. One without a specification is graded as pytest node ids,
+    which its ids must then be.
+    """
+    try:
+        _plan(record, environments)
+    except Unsupported as err:
+        return err.message
+    return None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    spec: harness.Spec | None
+    runtime: Runtime | None
+
+
+def _is_pytest(argv: Sequence[str]) -> bool:
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) in ("pytest", "py.test"):
+        return True
+    return len(argv) > 2 and argv[0].startswith("python") and argv[1:3] == ["-m", "pytest"]
+
+
+def _plan(record: SweBenchRecord, environments: Path | None) -> _Plan:
+    spec = _record_spec(record)
+    if spec is None:
+        reason = _pytest_ids(record)
+        if reason is not None:
+            raise Unsupported(UNSUPPORTED_RUNNER, reason)
+    runtime = None
+    if environments is not None:
+        found = swebench_env.find(environments, record.instance_id, record.repo, record.version)
+        runtime = found.runtime() if found is not None else None
+    if spec is not None and runtime is None:
+        argv, _ = harness.test_command(spec, "")
+        if not _is_pytest(list(argv)) or record.repo == "pytest-dev/pytest":
+            names = " or ".join(
+                swebench_env.candidates(record.instance_id, record.repo, record.version)
+            )
+            where = environments or "--swebench-envs"
+            raise Unsupported(
+                NO_ENVIRONMENT,
+                f"{record.repo} {spec.version} runs `{spec.test_cmd}`, which needs the "
+                f"instance's environment, and there is none ({where}/{names})",
+                hint=f"jouled swebench prepare --dataset FILE --instance {record.instance_id}",
+            )
+    return _Plan(spec, runtime)
 
 
 def _parse_trusted(record: SweBenchRecord, key: str) -> Patch:
@@ -630,25 +730,57 @@ def _id_list(ids: Sequence[str]) -> bytes:
     return json.dumps(list(ids), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def contract_digest(record: SweBenchRecord) -> str:
-    """SHA-256 over everything of a record that defines what is graded.
+def tree_digest(tree: Path) -> str:
+    """SHA-256 over a checkout's files as they are: what every attempt is seeded from.
 
-    The hash input is the tag `jouled-swebench-v1\\n` followed by, in this
+    The hash input is the tag `jouled-tree-v1\\n` followed by, for every file
+    `iter_tree` lists (sorted by path; `.git` and caches left out), a frame for
+    its path and a frame for its content: `file` and its bytes, or `link` and
+    its target. A checkout changed after its commit (a dirty tree, an in-place
+    build) digests as it is.
+    """
+    h = hashlib.sha256(b"jouled-tree-v1\n")
+    for rel, path in iter_tree(tree):
+        _frame(h, "path", rel.encode("utf-8", errors="surrogateescape"))
+        if path.is_symlink():
+            _frame(h, "link", os.readlink(path).encode("utf-8", errors="surrogateescape"))
+        else:
+            _frame(h, "file", path.read_bytes())
+    return h.hexdigest()
+
+
+def contract_digest(
+    record: SweBenchRecord,
+    *,
+    tree: str = "",
+    test_cmd: Sequence[str] = (),
+    rules: str = "",
+    runtime: str = "",
+) -> str:
+    """SHA-256 over everything that defines what is graded.
+
+    The hash input is the tag `jouled-swebench-v2\\n` followed by, in this
     order, one frame per field: `<len(name)>:<name><len(value)>:<value>` with
     lengths in decimal bytes and values UTF-8: instance_id, base_commit (lower
     case hex), test_patch, patch (the gold patch), FAIL_TO_PASS and
     PASS_TO_PASS (each a compact JSON array of its ids, in dataset order,
-    non-ASCII unescaped). Length prefixes keep field boundaries unambiguous.
-    The tree itself is pinned by base_commit, which the checkout is verified
-    against.
+    non-ASCII unescaped), tree (`tree_digest` of the checkout), test_cmd (a
+    compact JSON array), rules (whose verdict: `strict`, or the official
+    rules and log parser) and runtime (the environment's name, `daemon` for
+    the daemon's interpreter). Length prefixes keep field boundaries
+    unambiguous.
     """
-    h = hashlib.sha256(b"jouled-swebench-v1\n")
+    h = hashlib.sha256(b"jouled-swebench-v2\n")
     _frame(h, "instance_id", record.instance_id.encode("utf-8"))
     _frame(h, "base_commit", record.base_commit.lower().encode("ascii"))
     _frame(h, "test_patch", record.test_patch.encode("utf-8", errors="surrogateescape"))
     _frame(h, "patch", record.patch.encode("utf-8", errors="surrogateescape"))
     _frame(h, "FAIL_TO_PASS", _id_list(record.FAIL_TO_PASS))
     _frame(h, "PASS_TO_PASS", _id_list(record.PASS_TO_PASS))
+    _frame(h, "tree", tree.encode("ascii"))
+    _frame(h, "test_cmd", _id_list(test_cmd))
+    _frame(h, "rules", rules.encode("utf-8"))
+    _frame(h, "runtime", runtime.encode("utf-8"))
     return h.hexdigest()
 
 
@@ -658,41 +790,76 @@ def to_contract(
     *,
     suite: str = DEFAULT_SUITE,
     timeout_s: int = DEFAULT_TIMEOUT_S,
+    environments: Path | None = None,
 ) -> Contract:
-    """The contract that grades patches for `record` against its prepared checkout."""
+    """The contract that grades patches for `record` against its prepared checkout.
+
+    With an official specification, the test command is the repository's own
+    and the verdict is the official one from the run's log (the strict
+    grading recorded beside it); `environments` is where prepared
+    environments are looked up. Without one, pytest node ids are graded
+    strictly under the daemon's interpreter. Raises `Unsupported` (a
+    TaskError with a `code`) for an instance that cannot be graded here.
+    """
     if not suite or "/" in suite:
         raise TaskError(f"suite {suite!r} must be a non-empty name without '/'")
     if timeout_s <= 0:
         raise TaskError(f"timeout_s must be positive, got {timeout_s}")
-    reason = unsupported_reason(record)
-    if reason is not None:
-        raise TaskError(
-            f"{record.instance_id}: jouled cannot grade this instance: {reason}",
-            hint="grade it with the official SWE-bench Docker harness",
-        )
+    plan = _plan(record, environments)
     if not record.FAIL_TO_PASS:
-        raise TaskError(
-            f"{record.instance_id}: FAIL_TO_PASS is empty, so no test shows the fix",
+        raise Unsupported(
+            BAD_RECORD, f"{record.instance_id}: FAIL_TO_PASS is empty, so no test shows the fix"
         )
-    test_patch = _parse_trusted(record, "test_patch")
-    _parse_trusted(record, "patch")
-    modules = modules_to_run(test_patch)
-    if not modules:
-        raise TaskError(
-            f"{record.instance_id}: the test_patch touches no Python test module "
-            f"({', '.join(test_patch.paths)}), so there is nothing to run",
-            hint="grade it with the official SWE-bench Docker harness",
-        )
-    tree = _checkout(record, checkout_root)
+    try:
+        test_patch = _parse_trusted(record, "test_patch")
+        _parse_trusted(record, "patch")
+    except TaskError as err:
+        raise Unsupported(BAD_RECORD, err.message, err.hint) from None
+    env: dict[str, str] = {}
+    if plan.spec is not None:
+        test_cmd, env = harness.test_command(plan.spec, record.test_patch)
+        if len(test_cmd) == len(harness.test_command(plan.spec, "")[0]):
+            raise Unsupported(
+                BAD_RECORD,
+                f"{record.instance_id}: the test_patch names no test to run "
+                f"({', '.join(test_patch.paths)})",
+            )
+        grading = _official_policy(plan.spec, record)
+        rules = f"{harness.specs_source()}/{plan.spec.parser}"
+    else:
+        modules = modules_to_run(test_patch)
+        if not modules:
+            raise Unsupported(
+                BAD_RECORD,
+                f"{record.instance_id}: the test_patch touches no Python test module "
+                f"({', '.join(test_patch.paths)}), so there is nothing to run",
+                hint="grade it with the official SWE-bench Docker harness",
+            )
+        test_cmd, grading, rules = ("python", "-m", "pytest", *modules), GRADING, "strict"
+    try:
+        tree = _checkout(record, checkout_root)
+    except TaskError as err:
+        raise Unsupported(NO_CHECKOUT, err.message, err.hint) from None
+    runtime = plan.runtime
+    if runtime is not None and env:
+        runtime = dataclasses.replace(runtime, env={**runtime.env, **env})
+    elif env:
+        runtime = Runtime("daemon", sys.executable, (), env)
     return Contract(
         task_id=f"{suite}/{record.instance_id}",
         suite=suite,
         name=record.instance_id,
         kind="swebench",
         prompt=record.problem_statement,
-        digest=contract_digest(record),
+        digest=contract_digest(
+            record,
+            tree=tree_digest(tree),
+            test_cmd=test_cmd,
+            rules=rules,
+            runtime=runtime.name if runtime is not None else "daemon",
+        ),
         pristine=tree,
-        test_cmd=("python", "-m", "pytest", *modules),
+        test_cmd=tuple(test_cmd),
         test_files=test_patch.paths,
         timeout_s=timeout_s,
         fail_to_pass=record.FAIL_TO_PASS,
@@ -701,7 +868,27 @@ def to_contract(
         test_patch=record.test_patch.encode("utf-8", errors="surrogateescape"),
         source=f"SWE-bench Verified {record.instance_id}",
         license=LICENSE,
-        grading=GRADING,
+        grading=grading,
+        runtime=runtime,
+    )
+
+
+def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolicy:
+    """Grading by the official rules: the repository's own log parser and resolution.
+
+    pytest commands still run through the daemon's runner (canaries, an
+    authenticated report beside the log) except for pytest itself, whose
+    runner is the code under test; the others run as they are.
+    """
+    argv, _ = harness.test_command(spec, "")
+    plain = not _is_pytest(list(argv)) or record.repo == "pytest-dev/pytest"
+    return GradingPolicy(
+        match_ids=None if plain else match_dataset_ids,
+        failing_exit_judged_by_ids=True,
+        memory_bytes=MEMORY_BYTES,
+        plain=plain,
+        parse_output=partial(harness.outcomes, spec.parser),
+        verdict=partial(harness.official_verdict, spec.parser),
     )
 
 
