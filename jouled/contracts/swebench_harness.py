@@ -50,6 +50,7 @@ __all__ = [
     "official_verdict",
     "outcomes",
     "parse_log",
+    "resolution",
     "spec_for",
     "specs_source",
     "test_command",
@@ -358,11 +359,10 @@ def _rate(success: Sequence[str], failure: Sequence[str]) -> float:
     return 1.0 if total == 0 else len(success) / total
 
 
-def official_verdict(
-    parser: str, log: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
-) -> Verdict:
-    """The official resolution of a run from its log: FULL (resolved), PARTIAL or NO."""
-    statuses = parse_log(parser, log)
+def resolution(
+    statuses: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> tuple[str, dict[str, dict[str, list[str]]]]:
+    """The official resolution status of a status map, and which tests succeeded or failed."""
     f2p_ok, f2p_bad = _split(fail_to_pass, statuses)
     p2p_ok, p2p_bad = _split(pass_to_pass, statuses)
     f2p, p2p = _rate(f2p_ok, f2p_bad), _rate(p2p_ok, p2p_bad)
@@ -372,12 +372,21 @@ def official_verdict(
         status = PARTIAL
     else:
         status = NO
+    tests = {
+        "FAIL_TO_PASS": {"success": f2p_ok, "failure": f2p_bad},
+        "PASS_TO_PASS": {"success": p2p_ok, "failure": p2p_bad},
+    }
+    return status, tests
+
+
+def official_verdict(
+    parser: str, log: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> Verdict:
+    """The official resolution of a run from its log: FULL (resolved), PARTIAL or NO."""
+    status, tests = resolution(parse_log(parser, log), fail_to_pass, pass_to_pass)
     return Verdict(
         resolved=status == FULL,
         status=status,
-        tests={
-            "FAIL_TO_PASS": {"success": f2p_ok, "failure": f2p_bad},
-            "PASS_TO_PASS": {"success": p2p_ok, "failure": p2p_bad},
-        },
+        tests=tests,
         rules=f"{specs_source()} grading, {parser} log parser",
     )
