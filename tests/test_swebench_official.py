@@ -237,3 +237,24 @@ def test_an_instance_whose_environment_is_missing_is_not_graded(
     with pytest.raises(swebench.Unsupported) as caught:
         to_contract(record, checkouts, environments=tmp_path / "no-envs")
     assert caught.value.code == swebench.NO_ENVIRONMENT
+
+
+def test_a_forged_report_is_tampered_whatever_the_official_verdict_says(
+    flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """The official parser reads a log the code under test writes; the canaries still see it.
+
+    The forgery makes every report a pass, so the log the official rules read
+    says resolved: that verdict is recorded as it is, and the result is `tampered`.
+    """
+    record, _, checkouts, envs = flask
+    contract = to_contract(record, checkouts, environments=envs, timeout_s=600)
+    ev = Evaluator(Metering(EstimatorMeter(), None, "exclusive"), MemoryBaselines(), tmp_path)
+    forged = parse_patch(real.flask_forgery(checkouts).encode())
+    body = ev.evaluate(Attempt(contract, forged, "forger"))
+    assert body["status"] == "tampered", body
+    assert body["resolved"] is False
+    assert "canary planted to fail passed" in body["integrity"]["forged"]
+    assert body["verdict"]["resolved"] is True  # what the official rules make of the log
+    assert body["verdict"]["strict"]["agrees"] is True
+    assert any(f["code"] == "pytest-internals" for f in body["audit"])
