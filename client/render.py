@@ -91,6 +91,18 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
     _console(False).print(table)
 
 
+def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
+    """Per prediction: graded (status, the official verdict) or why it was not."""
+    t = _table("SWE-bench predictions")
+    for col in ("instance", "graded", "status", "official", "why not"):
+        t.add_column(col)
+    for r in rows:
+        graded = "yes" if r["graded"] else "[yellow]no[/]"
+        why = f"{r['code']}: {r['reason']}" if r.get("code") else ""
+        t.add_row(r["instance_id"], graded, r.get("status") or "-", r.get("official") or "-", why)
+    _console(False).print(t)
+
+
 def receipt_line(r: dict[str, Any]) -> None:
     grade = r.get("energy", {}).get("grade", {})
     tests = r.get("tests", {})

@@ -870,6 +870,8 @@ class Daemon:
             "energy": body["energy"],
             "solver": body["solver"],
             "audit": body.get("audit", []),
+            # Copied from the signed body: the contract's own verdict (SWE-bench's official).
+            "verdict": body.get("verdict"),
             "leaf_hash": entry.leaf_hash.hex(),
             "replayed": replayed,
             # Copied from the signed body: the first failing and missing test ids.
