@@ -76,6 +76,12 @@ class Runtime:
     python: str  # the interpreter, an absolute path
     paths: tuple[str, ...]  # what the interpreter needs to see (its prefix, its base prefix)
     env: Mapping[str, str] = field(default_factory=dict)  # PATH and the like, for the run
+    version: str = ""  # the interpreter's "major.minor", when known
+
+    @property
+    def version_tuple(self) -> tuple[int, int] | None:
+        major, _, minor = self.version.partition(".")
+        return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "python": self.python}

@@ -72,6 +72,7 @@ class Manifest:
             python=self.python,
             paths=self.paths,
             env={"PATH": f"{self.bin_dir}{os.pathsep}{SYSTEM_PATH}"},
+            version=self.python_version,
         )
 
 

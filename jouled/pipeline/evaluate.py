@@ -236,6 +236,7 @@ class Evaluator:
                     pristine=contract.pristine,
                     protected=protected,
                     python=python,
+                    python_version=runtime.version_tuple if runtime is not None else None,
                 )
             limits = self._limits(contract)
             if plan is None:

@@ -369,6 +369,30 @@ def test_our_options_go_before_a_double_dash(scratch: Path) -> None:
     assert plan.env == {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
+def test_an_interpreter_older_than_311_gets_the_tree_off_its_path_without_p(
+    scratch: Path,
+) -> None:
+    """-P is new in 3.11; an environment's older interpreter would refuse it."""
+    tree = write_tree(scratch / "tree", {"pytest.ini": "[pytest]\n"})
+    ro = scratch / "ro"
+    ro.mkdir()
+    layout = Sandbox().layout(tree, ro)
+    old = pytest_run.plan(["pytest"], tree, ro, layout, python="/env/python", python_version=(3, 9))
+    assert old is not None and "-P" not in old.argv and old.argv[0] == "/env/python"
+    # The boot code's first statements drop the working directory ("") from sys.path.
+    boot = old.argv[old.argv.index("-c") + 1]
+    path = ["", "/usr/lib/python3.9", ""]
+    exec(boot.split("; sys.path.insert")[0].replace("import sys; ", ""), {"sys": FakeSys(path)})
+    assert path == ["/usr/lib/python3.9"]
+    new = pytest_run.plan(["pytest"], tree, ro, layout, python_version=(3, 12))
+    assert new is not None and "-P" in new.argv
+
+
+class FakeSys:
+    def __init__(self, path: list[str]) -> None:
+        self.path = path
+
+
 # -- configuration ------------------------------------------------------------------------
 
 
