@@ -5,56 +5,58 @@ dataset, exported to a local JSON or JSONL file) becomes a `Contract`:
 
 - the pristine tree is `checkout_root / instance_id`, a checkout of `repo` at
   `base_commit` that the operator prepared beforehand
-  (`git clone https://github.com/<repo> <dir> && git -C <dir> checkout <base_commit>`,
-  plus whatever in-place build the repository needs). Nothing here fetches a
-  dataset, a repository or an image;
+  (`git clone https://github.com/<repo> <dir> && git -C <dir> checkout <base_commit>`).
+  Nothing here fetches a dataset, a repository or an image. The contract's
+  digest covers the checkout's files as they are (`tree_digest`), so an
+  uncommitted change or an in-place build is part of what is graded, never
+  hidden behind the commit id;
 - the prompt is the issue text, the reference patch is the gold patch;
 - the dataset's `test_patch` is the contract's `test_patch`: the pipeline
   applies it after restoring every protected path, so the tests that grade
   are the dataset's whatever the candidate patch did to them. Every path the
-  test patch touches is protected;
-- the check runs pytest on the test modules the test patch touches (the files
-  the official harness runs), and grading compares pytest node ids against
-  FAIL_TO_PASS and PASS_TO_PASS exactly as the dataset spells them.
+  test patch touches is protected.
 
-Execution boundary
-------------------
-The tests run in jouled's process sandbox, under the daemon's own interpreter
-(`python` in a contract's test command means that interpreter). That only works
-when the daemon's environment has the repository's dependencies at the versions
-the instance expects, with the repository's compiled extensions built in place
-in the checkout (they are copied with the tree), and with the package *not*
-installed from the checkout in a way that shadows the workdir: the tests import
-a top-level package from the working directory, but a `src/` layout package
-comes from wherever the interpreter finds it. One interpreter rarely satisfies
-many instances at once; run one daemon (or one task directory) per environment.
-Repositories whose package is the test runner itself (pytest-dev/pytest) cannot
-be graded faithfully in-process. The official SWE-bench Docker harness, with
-one image per instance, is the opt-in path to faithful environments; it is not
-built here.
+How it is run and graded
+------------------------
+An instance whose repository and version have an official specification
+(`swebench_harness`, generated from the official `swebench` package; or the
+record's own `test_cmd` and `log_parser` fields) runs exactly the official
+test command: Django's `tests/runtests.py`, SymPy's `bin/test`, the pytest
+variants, with the official options and test directives. Its verdict is the
+official one: the repository's log parser over the run's captured output,
+then the official resolution (FULL is resolved). jouled's stricter grading
+(exit status, every id must pass, XFAIL is not a pass) is recorded beside it,
+and only a forged run (`tampered`) or a timeout changes the status.
 
-Grading differences from the official harness
----------------------------------------------
-- Only pytest-based instances are supported: the official harness runs Django's
-  `runtests.py` and SymPy's `bin/test`, whose test names are not pytest node ids.
-  `unsupported_reason` says which records these are; `to_contract` refuses them.
-- A skipped or xfailed test did not pass, for FAIL_TO_PASS and PASS_TO_PASS
-  alike. The official harness counts XFAIL as a pass and a skipped
-  PASS_TO_PASS test as maintained. A task whose PASS_TO_PASS tests skip in the
-  daemon's environment is flagged `invalid` by its baseline, not graded.
-- Test outcomes come from pytest's junit report, so a node id is complete. The
-  official log parsers read `-rA` lines and keep only the first
-  whitespace-delimited word of an id (and rewrite a few repository-specific
-  parameter spellings), so some dataset ids are truncated forms of real node
-  ids; `match_dataset_ids` maps observed ids onto those spellings.
-- The official harness ignores pytest's exit status. jouled's strict grading
-  also wants exit status 0, which a test module holding tests that fail before
-  and after the gold patch (in neither list) never gives.
+pytest commands still go through the daemon's pytest runner (pristine
+configuration, no plugin autoloading, canaries, an authenticated report)
+except for pytest-dev/pytest, whose test runner is the code under test; those
+and the other runners run as they are, their log read by the official parser.
+
+The interpreter is the instance's environment: `ROOT/<instance_id>` or
+`ROOT/<owner>__<name>__<version>` under `--swebench-envs`, built by
+`jouled swebench prepare` (see `swebench_env`). A runner other than pytest
+needs one; a pytest instance without one runs under the daemon's own
+interpreter, which then must have the repository's dependencies.
+
+An instance with no specification is graded the way jouled grades its own
+tasks: pytest on the test modules the test patch touches, node ids compared
+with FAIL_TO_PASS and PASS_TO_PASS as the dataset spells them
+(`match_dataset_ids`), exit status 1 left to the ids. Ids that are not
+pytest node ids cannot be graded that way and are refused.
+
+Differences from the official harness that remain
+-------------------------------------------------
+- Patches apply exactly (hunks may move, context must match); the official
+  harness falls back to `patch --fuzz`. Binary diffs are refused.
 - Besides the test patch's files, every conftest.py, pytest.ini, tox.ini,
   setup.cfg and the root pyproject.toml are restored to their pristine bytes
   before grading, so a candidate (or gold) change to one of them is undone.
-- Patches apply exactly (hunks may move, context must match); the official
-  harness falls back to `patch --fuzz`. Binary diffs are refused.
+- The log is at most the sandbox's kept tail (1 MiB); a longer run's early
+  lines are not parsed (the result says `truncated`).
+- Environments are virtualenvs built from the specification, not the
+  official Docker images: `pre_install` steps (system packages) are the
+  host's, and conda specifications are not built.
 """
 
 from __future__ import annotations
