@@ -280,3 +280,55 @@ def flask_forgery(checkout_root: Path) -> str:
         _append(r / "src/flask/__init__.py", FLASK_FORGERY)
 
     return _staged(repo, forge)
+
+
+# -- pytest itself --------------------------------------------------------------------
+
+PYTEST_SDIST = DIST / "pytest-8.0.2.tar.gz"
+PYTEST_ID = "pytest-dev__pytest-90003"
+PYTEST_TEST = textwrap.dedent(
+    """\
+
+
+    @pytest.mark.parametrize("expr", ["true and false", "false and true"])
+    def test_and_needs_both(expr: str) -> None:
+        assert evaluate(expr, {"true": True, "false": False}.__getitem__) is False
+    """
+)
+PYTEST_F2P = [
+    # Spelled as the official parser spells them: cut at the first space.
+    "testing/test_mark_expression.py::test_and_needs_both[true",
+    "testing/test_mark_expression.py::test_and_needs_both[false",
+]
+PYTEST_P2P = [
+    "testing/test_mark_expression.py::test_empty_is_false",
+    "testing/test_mark_expression.py::test_backslash_not_treated_specially",
+]
+PYTEST_AND = "ret = ast.BoolOp(ast.And(), [ret, rhs])"
+
+
+def pytest_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
+    """pytest 8.0.2 whose `-k`/`-m` expressions read `and` as `or`; a wrong fix.
+
+    The wrong fix makes `a and b` mean `b`: one of the two new tests passes,
+    the other does not (the official PARTIAL).
+    """
+    repo = checkout_root / PYTEST_ID
+    _unpack(need(PYTEST_SDIST), repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "pytest 8.0.2")
+    git(repo, "tag", "8.0.2")  # its version comes from the tag: pytest checks a minimum
+    module = repo / "src" / "_pytest" / "mark" / "expression.py"
+    _edit(module, PYTEST_AND, PYTEST_AND.replace("And", "Or"))
+    git(repo, "commit", "-q", "-am", "expression: a regression")
+    gold = git(repo, "diff", "HEAD", "HEAD~1", "--", "src")
+    tests = _staged(repo, lambda r: _append(r / "testing/test_mark_expression.py", PYTEST_TEST))
+    regressed = "rhs = not_expr(s)\n        " + PYTEST_AND.replace("And", "Or")
+    wrong = _staged(
+        repo, lambda r: _edit(module, regressed, "rhs = not_expr(s)\n        ret = rhs")
+    )
+    record = _record(
+        repo, PYTEST_ID, "pytest-dev/pytest", "8.0", gold, tests, PYTEST_F2P, PYTEST_P2P
+    )
+    return record, wrong

@@ -171,6 +171,18 @@ def flask(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweBenchRecord, str
 Graded = dict[str, tuple[dict[str, Any], str, str]]  # name -> (result body, log, patch)
 
 
+@pytest.fixture(scope="module")
+def pytest_itself(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[SweBenchRecord, str, Path, Path]:
+    base = tmp_path_factory.mktemp("pytest")
+    checkouts, envs = base / "checkouts", base / "envs"
+    checkouts.mkdir()
+    raw, wrong = real.pytest_instance(checkouts)
+    real.prepare_env([raw], checkouts, envs)
+    return SweBenchRecord.from_dict(raw, "pytest"), wrong, checkouts, envs
+
+
 def grade_all(instance: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path) -> Graded:
     record, wrong, checkouts, envs = instance
     contract = to_contract(record, checkouts, environments=envs, timeout_s=600)
@@ -228,6 +240,18 @@ def test_pytest_instances_are_graded_as_the_official_harness_grades_them(
     assert gold["integrity"]["report"] == "channel" and gold["integrity"]["canaries"] >= 1
     # The dataset's truncated spelling of the spaced parameter id is found in the log.
     assert gold["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 2, "failure": 0}
+
+
+def test_pytest_itself_is_graded_by_its_own_command_as_the_official_harness_grades_it(
+    pytest_itself: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """pytest's runner is the code under test: its run is not made through jouled's."""
+    graded = grade_all(pytest_itself, tmp_path)
+    check_against_the_oracle(pytest_itself[0], graded, tmp_path)
+    gold, wrong = graded["gold"][0], graded["wrong"][0]
+    assert gold["integrity"] == {"report": "output", "canaries": 0}
+    assert wrong["verdict"]["status"] == harness.PARTIAL, wrong["verdict"]
+    assert wrong["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 1, "failure": 1}
 
 
 def test_an_instance_whose_environment_is_missing_is_not_graded(
