@@ -188,6 +188,11 @@ class Config:
         return self.data_dir / "swebench-records.jsonl"
 
     @property
+    def tree_digests_path(self) -> Path:
+        """SWE-bench checkout digests, by checkout, with the file metadata they were taken at."""
+        return self.data_dir / "swebench-trees.json"
+
+    @property
     def listen_addresses(self) -> tuple[str, ...]:
         """The addresses as gRPC spells them."""
         return self.listen or (f"unix:{self.socket_path}",)

@@ -255,6 +255,7 @@ class Daemon:
         )
         self._inflight: dict[str, Future[dict[str, Any]]] = {}
         self._inflight_lock = threading.Lock()
+        self._trees = swebench.TreeDigests(config.tree_digests_path)
         self._load_registrations()
         self.queue = AttemptQueue(config.queue_limit)
         self._running = 0
@@ -362,7 +363,11 @@ class Daemon:
                     raise UsageError(f"instance_id {iid!r} holds '/'")
                 self._inside(root, iid)
                 contract = swebench.to_contract(
-                    record, root, suite=suite, environments=self.config.swebench_envs
+                    record,
+                    root,
+                    suite=suite,
+                    environments=self.config.swebench_envs,
+                    trees=self._trees,
                 )
                 if self.registry.register(contract):
                     new.append({"suite": suite, "record": raw})
@@ -429,6 +434,7 @@ class Daemon:
                         root,
                         suite=item["suite"],
                         environments=self.config.swebench_envs,
+                        trees=self._trees,
                     )
                 )
             except (ValueError, KeyError, TypeError, JouledError) as err:

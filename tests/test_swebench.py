@@ -832,3 +832,25 @@ def test_gold_resolves_where_the_official_harness_resolves_it(
     assert store.bodies[0]["valid"] is True, store.bodies[0]
     assert gold["status"] == "resolved", gold
     assert ev.evaluate(Attempt(contract, None, "noop"))["status"] == "unresolved"
+
+
+def test_checkout_digests_are_remembered_until_a_file_changes(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = checkout_root / INSTANCE
+    store = tmp_path / "trees.json"
+    trees = swebench.TreeDigests(store)
+    hashed: list[Path] = []
+    real = swebench.tree_digest
+    monkeypatch.setattr(swebench, "tree_digest", lambda t: hashed.append(t) or real(t))
+    first = to_contract(record, checkout_root, trees=trees).digest
+    assert to_contract(record, checkout_root, trees=trees).digest == first
+    assert to_contract(record, checkout_root, trees=swebench.TreeDigests(store)).digest == first
+    assert len(hashed) == 1  # once: then by the files' metadata, across a restart too
+    ops = tree / "calc" / "ops.py"
+    before = ops.stat()
+    ops.write_text(OPS.replace("a - b", "a + b"))
+    os.utime(ops, ns=(before.st_atime_ns, before.st_mtime_ns))  # its mtime put back
+    changed = to_contract(record, checkout_root, trees=trees).digest
+    assert changed != first and len(hashed) == 2
+    assert changed == to_contract(record, checkout_root).digest  # what a fresh hash says

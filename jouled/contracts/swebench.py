@@ -69,6 +69,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -77,7 +78,13 @@ from typing import Any
 
 from jouled.contracts import swebench_env
 from jouled.contracts import swebench_harness as harness
-from jouled.contracts.contract import Contract, GradingPolicy, Runtime, iter_tree
+from jouled.contracts.contract import (
+    IGNORED_NAMES,
+    Contract,
+    GradingPolicy,
+    Runtime,
+    iter_tree,
+)
 from jouled.documents import SEVERITY, Outcome
 from jouled.errors import PatchError, TaskError
 from jouled.patch import Patch, parse_patch
@@ -87,6 +94,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Prediction",
     "SweBenchRecord",
+    "TreeDigests",
     "Unsupported",
     "contract_digest",
     "dataset_id_forms",
@@ -751,6 +759,85 @@ def tree_digest(tree: Path) -> str:
     return h.hexdigest()
 
 
+def _stat_signature(tree: Path) -> str:
+    """SHA-256 over what `lstat` says of every file `iter_tree` would list.
+
+    Path, size, mode, inode, and modification and change times: any write to a
+    file's content moves its change time, which no tool can set back.
+    """
+    h = hashlib.sha256(b"jouled-tree-stat-v1\n")
+    rows: list[str] = []
+    stack = [str(tree)]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name in IGNORED_NAMES or entry.name.endswith(".pyc"):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                if not (entry.is_symlink() or entry.is_file(follow_symlinks=False)):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                rel = os.path.relpath(entry.path, tree)
+                rows.append(
+                    f"{rel}\0{st.st_size}\0{st.st_mode}\0{st.st_ino}"
+                    f"\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+                )
+    for row in sorted(rows):
+        h.update(row.encode("utf-8", errors="surrogateescape") + b"\n")
+    return h.hexdigest()
+
+
+class TreeDigests:
+    """`tree_digest` remembered per checkout, recomputed when any file's `lstat` changed.
+
+    Hashing a large checkout takes a second; checking that none of its files
+    changed takes a fraction of that, so a daemon restoring many
+    registrations at start hashes only the checkouts that changed. With a
+    `path`, what is remembered is kept there (a JSON file) across restarts.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._known: dict[str, dict[str, str]] = {}
+        if path is not None and path.is_file():
+            try:
+                loaded = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(loaded, dict):
+                    self._known = {
+                        k: v
+                        for k, v in loaded.items()
+                        if isinstance(v, dict) and {"stat", "digest"} <= set(v)
+                    }
+            except (OSError, ValueError):
+                self._known = {}
+
+    def digest(self, tree: Path) -> str:
+        key = str(tree.resolve())
+        signature = _stat_signature(tree)
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None and known["stat"] == signature:
+                return known["digest"]
+        digest = tree_digest(tree)
+        if _stat_signature(tree) != signature:  # changed while hashed: trust neither
+            return tree_digest(tree)
+        with self._lock:
+            self._known[key] = {"stat": signature, "digest": digest}
+            self._save()
+        return digest
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self._known, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
 def contract_digest(
     record: SweBenchRecord,
     *,
@@ -793,6 +880,7 @@ def to_contract(
     suite: str = DEFAULT_SUITE,
     timeout_s: int = DEFAULT_TIMEOUT_S,
     environments: Path | None = None,
+    trees: TreeDigests | None = None,
 ) -> Contract:
     """The contract that grades patches for `record` against its prepared checkout.
 
@@ -802,6 +890,7 @@ def to_contract(
     environments are looked up. Without one, pytest node ids are graded
     strictly under the daemon's interpreter. Raises `Unsupported` (a
     TaskError with a `code`) for an instance that cannot be graded here.
+    `trees` remembers checkout digests between calls.
     """
     if not suite or "/" in suite:
         raise TaskError(f"suite {suite!r} must be a non-empty name without '/'")
@@ -855,7 +944,7 @@ def to_contract(
         prompt=record.problem_statement,
         digest=contract_digest(
             record,
-            tree=tree_digest(tree),
+            tree=(trees or TreeDigests()).digest(tree),
             test_cmd=test_cmd,
             rules=rules,
             runtime=runtime.name if runtime is not None else "daemon",
