@@ -854,3 +854,21 @@ def test_checkout_digests_are_remembered_until_a_file_changes(
     changed = to_contract(record, checkout_root, trees=trees).digest
     assert changed != first and len(hashed) == 2
     assert changed == to_contract(record, checkout_root).digest  # what a fresh hash says
+
+
+def test_the_official_command_carries_the_environment_its_specification_sets() -> None:
+    from jouled.contracts import swebench_harness as harness
+
+    sympy = harness.spec_for("sympy/sympy", "1.12")
+    assert sympy is not None and sympy.parser == "sympy"
+    patch = "diff --git a/sympy/core/tests/test_basic.py b/sympy/core/tests/test_basic.py\n"
+    argv, env = harness.test_command(sympy, patch)
+    assert argv == ("bin/test", "-C", "--verbose", "sympy/core/tests/test_basic.py")
+    assert env == {"PYTHONWARNINGS": "ignore::UserWarning,ignore::SyntaxWarning"}
+    django = harness.spec_for("django/django", "3.0")
+    assert django is not None
+    argv, env = harness.test_command(django, "diff --git a/tests/a/tests.py b/tests/a/tests.py\n")
+    assert argv[0] == "./tests/runtests.py" and argv[-1] == "a.tests"
+    assert env["LANG"] == "en_US.UTF-8" and env["LC_ALL"] == "en_US.UTF-8"
+    assert harness.spec_for("django/django", "0.1") is None
+    assert harness.spec_for("acme/calc", "1.0") is None

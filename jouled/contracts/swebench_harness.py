@@ -168,10 +168,17 @@ def test_command(spec: Spec, test_patch: str) -> tuple[tuple[str, ...], dict[str
     """(argv, environment) of the official test command for this test patch.
 
     The specification's command line is split as a shell would split it; its
-    leading NAME=value words become the environment.
+    leading NAME=value words become the environment, after the variables its
+    `eval_commands` export (`export LANG=en_US.UTF-8`). Its other eval commands
+    (generating locales) are the host's business.
     """
-    words = shlex.split(spec.test_cmd)
     env: dict[str, str] = {}
+    for line in spec.eval_commands:
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and _ASSIGNMENT.match(words[1]):
+            name, _, value = words[1].partition("=")
+            env[name] = value
+    words = shlex.split(spec.test_cmd)
     while words and _ASSIGNMENT.match(words[0]):
         name, _, value = words.pop(0).partition("=")
         env[name] = value
