@@ -108,6 +108,10 @@ def serve(
         Path | None,
         typer.Option(help="SWE-bench environments (`jouled swebench prepare`), one per version."),
     ] = None,
+    swebench_container: Annotated[
+        str,
+        typer.Option(help="Run SWE-bench instances in their official images: docker or podman."),
+    ] = "",
     queue_limit: Annotated[int, typer.Option(help="Attempts that may wait for a worker.")] = 64,
     min_free_mb: Annotated[
         int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
@@ -156,6 +160,7 @@ def serve(
             socket_group=socket_group,
             checkout_root=checkout_root,
             swebench_envs=swebench_envs,
+            swebench_container=swebench_container,
             queue_limit=queue_limit,
             min_free_mb=min_free_mb,
             op_windows_max=op_windows_max,

@@ -75,6 +75,8 @@ class Config:
     # SWE-bench environments (see jouled.contracts.swebench_env); None: the daemon's own
     # interpreter, for pytest-run instances only.
     swebench_envs: Path | None = None
+    # The opt-in container runtime for SWE-bench instances: "docker", "podman" or "" (none).
+    swebench_container: str = ""
     min_free_mb: int = 256  # below this much free space in the data dir, attempts are refused
     energy: str = "auto"
     calibrate_seconds: float = 10.0

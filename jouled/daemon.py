@@ -50,6 +50,7 @@ from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.patch import Patch, parse_patch, patch_sha256
+from jouled.pipeline import container
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox
 from jouled.solvers import load_solvers
@@ -221,6 +222,7 @@ class Daemon:
         pristine = [*config.task_dirs, *([config.checkout_root] if config.checkout_root else [])]
         self.sandbox = Sandbox(min_level=config.min_isolation, secret=[config.data_dir, *pristine])
         self.isolation = self.sandbox.check_host()
+        self._images = container_images(config.swebench_container)  # refuses a missing engine
         self.meter = meter or open_meter(
             config.energy,
             powercap_root=config.powercap_root,
@@ -368,6 +370,7 @@ class Daemon:
                     suite=suite,
                     environments=self.config.swebench_envs,
                     trees=self._trees,
+                    images=self._images,
                 )
                 if self.registry.register(contract):
                     new.append({"suite": suite, "record": raw})
@@ -435,6 +438,7 @@ class Daemon:
                         suite=item["suite"],
                         environments=self.config.swebench_envs,
                         trees=self._trees,
+                        images=self._images,
                     )
                 )
             except (ValueError, KeyError, TypeError, JouledError) as err:
@@ -1056,3 +1060,11 @@ class Daemon:
             t.join(timeout=1)
         self.meter.close()
         self.ledger.close()
+
+
+def container_images(name: str) -> swebench.Images | None:
+    """The opt-in container runtime: None without one; refuses an engine the host lacks."""
+    if not name:
+        return None
+    engine = container.find_engine(name)
+    return swebench.Images(engine.name, lambda iid: container.find_image(engine, iid))

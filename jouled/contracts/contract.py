@@ -77,6 +77,10 @@ class Runtime:
     paths: tuple[str, ...]  # what the interpreter needs to see (its prefix, its base prefix)
     env: Mapping[str, str] = field(default_factory=dict)  # PATH and the like, for the run
     version: str = ""  # the interpreter's "major.minor", when known
+    # A container image to run the tests in instead (engine "docker" or "podman"): the
+    # command runs as it is there, with the workdir mounted at /testbed.
+    engine: str = ""
+    image: str = ""
 
     @property
     def version_tuple(self) -> tuple[int, int] | None:
@@ -84,6 +88,8 @@ class Runtime:
         return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
 
     def describe(self) -> dict[str, Any]:
+        if self.image:
+            return {"name": self.name, "engine": self.engine, "image": self.image}
         return {"name": self.name, "python": self.python}
 
 

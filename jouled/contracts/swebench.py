@@ -92,6 +92,7 @@ from jouled.patch import Patch, parse_patch
 __all__ = [
     "DEFAULT_SUITE",
     "DEFAULT_TIMEOUT_S",
+    "Images",
     "Prediction",
     "SweBenchRecord",
     "TreeDigests",
@@ -667,6 +668,14 @@ def unsupported_reason(record: SweBenchRecord, environments: Path | None = None)
 
 
 @dataclass(frozen=True)
+class Images:
+    """The opt-in container runtime: `find` names an instance's image when the host has it."""
+
+    engine: str  # "docker" or "podman"
+    find: Callable[[str], str | None]  # instance id -> image, None when it is not here
+
+
+@dataclass(frozen=True)
 class _Plan:
     spec: harness.Spec | None
     runtime: Runtime | None
@@ -680,14 +689,19 @@ def _is_pytest(argv: Sequence[str]) -> bool:
     return len(argv) > 2 and argv[0].startswith("python") and argv[1:3] == ["-m", "pytest"]
 
 
-def _plan(record: SweBenchRecord, environments: Path | None) -> _Plan:
+def _plan(record: SweBenchRecord, environments: Path | None, images: Images | None = None) -> _Plan:
     spec = _record_spec(record)
     if spec is None:
         reason = _pytest_ids(record)
         if reason is not None:
             raise Unsupported(UNSUPPORTED_RUNNER, reason)
     runtime = None
-    if environments is not None:
+    if spec is not None and images is not None:
+        image = images.find(record.instance_id)
+        if image is not None:
+            name = f"{images.engine}:{image}"
+            runtime = Runtime(name, "python", (), engine=images.engine, image=image)
+    if runtime is None and environments is not None:
         found = swebench_env.find(environments, record.instance_id, record.repo, record.version)
         runtime = found.runtime() if found is not None else None
     if spec is not None and runtime is None:
@@ -697,10 +711,11 @@ def _plan(record: SweBenchRecord, environments: Path | None) -> _Plan:
                 swebench_env.candidates(record.instance_id, record.repo, record.version)
             )
             where = environments or "--swebench-envs"
+            no_image = f"; no {images.engine} image for it here" if images is not None else ""
             raise Unsupported(
                 NO_ENVIRONMENT,
                 f"{record.repo} {spec.version} runs `{spec.test_cmd}`, which needs the "
-                f"instance's environment, and there is none ({where}/{names})",
+                f"instance's environment, and there is none ({where}/{names}){no_image}",
                 hint=f"jouled swebench prepare --dataset FILE --instance {record.instance_id}",
             )
     return _Plan(spec, runtime)
@@ -881,6 +896,7 @@ def to_contract(
     timeout_s: int = DEFAULT_TIMEOUT_S,
     environments: Path | None = None,
     trees: TreeDigests | None = None,
+    images: Images | None = None,
 ) -> Contract:
     """The contract that grades patches for `record` against its prepared checkout.
 
@@ -890,13 +906,15 @@ def to_contract(
     environments are looked up. Without one, pytest node ids are graded
     strictly under the daemon's interpreter. Raises `Unsupported` (a
     TaskError with a `code`) for an instance that cannot be graded here.
-    `trees` remembers checkout digests between calls.
+    `trees` remembers checkout digests between calls; with `images` (the
+    opt-in container runtime), an instance whose official image the host has
+    runs in it, ahead of any environment.
     """
     if not suite or "/" in suite:
         raise TaskError(f"suite {suite!r} must be a non-empty name without '/'")
     if timeout_s <= 0:
         raise TaskError(f"timeout_s must be positive, got {timeout_s}")
-    plan = _plan(record, environments)
+    plan = _plan(record, environments, images)
     if not record.FAIL_TO_PASS:
         raise Unsupported(
             BAD_RECORD, f"{record.instance_id}: FAIL_TO_PASS is empty, so no test shows the fix"
@@ -916,6 +934,8 @@ def to_contract(
                 f"({', '.join(test_patch.paths)})",
             )
         grading = _official_policy(plan.spec, record)
+        if plan.runtime is not None and plan.runtime.image:  # run as it is, read by the parser
+            grading = dataclasses.replace(grading, plain=True, match_ids=None)
         rules = f"{harness.specs_source()}/{plan.spec.parser}"
     else:
         modules = modules_to_run(test_patch)

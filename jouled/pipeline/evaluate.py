@@ -28,7 +28,7 @@ from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
-from jouled.pipeline import guard, provenance, pytest_run
+from jouled.pipeline import container, guard, provenance, pytest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
@@ -225,8 +225,10 @@ class Evaluator:
         try:
             layout = self.sandbox.layout(tree, ro)
             protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
+            # A container image runs the command as it is, never through the runner.
+            image = runtime.image if runtime is not None else ""
             plan = None
-            if not policy.plain:
+            if not policy.plain and not image:
                 plan = pytest_run.plan(
                     contract.test_cmd,
                     tree,
@@ -240,15 +242,27 @@ class Evaluator:
                 )
             limits = self._limits(contract)
             if plan is None:
-                argv = pytest_run.plain_argv(contract.test_cmd, python)
-                result = self.sandbox.run(
-                    argv,
-                    tree,
-                    limits=limits,
-                    env=runtime_env,
-                    overlays=read_only_tests(contract, tree, protected),
-                    read_only=runtime_paths,
-                )
+                overlays = read_only_tests(contract, tree, protected)
+                if runtime is not None and image:
+                    engine = container.find_engine(runtime.engine)
+                    result = container.run(
+                        engine,
+                        image,
+                        contract.test_cmd,
+                        tree,
+                        limits=limits,
+                        env=runtime_env,
+                        overlays=overlays,
+                    )
+                else:
+                    result = self.sandbox.run(
+                        pytest_run.plain_argv(contract.test_cmd, python),
+                        tree,
+                        limits=limits,
+                        env=runtime_env,
+                        overlays=overlays,
+                        read_only=runtime_paths,
+                    )
                 parse = policy.parse_output or parse_ra
                 outcomes = parse(result.output)
                 report = ("rA" if policy.parse_output is None else "output") if outcomes else "none"
