@@ -33,7 +33,8 @@ configuration, no plugin autoloading, canaries, an authenticated report)
 except for pytest-dev/pytest, whose test runner is the code under test; those
 and the other runners run as they are, their log read by the official parser.
 
-The interpreter is the instance's environment: `ROOT/<instance_id>` or
+The interpreter is the instance's official image, with the opt-in container
+runtime where the host has it, else its environment: `ROOT/<instance_id>` or
 `ROOT/<owner>__<name>__<version>` under `--swebench-envs`, built by
 `jouled swebench prepare` (see `swebench_env`). A runner other than pytest
 needs one; a pytest instance without one runs under the daemon's own
@@ -54,9 +55,11 @@ Differences from the official harness that remain
   before grading, so a candidate (or gold) change to one of them is undone.
 - The log is at most the sandbox's kept tail (1 MiB); a longer run's early
   lines are not parsed (the result says `truncated`).
-- Environments are virtualenvs built from the specification, not the
-  official Docker images: `pre_install` steps (system packages) are the
-  host's, and conda specifications are not built.
+- Environments are virtualenvs built from the specification (or, with the
+  opt-in container runtime, the official images where the host has them):
+  `pre_install` steps (system packages) are the host's, and conda
+  specifications are not built. The install step is not re-run before the
+  tests, so compiled extensions are not rebuilt for a patch.
 """
 
 from __future__ import annotations
