@@ -66,7 +66,10 @@ def git(repo: Path, *args: str) -> str:
 def _unpack(sdist: Path, dest: Path) -> None:
     with tarfile.open(sdist) as archive:
         top = archive.getnames()[0].split("/", 1)[0]
-        archive.extractall(dest.parent, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            archive.extractall(dest.parent, filter="data")
+        else:
+            archive.extractall(dest.parent)
     (dest.parent / top).rename(dest)
 
 
