@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def _append(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def _staged(repo: Path, edit: Any) -> str:
+def _staged(repo: Path, edit: Callable[[Path], None]) -> str:
     """The diff `edit(repo)` makes to the committed tree, as git writes it; tree reset."""
     edit(repo)
     git(repo, "add", "-A")
@@ -95,7 +96,14 @@ def _staged(repo: Path, edit: Any) -> str:
 
 
 def _record(
-    repo: Path, instance_id: str, name: str, version: str, gold: str, tests: str, f2p, p2p
+    repo: Path,
+    instance_id: str,
+    name: str,
+    version: str,
+    gold: str,
+    tests: str,
+    f2p: Sequence[str],
+    p2p: Sequence[str],
 ) -> dict[str, Any]:
     return {
         "instance_id": instance_id,
