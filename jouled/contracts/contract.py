@@ -37,6 +37,9 @@ IGNORED_NAMES = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_c
 IdMatcher = Callable[[Mapping[str, str], Sequence[str]], dict[str, str]]
 
 
+VERDICT_FAILED_IDS = 50  # how many failed ids a verdict lists
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A verdict computed by rules a contract brings, from a run's captured output."""
@@ -54,7 +57,10 @@ class Verdict:
             "tests": {
                 name: {k: len(v) for k, v in split.items()} for name, split in self.tests.items()
             },
-            "failed": sorted({t for s in self.tests.values() for t in s.get("failure", ())}),
+            # The first ids that failed; every list's count is in `tests`.
+            "failed": sorted({t for s in self.tests.values() for t in s.get("failure", ())})[
+                :VERDICT_FAILED_IDS
+            ],
         }
 
 

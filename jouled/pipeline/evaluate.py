@@ -484,12 +484,12 @@ class Evaluator:
             if check.forged:
                 status = TAMPERED
                 extra["integrity"]["forged"] = check.forged
+            elif official is None and not expected.valid:
+                status = INVALID
             elif check.result.timed_out:
                 status = TIMEOUT
             elif official is not None:  # the contract's rules decide; the strict grading is beside
                 status = RESOLVED if official.resolved else UNRESOLVED
-            elif not expected.valid:
-                status = INVALID
             else:
                 status = RESOLVED if grade_info.resolved else UNRESOLVED
             progress("grade", f"{status}: {check.forged or _summary(grade_info)}")
