@@ -872,3 +872,22 @@ def test_the_official_command_carries_the_environment_its_specification_sets() -
     assert env["LANG"] == "en_US.UTF-8" and env["LC_ALL"] == "en_US.UTF-8"
     assert harness.spec_for("django/django", "0.1") is None
     assert harness.spec_for("acme/calc", "1.0") is None
+
+
+def test_a_pytest_instance_falls_back_to_the_daemons_interpreter_only_without_environments(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    """With --swebench-envs configured, an instance without its environment is not graded
+    under an interpreter it was never prepared for; without it, pytest ones run as before."""
+    flask = dataclasses.replace(record, repo="pallets/flask", version="2.3")
+    plain = to_contract(flask, checkout_root)
+    assert plain.runtime is None and plain.test_cmd[:2] == ("pytest", "-rA")
+    assert plain.grading.verdict is not None and not plain.grading.plain
+    with pytest.raises(swebench.Unsupported) as caught:
+        to_contract(flask, checkout_root, environments=tmp_path / "envs")
+    assert caught.value.code == swebench.NO_ENVIRONMENT
+    assert "pallets__flask__2.3" in caught.value.message
+    # pytest's own suite never runs in-process: its runner is the code under test.
+    pytest_dev = dataclasses.replace(record, repo="pytest-dev/pytest", version="8.0")
+    with pytest.raises(swebench.Unsupported):
+        to_contract(pytest_dev, checkout_root)

@@ -38,7 +38,8 @@ runtime where the host has it, else its environment: `ROOT/<instance_id>` or
 `ROOT/<owner>__<name>__<version>` under `--swebench-envs`, built by
 `jouled swebench prepare` (see `swebench_env`). A runner other than pytest
 needs one; a pytest instance without one runs under the daemon's own
-interpreter, which then must have the repository's dependencies.
+interpreter (which then must have the repository's dependencies), but only
+when the daemon has neither environments nor images configured.
 
 An instance with no specification is graded the way jouled grades its own
 tasks: pytest on the test modules the test patch touches, node ids compared
@@ -709,7 +710,10 @@ def _plan(record: SweBenchRecord, environments: Path | None, images: Images | No
         runtime = found.runtime() if found is not None else None
     if spec is not None and runtime is None:
         argv, _ = harness.test_command(spec, "")
-        if not _is_pytest(list(argv)) or record.repo == "pytest-dev/pytest":
+        in_process = _is_pytest(list(argv)) and record.repo != "pytest-dev/pytest"
+        # Only a daemon configured with neither environments nor images falls back to
+        # its own interpreter, and only for a pytest command it can run in-process.
+        if not in_process or environments is not None or images is not None:
             names = " or ".join(
                 swebench_env.candidates(record.instance_id, record.repo, record.version)
             )
@@ -717,8 +721,8 @@ def _plan(record: SweBenchRecord, environments: Path | None, images: Images | No
             no_image = f"; no {images.engine} image for it here" if images is not None else ""
             raise Unsupported(
                 NO_ENVIRONMENT,
-                f"{record.repo} {spec.version} runs `{spec.test_cmd}`, which needs the "
-                f"instance's environment, and there is none ({where}/{names}){no_image}",
+                f"{record.repo} {spec.version} runs `{spec.test_cmd}` in the instance's "
+                f"environment, and there is none ({where}/{names}){no_image}",
                 hint=f"jouled swebench prepare --dataset FILE --instance {record.instance_id}",
             )
     return _Plan(spec, runtime)
