@@ -5,9 +5,9 @@ PATH, or `--python`):
 
 1. a virtualenv at `ENVS/<owner>__<name>__<version>` (or `ENVS/<instance_id>`
    with `per_instance`), from that interpreter;
-2. the specification's packages: its requirement files read from the
-   checkout (`packages: requirements.txt`), or the packages it names, then
-   its pinned `pip_packages`;
+2. the specification's packages: its requirements as the official harness
+   assembles them (`packages: requirements.txt`; see `requirements_text`),
+   or the packages it names, then its pinned `pip_packages`;
 3. its install step (`python -m pip install -e .` and the like) run with the
    environment's bin first on PATH and the checkout seen at `/testbed`,
    through bwrap, so the editable install points where the sandbox later
@@ -109,6 +109,63 @@ def _at_testbed(checkout: Path, bin_dir: Path, command: str) -> list[str]:
     return [*args, "--", "/bin/sh", "-c", command]
 
 
+_EXCLUDED = ("-e .", "#", ".[test")
+
+
+def _file_at(checkout: Path, commit: str | None, rel: str) -> str | None:
+    """`rel` as of `commit` when the checkout's history has it, else as it is in the tree."""
+    if commit and shutil.which("git") and (checkout / ".git").exists():
+        done = subprocess.run(
+            [
+                "git",
+                "-c",
+                f"safe.directory={checkout}",
+                "-C",
+                str(checkout),
+                "show",
+                f"{commit}:{rel}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if done.returncode == 0:
+            return done.stdout
+    path = checkout / rel
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def requirements_text(spec: harness.Spec, checkout: Path, commit: str | None = None) -> str | None:
+    """The requirements the official harness installs for `packages: requirements.txt`.
+
+    The first of the repository's requirement files that exists (at the
+    instance's environment_setup_commit where the checkout has it), with the
+    files it includes by `-r` inlined before it, one level deep; lines for
+    the package itself (`-e .`, `.[test]`) and comments are left out.
+    """
+    for rel in spec.requirements:
+        text = _file_at(checkout, commit, rel)
+        if text is not None:
+            break
+    else:
+        return None
+    base = rel.rsplit("/", 1)[0] if "/" in rel else ""
+    included: list[str] = []
+    own: list[str] = []
+    for line in text.split("\n"):
+        if line.strip().startswith("-r"):
+            name = line[len("-r") :].strip()
+            other = _file_at(checkout, commit, f"{base}/{name}" if base else name)
+            for extra in (other or "").split("\n"):
+                if not extra.strip().startswith(_EXCLUDED):
+                    included.append(extra)
+        elif not line.strip().startswith(_EXCLUDED):
+            own.append(line)
+    included.append("\n".join(own))
+    return "\n".join(included)
+
+
 def prepare(
     record: swebench.SweBenchRecord,
     checkout_root: Path,
@@ -146,9 +203,13 @@ def prepare(
         bin_dir = venv / "bin"
         pip = [str(bin_dir / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
         if spec.packages == "requirements.txt":
-            files = [checkout / p for p in spec.requirements if (checkout / p).is_file()]
-            for file in files[:1]:
-                _run([*pip, "-r", str(file)], log)
+            text = requirements_text(spec, checkout, record.environment_setup_commit)
+            if text is None:
+                raise TaskError(
+                    f"no requirement file ({', '.join(spec.requirements)}) in {checkout}"
+                )
+            (directory / "requirements.txt").write_text(text, encoding="utf-8")
+            _run([*pip, "-r", str(directory / "requirements.txt")], log)
         elif spec.packages == "environment.yml":
             raise TaskError(f"{spec.repo} {spec.version} is specified as a conda environment")
         elif spec.packages:

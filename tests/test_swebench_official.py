@@ -282,3 +282,37 @@ def test_a_forged_report_is_tampered_whatever_the_official_verdict_says(
     assert body["verdict"]["resolved"] is True  # what the official rules make of the log
     assert body["verdict"]["strict"]["agrees"] is True
     assert any(f["code"] == "pytest-internals" for f in body["audit"])
+
+
+def test_requirements_are_assembled_as_the_official_harness_assembles_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read at the environment setup commit, `-r` files inlined, the package's own lines out."""
+    from jouled.swebench_prepare import requirements_text
+
+    oracle = real.oracle()
+    repo = tmp_path / "flask"
+    (repo / "requirements").mkdir(parents=True)
+    (repo / "requirements" / "dev.txt").write_text(
+        "-r tests.txt\n-e .\n# pinned\npytest==8.0\n  .[test]\nblinker\n"
+    )
+    (repo / "requirements" / "tests.txt").write_text("asgiref\n# a comment\n-e .\nwheel\n")
+    real.git(repo, "init", "-q", "-b", "main")
+    real.git(repo, "add", "-A")
+    real.git(repo, "commit", "-q", "-m", "setup")
+    setup = real.git(repo, "rev-parse", "HEAD").strip()
+    (repo / "requirements" / "dev.txt").write_text("later\n")  # the tree moved on since
+    real.git(repo, "commit", "-q", "-am", "later")
+
+    def served(url: str, headers: object = None) -> object:
+        commit, _, rel = url.split("/pallets/flask/", 1)[1].partition("/")
+        text = real.git(repo, "show", f"{commit}:{rel}") if commit == setup else None
+        return type("Response", (), {"status_code": 200 if text else 404, "text": text or ""})
+
+    monkeypatch.setattr(oracle.test_spec.requests, "get", served, raising=False)
+    instance = {"repo": "pallets/flask", "environment_setup_commit": setup}
+    spec = harness.spec_for("pallets/flask", "2.3")
+    assert spec is not None
+    ours = requirements_text(spec, repo, setup)
+    assert ours == oracle.test_spec.get_requirements(instance)
+    assert ours is not None and "later" not in ours and "-e ." not in ours
