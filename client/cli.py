@@ -562,7 +562,9 @@ def _swebench_coverage(
             r = graded[iid]
             verdict = r.get("verdict") or {}
             row |= {"status": r["status"], "resolved": r["resolved"], "seq": r["seq"]}
-            row |= {"official": verdict.get("status"), "code": "", "reason": ""}
+            strict = verdict.get("strict") or {}
+            row |= {"official": verdict.get("status"), "strict_agrees": strict.get("agrees")}
+            row |= {"code": "", "reason": ""}
         elif iid not in known:
             row |= {"code": "not-in-dataset", "reason": "no record for this instance"}
         elif iid in refused:
@@ -573,6 +575,7 @@ def _swebench_coverage(
             row |= {"code": "not-submitted", "reason": "not graded"}
         if not row["graded"]:
             row |= {"status": None, "resolved": False, "seq": None, "official": None}
+            row |= {"strict_agrees": None}
         rows.append(row)
     return rows
 

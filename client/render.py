@@ -99,7 +99,10 @@ def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
     for r in rows:
         graded = "yes" if r["graded"] else "[yellow]no[/]"
         why = f"{r['code']}: {r['reason']}" if r.get("code") else ""
-        t.add_row(r["instance_id"], graded, r.get("status") or "-", r.get("official") or "-", why)
+        official = r.get("official") or "-"
+        if r.get("strict_agrees") is False:  # jouled's stricter grading came out otherwise
+            official += " (strict differs)"
+        t.add_row(r["instance_id"], graded, r.get("status") or "-", official, why)
     _console(False).print(t)
 
 

@@ -217,6 +217,7 @@ def test_every_prediction_is_reported_graded_or_why_not(tmp_path: Path) -> None:
         assert report["resolved"] == 2 and report["total"] == 2
         assert by_id[real.FLASK_ID]["graded"] and by_id[real.FLASK_ID]["status"] == "resolved"
         assert by_id[real.FLASK_ID]["official"] == "RESOLVED_FULL"
+        assert by_id[real.FLASK_ID]["strict_agrees"] is True
         assert by_id["acme__calc-1"]["status"] == "resolved"
         assert by_id["acme__calc-1"]["official"] is None  # graded strictly: no official spec
         assert by_id["django__django-1"]["code"] == "no-environment"
