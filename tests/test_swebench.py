@@ -891,3 +891,23 @@ def test_a_pytest_instance_falls_back_to_the_daemons_interpreter_only_without_en
     pytest_dev = dataclasses.replace(record, repo="pytest-dev/pytest", version="8.0")
     with pytest.raises(swebench.Unsupported):
         to_contract(pytest_dev, checkout_root)
+
+
+def test_a_record_carrying_its_own_command_and_parser_is_run_and_read_by_them(
+    record: SweBenchRecord, checkout_root: Path
+) -> None:
+    own = dataclasses.replace(record, test_cmd="pytest -rA -x", log_parser="parse_log_pytest")
+    contract = to_contract(own, checkout_root)
+    assert contract.test_cmd == (
+        "pytest",
+        "-rA",
+        "-x",
+        "tests/test_add_more.py",
+        "tests/test_ops.py",
+    )
+    assert contract.grading.verdict is not None
+    # A command without a parser (or a parser jouled lacks) is no specification at all.
+    for half in ({"test_cmd": "pytest -rA"}, {"log_parser": "parse_log_jest"}):
+        strict = to_contract(dataclasses.replace(record, **half), checkout_root)
+        assert strict.grading.verdict is None
+        assert strict.test_cmd[:3] == ("python", "-m", "pytest")

@@ -638,9 +638,11 @@ def _record_spec(record: SweBenchRecord) -> harness.Spec | None:
     base = spec or harness.Spec(
         repo=record.repo, version=record.version or "", python="", test_cmd="", parser=""
     )
-    return dataclasses.replace(
+    merged = dataclasses.replace(
         base, test_cmd=record.test_cmd or base.test_cmd, parser=parser or base.parser
     )
+    # Both a command and a parser, or no specification at all.
+    return merged if merged.test_cmd and merged.parser in harness.PARSERS else None
 
 
 def _pytest_ids(record: SweBenchRecord) -> str | None:
