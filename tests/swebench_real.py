@@ -343,3 +343,25 @@ def pytest_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
         repo, PYTEST_ID, "pytest-dev/pytest", "8.0", gold, tests, PYTEST_F2P, PYTEST_P2P
     )
     return record, wrong
+
+
+DJANGO_EXIT = textwrap.dedent(
+    """
+
+    import atexit as _atexit
+    import os as _os
+
+    _atexit.register(lambda: _os._exit(1))
+    """
+)
+
+
+def django_exit_forgery(checkout_root: Path) -> str:
+    """The gold fix plus code that makes the test run exit 1 whatever its tests did."""
+    repo = checkout_root / DJANGO_ID
+
+    def forge(r: Path) -> None:
+        _edit(r / "django/utils/text.py", DJANGO_CAPFIRST + ".lower()", DJANGO_CAPFIRST)
+        _append(r / "django/utils/text.py", DJANGO_EXIT)
+
+    return _staged(repo, forge)

@@ -183,14 +183,19 @@ def pytest_itself(
     return SweBenchRecord.from_dict(raw, "pytest"), wrong, checkouts, envs
 
 
-def grade_all(instance: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path) -> Graded:
+def grade_all(
+    instance: tuple[SweBenchRecord, str, Path, Path],
+    tmp_path: Path,
+    extra: dict[str, str] | None = None,
+) -> Graded:
     record, wrong, checkouts, envs = instance
     contract = to_contract(record, checkouts, environments=envs, timeout_s=600)
     assert contract.runtime is not None and contract.runtime.python.startswith(str(envs))
     store = MemoryBaselines()
     ev = Evaluator(Metering(EstimatorMeter(), None, "exclusive"), store, tmp_path / "work")
     graded: Graded = {}
-    for name, patch in (("gold", record.patch), ("empty", ""), ("wrong", wrong)):
+    extra_items = tuple((extra or {}).items())
+    for name, patch in (("gold", record.patch), ("empty", ""), ("wrong", wrong), *extra_items):
         # No patch is the daemon's noop solver: the pristine tree, graded.
         parsed = parse_patch(patch.encode()) if patch else None
         attempt = Attempt(contract, parsed, name if patch else "noop")
@@ -210,6 +215,8 @@ def check_against_the_oracle(record: SweBenchRecord, graded: Graded, tmp_path: P
     }
     expected = {"gold": "resolved", "empty": "unresolved", "wrong": "unresolved"}
     for name, (body, log, patch) in graded.items():
+        if name not in expected:
+            continue
         assert body["status"] == expected[name], (name, body)
         official = official_grading(raw, patch, log, tmp_path)
         assert body["verdict"]["resolved"] is official, (name, body["verdict"])
@@ -223,9 +230,28 @@ def check_against_the_oracle(record: SweBenchRecord, graded: Graded, tmp_path: P
 def test_django_instances_are_graded_as_the_official_harness_grades_them(
     django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
-    graded = grade_all(django, tmp_path)
+    forged = real.django_exit_forgery(django[2])
+    graded = grade_all(django, tmp_path, {"exit-forgery": forged})
     check_against_the_oracle(django[0], graded, tmp_path)
     gold = graded["gold"][0]
+    # A log of passing tests from a run that exited 1: the official rules read the log
+    # (resolved, recorded as read); the exit status cross-check labels it tampered.
+    body, log, _ = graded["exit-forgery"]
+    assert body["status"] == "tampered", body
+    assert "exited 1 but its output reports no failing test" in body["integrity"]["forged"]
+    assert body["verdict"]["resolved"] is True
+    assert official_grading(
+        {
+            "instance_id": django[0].instance_id,
+            "repo": django[0].repo,
+            "version": django[0].version,
+            "FAIL_TO_PASS": list(django[0].FAIL_TO_PASS),
+            "PASS_TO_PASS": list(django[0].PASS_TO_PASS),
+        },
+        forged,
+        log,
+        tmp_path,
+    )
     assert gold["integrity"]["report"] == "output"  # runtests.py, read by the Django parser
     assert gold["verdict"]["rules"].endswith("django log parser")
 

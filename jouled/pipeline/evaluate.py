@@ -31,7 +31,8 @@ from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
 from jouled.pipeline import container, guard, provenance, pytest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
-from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
+from jouled.pipeline.testreport import ERROR as TEST_ERROR
+from jouled.pipeline.testreport import FAILED, PASSED, Grade, grade, parse_ra
 from jouled.solvers import CommandSolver, Solvers
 from jouled.solvers import command as command_solver
 
@@ -266,7 +267,8 @@ class Evaluator:
                 parse = policy.parse_output or parse_ra
                 outcomes = parse(result.output)
                 report = ("rA" if policy.parse_output is None else "output") if outcomes else "none"
-                return CheckRun(result, outcomes, report, result.exit_code)
+                forged = exit_contradicts(result.exit_code, outcomes) if policy.parse_output else ""
+                return CheckRun(result, outcomes, report, result.exit_code, forged)
             result = self.sandbox.run(
                 plan.argv,
                 tree,
@@ -706,6 +708,20 @@ def id_list(ids: Sequence[str], blobs: dict[str, bytes]) -> dict[str, Any]:
 def _summary(graded: Grade) -> str:
     s = graded.summary()
     return f"{s['passed']}/{s['expected']} expected tests passed, {s['missing']} missing"
+
+
+def exit_contradicts(exit_code: int | None, outcomes: Mapping[str, str]) -> str:
+    """Why a run's output cannot describe it: a failing exit with no failing test in it.
+
+    A test runner exits nonzero because something failed, and says what; a log
+    that reports tests and not one failure, from a run that exited nonzero,
+    was written by something other than the runner. "" when nothing says so.
+    """
+    if exit_code in (0, None) or not outcomes:
+        return ""
+    if any(o in (FAILED, TEST_ERROR) for o in outcomes.values()):
+        return ""
+    return f"the command exited {exit_code} but its output reports no failing test"
 
 
 def verdict_wire(
