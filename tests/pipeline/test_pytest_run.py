@@ -526,3 +526,21 @@ def test_forgery_truth_table(
     channel = Channel(dict(outcomes), True, finish is not None, finish)
     found = forgery(channel, CAN, exit_code, ["x"])
     assert (verdict in found and bool(found)) if verdict else found == ""
+
+
+def test_the_runner_imports_on_interpreters_as_old_as_python_36() -> None:
+    """Environments run it with their own interpreter: no syntax, no evaluated annotation
+    (a subscripted builtin, a class old pytest releases do not export) newer than 3.6."""
+    import ast
+
+    source = pytest_run.RUNNER.read_text()
+    tree = ast.parse(source, feature_version=(3, 6))
+    futures = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert all(n.module != "__future__" for n in futures)  # annotations: 3.7+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            annotations = [a.annotation for a in node.args.args] + [node.returns]
+            for annotation in annotations:
+                assert annotation is None or isinstance(annotation, (ast.Constant, ast.Name)), (
+                    node.name
+                )
