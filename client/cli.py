@@ -440,6 +440,7 @@ def swebench(
     as the pristine tree and signed unresolved, as the official harness counts it.
     """
     import dataclasses
+    from collections import Counter
 
     from jouled.contracts.swebench import load_predictions, load_records
     from jouled.errors import PatchError, TaskError
@@ -502,6 +503,8 @@ def swebench(
         _fail(err)
     resolved = sum(r["resolved"] for r in receipts)
     total = len(receipts)
+    instances = _swebench_coverage(preds, records, reg["skipped"], malformed, receipts)
+    not_graded = [i for i in instances if not i["graded"]]
     summary = {
         "run_id": run_id,
         "resolved": resolved,
@@ -510,15 +513,62 @@ def swebench(
         "malformed": malformed,
         "skipped": reg["skipped"],
         "total": total,
+        # Every prediction, graded or not: the denominator that leaves nothing out.
+        "predictions": len(instances),
+        "not_graded": len(not_graded),
+        "not_graded_by_reason": dict(Counter(i["code"] for i in not_graded)),
+        "instances": instances,
         "receipts": receipts,
     }
     if as_json:
         _emit(summary)
     else:
+        render.swebench_coverage(instances)
+        by_reason = Counter(i["code"] for i in not_graded).most_common()
+        reasons = ", ".join(f"{n} {code}" for code, n in by_reason)
         render.out.print(
-            f"resolved {resolved}/{total} (run {run_id}); {len(reg['skipped'])} skipped, "
-            f"{len(malformed)} malformed, {len(empty)} empty patches"
+            f"resolved {resolved}/{len(instances)} predictions (run {run_id}); "
+            f"{total} graded, {len(not_graded)} not graded"
+            + (f" ({reasons}), counted unresolved" if not_graded else "")
+            + f"; {len(empty)} empty patches"
         )
+
+
+def _swebench_coverage(
+    preds: dict[str, Any],
+    records: list[Any],
+    skipped: list[dict[str, Any]],
+    malformed: list[dict[str, str]],
+    receipts: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per prediction: graded (its status, the official verdict) or why not."""
+    graded = {r["task_id"].split("/", 1)[1]: r for r in receipts}
+    refused = {s["instance_id"]: s for s in skipped}
+    bad = {m["instance_id"]: m for m in malformed if m["instance_id"]}
+    known = {r.instance_id for r in records}
+    rows = []
+    for iid in sorted(set(preds) | set(bad)):
+        row: dict[str, Any] = {"instance_id": iid, "graded": iid in graded}
+        if iid in graded:
+            r = graded[iid]
+            verdict = r.get("verdict") or {}
+            row |= {"status": r["status"], "resolved": r["resolved"], "seq": r["seq"]}
+            strict = verdict.get("strict") or {}
+            row |= {"official": verdict.get("status"), "strict_agrees": strict.get("agrees")}
+            row |= {"code": "", "reason": ""}
+        elif iid not in known:
+            row |= {"code": "not-in-dataset", "reason": "no record for this instance"}
+        elif iid in refused:
+            row |= {"code": refused[iid].get("code", "refused"), "reason": refused[iid]["reason"]}
+        elif iid in bad:
+            row |= {"code": "malformed-prediction", "reason": bad[iid]["reason"]}
+        else:
+            row |= {"code": "not-submitted", "reason": "not graded"}
+        if not row["graded"]:
+            row |= {"status": None, "resolved": False, "seq": None, "official": None}
+            row |= {"strict_agrees": None}
+        rows.append(row)
+    return rows
 
 
 @app.command()

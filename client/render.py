@@ -91,6 +91,21 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
     _console(False).print(table)
 
 
+def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
+    """Per prediction: graded (status, the official verdict) or why it was not."""
+    t = _table("SWE-bench predictions")
+    for col in ("instance", "graded", "status", "official", "why not"):
+        t.add_column(col)
+    for r in rows:
+        graded = "yes" if r["graded"] else "[yellow]no[/]"
+        why = f"{r['code']}: {r['reason']}" if r.get("code") else ""
+        official = r.get("official") or "-"
+        if r.get("strict_agrees") is False:  # jouled's stricter grading came out otherwise
+            official += " (strict differs)"
+        t.add_row(r["instance_id"], graded, r.get("status") or "-", official, why)
+    _console(False).print(t)
+
+
 def receipt_line(document: dict[str, Any]) -> None:
     from jouled.documents import Receipt
 

@@ -31,6 +31,8 @@ app.add_typer(tasks_app, name="tasks")
 app.add_typer(meter_app, name="meter")
 app.add_typer(keys_app, name="keys")
 app.add_typer(sandbox_app, name="sandbox")
+swebench_app = typer.Typer(help="Prepare SWE-bench environments.", no_args_is_help=True)
+app.add_typer(swebench_app, name="swebench")
 
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
@@ -103,6 +105,14 @@ def serve(
     checkout_root: Annotated[
         Path | None, typer.Option(help="SWE-bench checkouts, one per instance id.")
     ] = None,
+    swebench_envs: Annotated[
+        Path | None,
+        typer.Option(help="SWE-bench environments (`jouled swebench prepare`), one per version."),
+    ] = None,
+    swebench_container: Annotated[
+        str,
+        typer.Option(help="Run SWE-bench instances in their official images: docker or podman."),
+    ] = "",
     queue_limit: Annotated[int, typer.Option(help="Attempts that may wait for a worker.")] = 64,
     min_free_mb: Annotated[
         int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
@@ -150,6 +160,8 @@ def serve(
             peer_rules=tuple(PeerRule.parse(r) for r in peer_role or ()),
             socket_group=socket_group,
             checkout_root=checkout_root,
+            swebench_envs=swebench_envs,
+            swebench_container=swebench_container,
             queue_limit=queue_limit,
             min_free_mb=min_free_mb,
             op_windows_max=op_windows_max,
@@ -273,6 +285,69 @@ def sandbox_probe(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
 
     report = host().describe()
     typer.echo(json.dumps(report, indent=2) if as_json else _format_probe(report))
+
+
+@swebench_app.command("prepare")
+def swebench_prepare(
+    dataset: Annotated[Path, typer.Option(help="SWE-bench records (JSON, JSONL).")],
+    checkout_root: Annotated[Path, typer.Option(help="Checkouts, one per instance id.")],
+    envs: Annotated[Path, typer.Option(help="Where environments go (jouled --swebench-envs).")],
+    instance: Annotated[
+        list[str] | None, typer.Option(help="Only these instances (repeatable).")
+    ] = None,
+    python: Annotated[
+        str | None, typer.Option(help="Build from this interpreter, not python<spec version>.")
+    ] = None,
+    per_instance: Annotated[
+        bool, typer.Option(help="One environment per instance, not per repository version.")
+    ] = False,
+    force: Annotated[bool, typer.Option(help="Rebuild environments that exist.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Build each record's environment from its official specification (see docs/swebench.md)."""
+    from jouled.contracts.swebench import load_records
+    from jouled.swebench_prepare import prepare
+
+    try:
+        records = load_records(dataset)
+    except JouledError as err:
+        raise _fail(err, 2) from None
+    wanted = set(instance or ())
+    results = []
+    for record in records:
+        if wanted and record.instance_id not in wanted:
+            continue
+        done = prepare(
+            record,
+            checkout_root,
+            envs,
+            python=python,
+            per_instance=per_instance,
+            force=force,
+        )
+        results.append(done.to_json())
+        if not as_json:
+            mark = "ok  " if done.ok else "FAIL"
+            typer.echo(f"{mark} {done.instance_id}: {done.message} ({done.directory or '-'})")
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(1)
+
+
+@swebench_app.command("adopt")
+def swebench_adopt(
+    directory: Annotated[Path, typer.Argument(help="ENVS/<instance_id> or ENVS/<o>__<r>__<v>.")],
+    python: Annotated[str, typer.Option(help="The environment's interpreter.")],
+) -> None:
+    """Name an environment built elsewhere: its repository editable-installed at /testbed."""
+    from jouled.swebench_prepare import adopt
+
+    try:
+        manifest = adopt(directory, python)
+    except JouledError as err:
+        raise _fail(err, 2) from None
+    typer.echo(json.dumps(manifest.to_json(), indent=2))
 
 
 @meter_app.command("probe")

@@ -76,6 +76,11 @@ class Config:
     own_uid_operator: bool = True  # the daemon's own uid and root are operators on the socket
     socket_group: str = ""  # the Unix socket's group (mode 0660); empty: owner only (0600)
     checkout_root: Path | None = None  # SWE-bench checkouts: CHECKOUT_ROOT/<instance_id>
+    # SWE-bench environments (see jouled.contracts.swebench_env); None: the daemon's own
+    # interpreter, for pytest-run instances only.
+    swebench_envs: Path | None = None
+    # The opt-in container runtime for SWE-bench instances: "docker", "podman" or "" (none).
+    swebench_container: str = ""
     min_free_mb: int = 256  # below this much free space in the data dir, attempts are refused
     energy: str = "auto"
     calibrate_seconds: float = 10.0
@@ -196,6 +201,11 @@ class Config:
     def registrations_path(self) -> Path:
         """SWE-bench records registered over the API, replayed at start."""
         return self.data_dir / "swebench-records.jsonl"
+
+    @property
+    def tree_digests_path(self) -> Path:
+        """SWE-bench checkout digests, by checkout, with the file metadata they were taken at."""
+        return self.data_dir / "swebench-trees.json"
 
     @property
     def listen_addresses(self) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.patch import Patch, parse_patch, patch_sha256
+from jouled.pipeline import container
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox
 from jouled.solvers import load_solvers
@@ -230,6 +231,7 @@ class Daemon:
         pristine = [*config.task_dirs, *([config.checkout_root] if config.checkout_root else [])]
         self.sandbox = Sandbox(min_level=config.min_isolation, secret=[config.data_dir, *pristine])
         self.isolation = self.sandbox.check_host()
+        self._images = container_images(config.swebench_container)  # refuses a missing engine
         self.meter = meter or open_meter(
             config.energy,
             powercap_root=config.powercap_root,
@@ -264,6 +266,7 @@ class Daemon:
         )
         self._inflight: dict[str, Future[dict[str, Any]]] = {}
         self._inflight_lock = threading.Lock()
+        self._trees = swebench.TreeDigests(config.tree_digests_path)
         self._load_registrations()
         self.queue = AttemptQueue(config.queue_limit)
         self._running = 0
@@ -369,15 +372,22 @@ class Daemon:
                 limits.name("instance_id", iid)
                 if "/" in iid:
                     raise UsageError(f"instance_id {iid!r} holds '/'")
-                reason = swebench.unsupported_reason(record)
-                if reason:
-                    raise UsageError(reason)
                 self._inside(root, iid)
-                contract = swebench.to_contract(record, root, suite=suite)
+                contract = swebench.to_contract(
+                    record,
+                    root,
+                    suite=suite,
+                    environments=self.config.swebench_envs,
+                    trees=self._trees,
+                    images=self._images,
+                )
                 if self.registry.register(contract):
                     new.append({"suite": suite, "record": raw})
             except JouledError as err:
-                skipped.append({"instance_id": iid[: limits.NAME_MAX], "reason": err.message})
+                code = err.code if isinstance(err, swebench.Unsupported) else "refused"
+                skipped.append(
+                    {"instance_id": iid[: limits.NAME_MAX], "reason": err.message, "code": code}
+                )
                 continue
             registered.append(contract.task_id)
         if new:
@@ -430,7 +440,16 @@ class Daemon:
                     raise PreconditionError("no --checkout-root")
                 record = swebench.SweBenchRecord.from_dict(item["record"], f"{path}:{n}")
                 self._inside(root, record.instance_id)
-                self.registry.register(swebench.to_contract(record, root, suite=item["suite"]))
+                self.registry.register(
+                    swebench.to_contract(
+                        record,
+                        root,
+                        suite=item["suite"],
+                        environments=self.config.swebench_envs,
+                        trees=self._trees,
+                        images=self._images,
+                    )
+                )
             except (ValueError, KeyError, TypeError, JouledError) as err:
                 message = err.message if isinstance(err, JouledError) else repr(err)
                 log.warning("%s:%d: SWE-bench registration not restored: %s", path, n, message)
@@ -1035,3 +1054,11 @@ class Daemon:
             t.join(timeout=1)
         self.meter.close()
         self.ledger.close()
+
+
+def container_images(name: str) -> swebench.Images | None:
+    """The opt-in container runtime: None without one; refuses an engine the host lacks."""
+    if not name:
+        return None
+    engine = container.find_engine(name)
+    return swebench.Images(engine.name, lambda iid: container.find_image(engine, iid))

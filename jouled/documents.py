@@ -434,6 +434,8 @@ class ResultBody(Document):
     tests_missing: list[str] | None = None
     tests_failed_all: dict[str, Any] | None = None
     tests_missing_all: dict[str, Any] | None = None
+    # The contract's own verdict beside the strict grading (SWE-bench's official one).
+    verdict: dict[str, Any] | None = None
     model: str | None = None
     agent: str | None = None
     run_id: str | None = None
@@ -608,6 +610,7 @@ class Receipt(Document):
     energy: dict[str, EnergyWindow]
     solver: str
     audit: list[dict[str, Any]] = field(default_factory=list)
+    verdict: dict[str, Any] | None = None
     leaf_hash: str
     replayed: bool = False
     tests_failed: list[str] = field(default_factory=list)
@@ -641,6 +644,8 @@ class Receipt(Document):
             energy=body.energy,
             solver=body.solver,
             audit=body.audit or [],
+            # Copied from the signed body: the contract's own verdict (SWE-bench's official).
+            verdict=body.verdict,
             leaf_hash=leaf_hash,
             replayed=replayed,
             # Copied from the signed body: the first failing and missing test ids.

@@ -471,7 +471,7 @@ def test_a_record_compiles_to_a_contract(record: SweBenchRecord, checkout_root: 
 
 
 def test_the_digest_follows_its_documented_framing(record: SweBenchRecord) -> None:
-    h = hashlib.sha256(b"jouled-swebench-v1\n")
+    h = hashlib.sha256(b"jouled-swebench-v2\n")
     for name, value in [
         ("instance_id", record.instance_id.encode()),
         ("base_commit", record.base_commit.encode()),
@@ -479,9 +479,20 @@ def test_the_digest_follows_its_documented_framing(record: SweBenchRecord) -> No
         ("patch", record.patch.encode()),
         ("FAIL_TO_PASS", json.dumps(F2P, separators=(",", ":")).encode()),
         ("PASS_TO_PASS", json.dumps(P2P, separators=(",", ":")).encode()),
+        ("tree", b"ab" * 32),
+        ("test_cmd", b'["python","-m","pytest"]'),
+        ("rules", b"strict"),
+        ("runtime", b"daemon"),
     ]:
         h.update(f"{len(name)}:{name}{len(value)}:".encode() + value)
-    assert contract_digest(record) == h.hexdigest()
+    digest = contract_digest(
+        record,
+        tree="ab" * 32,
+        test_cmd=("python", "-m", "pytest"),
+        rules="strict",
+        runtime="daemon",
+    )
+    assert digest == h.hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -501,11 +512,35 @@ def test_the_digest_covers_what_is_graded(record: SweBenchRecord, change: dict[s
     assert contract_digest(dataclasses.replace(record, **change)) != contract_digest(record)
 
 
+@pytest.mark.parametrize(
+    "how", [{"tree": "1" * 64}, {"test_cmd": ("pytest",)}, {"rules": "x"}, {"runtime": "env"}]
+)
+def test_the_digest_covers_how_it_is_graded(record: SweBenchRecord, how: dict[str, Any]) -> None:
+    assert contract_digest(record, **how) != contract_digest(record)
+
+
 def test_the_digest_ignores_provenance(record: SweBenchRecord) -> None:
     changed = dataclasses.replace(
         record, problem_statement="other words", hints_text="a hint", version="9", created_at=None
     )
     assert contract_digest(changed) == contract_digest(record)
+
+
+def test_a_dirty_checkout_is_digested_as_it_is(record: SweBenchRecord, checkout_root: Path) -> None:
+    """The tree every attempt is seeded from is part of the digest, not only its commit."""
+    clean = to_contract(record, checkout_root)
+    tree = checkout_root / INSTANCE
+    (tree / "calc" / "ops.py").write_text(OPS.replace("a - b", "a + b"))  # fixed, uncommitted
+    dirty = to_contract(record, checkout_root)
+    assert dirty.digest != clean.digest
+    (tree / "calc" / "ops.py").write_text(OPS)
+    assert to_contract(record, checkout_root).digest == clean.digest
+    (tree / "calc" / "helper.py").write_text("")  # an untracked file counts too
+    assert to_contract(record, checkout_root).digest != clean.digest
+    (tree / "calc" / "helper.py").unlink()
+    (tree / "calc" / "__pycache__").mkdir(exist_ok=True)  # caches never count
+    (tree / "calc" / "__pycache__" / "ops.cpython-311.pyc").write_bytes(b"x")
+    assert to_contract(record, checkout_root).digest == clean.digest
 
 
 def test_a_missing_checkout_says_which_directory_and_how_to_make_it(
@@ -605,17 +640,37 @@ def test_a_tree_without_git_metadata_is_taken_as_prepared(
 def test_instances_graded_by_other_runners_are_refused(
     record: SweBenchRecord, checkout_root: Path
 ) -> None:
+    """Without an official specification, only pytest node ids can be graded."""
     django = dataclasses.replace(
         record, FAIL_TO_PASS=("test_add (calc.tests.OpsTests)",), PASS_TO_PASS=()
     )
     reason = unsupported_reason(django)
     assert reason is not None and "not a pytest node id" in reason
-    with pytest.raises(TaskError) as caught:
+    with pytest.raises(swebench.Unsupported) as caught:
         to_contract(django, checkout_root)
-    assert "Docker harness" in caught.value.hint
+    assert caught.value.code == swebench.UNSUPPORTED_RUNNER
     sympy = dataclasses.replace(record, PASS_TO_PASS=("test_add",))
     assert unsupported_reason(sympy) is not None
     assert unsupported_reason(record) is None
+
+
+def test_a_runner_other_than_pytest_needs_an_environment(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    """Django's runtests.py runs only in an environment with Django installed at /testbed."""
+    django = dataclasses.replace(
+        record,
+        repo="django/django",
+        version="5.0",
+        FAIL_TO_PASS=("test_add (calc.tests.OpsTests.test_add)",),
+    )
+    for envs in (None, tmp_path / "envs"):
+        with pytest.raises(swebench.Unsupported) as caught:
+            to_contract(django, checkout_root, environments=envs)
+        assert caught.value.code == swebench.NO_ENVIRONMENT
+        assert "runtests.py" in caught.value.message
+        assert "django__django__5.0" in caught.value.message
+        assert "jouled swebench prepare" in caught.value.hint
 
 
 def test_records_that_cannot_be_graded_here_are_refused(
@@ -632,7 +687,7 @@ def test_records_that_cannot_be_graded_here_are_refused(
     assert "test_patch cannot be applied by jouled" in caught.value.message
     assert "binary" in caught.value.message
     data_only = SMALL_PATCH.replace("x.py", "tests/data.txt")
-    with pytest.raises(TaskError, match="touches no Python test module"):
+    with pytest.raises(swebench.Unsupported, match="touches no Python test module"):
         to_contract(dataclasses.replace(record, test_patch=data_only), checkout_root)
     with pytest.raises(TaskError, match="suite"):
         to_contract(record, checkout_root, suite="a/b")
@@ -777,3 +832,91 @@ def test_gold_resolves_where_the_official_harness_resolves_it(
     assert store.bodies[0]["valid"] is True, store.bodies[0]
     assert gold["status"] == "resolved", gold
     assert ev.evaluate(Attempt(contract, None, "noop"))["status"] == "unresolved"
+
+
+def test_checkout_digests_are_remembered_until_a_file_changes(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = checkout_root / INSTANCE
+    store = tmp_path / "trees.json"
+    trees = swebench.TreeDigests(store)
+    hashed: list[Path] = []
+    real = swebench.tree_digest
+
+    def counted(t: Path) -> str:
+        hashed.append(t)
+        return real(t)
+
+    monkeypatch.setattr(swebench, "tree_digest", counted)
+    first = to_contract(record, checkout_root, trees=trees).digest
+    assert to_contract(record, checkout_root, trees=trees).digest == first
+    assert to_contract(record, checkout_root, trees=swebench.TreeDigests(store)).digest == first
+    assert len(hashed) == 1  # once: then by the files' metadata, across a restart too
+    ops = tree / "calc" / "ops.py"
+    before = ops.stat()
+    ops.write_text(OPS.replace("a - b", "a + b"))
+    os.utime(ops, ns=(before.st_atime_ns, before.st_mtime_ns))  # its mtime put back
+    changed = to_contract(record, checkout_root, trees=trees).digest
+    assert changed != first and len(hashed) == 2
+    assert changed == to_contract(record, checkout_root).digest  # what a fresh hash says
+
+
+def test_the_official_command_carries_the_environment_its_specification_sets() -> None:
+    from jouled.contracts import swebench_harness as harness
+
+    sympy = harness.spec_for("sympy/sympy", "1.12")
+    assert sympy is not None and sympy.parser == "sympy"
+    patch = "diff --git a/sympy/core/tests/test_basic.py b/sympy/core/tests/test_basic.py\n"
+    argv, env = harness.test_command(sympy, patch)
+    assert argv == ("bin/test", "-C", "--verbose", "sympy/core/tests/test_basic.py")
+    assert env == {"PYTHONWARNINGS": "ignore::UserWarning,ignore::SyntaxWarning"}
+    django = harness.spec_for("django/django", "3.0")
+    assert django is not None
+    argv, env = harness.test_command(django, "diff --git a/tests/a/tests.py b/tests/a/tests.py\n")
+    assert argv[0] == "./tests/runtests.py" and argv[-1] == "a.tests"
+    assert env["LANG"] == "en_US.UTF-8" and env["LC_ALL"] == "en_US.UTF-8"
+    assert harness.spec_for("django/django", "0.1") is None
+    assert harness.spec_for("acme/calc", "1.0") is None
+
+
+def test_a_pytest_instance_falls_back_to_the_daemons_interpreter_only_without_environments(
+    record: SweBenchRecord, checkout_root: Path, tmp_path: Path
+) -> None:
+    """With --swebench-envs configured, an instance without its environment is not graded
+    under an interpreter it was never prepared for; without it, pytest ones run as before."""
+    flask = dataclasses.replace(record, repo="pallets/flask", version="2.3")
+    plain = to_contract(flask, checkout_root)
+    assert plain.runtime is None and plain.test_cmd[:2] == ("pytest", "-rA")
+    assert plain.grading.verdict is not None and not plain.grading.plain
+    with pytest.raises(swebench.Unsupported) as caught:
+        to_contract(flask, checkout_root, environments=tmp_path / "envs")
+    assert caught.value.code == swebench.NO_ENVIRONMENT
+    assert "pallets__flask__2.3" in caught.value.message
+    # pytest's own suite never runs in-process: its runner is the code under test.
+    pytest_dev = dataclasses.replace(record, repo="pytest-dev/pytest", version="8.0")
+    with pytest.raises(swebench.Unsupported):
+        to_contract(pytest_dev, checkout_root)
+
+
+def test_a_record_carrying_its_own_command_and_parser_is_run_and_read_by_them(
+    record: SweBenchRecord, checkout_root: Path
+) -> None:
+    own = dataclasses.replace(record, test_cmd="pytest -rA -x", log_parser="parse_log_pytest")
+    contract = to_contract(own, checkout_root)
+    assert contract.test_cmd == (
+        "pytest",
+        "-rA",
+        "-x",
+        "tests/test_add_more.py",
+        "tests/test_ops.py",
+    )
+    assert contract.grading.verdict is not None
+    # A command without a parser (or a parser jouled lacks) is no specification at all.
+    halves: tuple[dict[str, Any], ...] = (
+        {"test_cmd": "pytest -rA"},
+        {"log_parser": "parse_log_jest"},
+    )
+    for half in halves:
+        strict = to_contract(dataclasses.replace(record, **half), checkout_root)
+        assert strict.grading.verdict is None
+        assert strict.test_cmd[:3] == ("python", "-m", "pytest")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from jouled.errors import UsageError
 
@@ -36,6 +37,68 @@ IGNORED_NAMES = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_c
 IdMatcher = Callable[[Mapping[str, str], Sequence[str]], dict[str, str]]
 
 
+VERDICT_FAILED_IDS = 50  # how many failed ids a verdict lists
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verdict computed by rules a contract brings, from a run's captured output."""
+
+    resolved: bool
+    status: str  # the rules' own name for it ("RESOLVED_FULL")
+    tests: Mapping[str, Mapping[str, Sequence[str]]]  # list -> {"success": [...], "failure": [...]}
+    rules: str  # whose rules, which version
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "resolved": self.resolved,
+            "status": self.status,
+            "rules": self.rules,
+            "tests": {
+                name: {k: len(v) for k, v in split.items()} for name, split in self.tests.items()
+            },
+            # The first ids that failed; every list's count is in `tests`.
+            "failed": sorted({t for s in self.tests.values() for t in s.get("failure", ())})[
+                :VERDICT_FAILED_IDS
+            ],
+        }
+
+
+# (captured output, fail_to_pass, pass_to_pass) -> the verdict of record.
+VerdictRules = Callable[[str, Sequence[str], Sequence[str]], Verdict]
+# A plain run's captured output -> test id -> outcome.
+OutputParser = Callable[[str], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The interpreter and installation a contract's tests run with, instead of the daemon's.
+
+    Shown read-only in the sandbox where they are on the host; the workdir is
+    at `/testbed`, where the environment's editable install expects the tree.
+    """
+
+    name: str  # names it in results ("django__django__5.0")
+    python: str  # the interpreter, an absolute path
+    paths: tuple[str, ...]  # what the interpreter needs to see (its prefix, its base prefix)
+    env: Mapping[str, str] = field(default_factory=dict)  # PATH and the like, for the run
+    version: str = ""  # the interpreter's "major.minor", when known
+    # A container image to run the tests in instead (engine "docker" or "podman"): the
+    # command runs as it is there, with the workdir mounted at /testbed.
+    engine: str = ""
+    image: str = ""
+
+    @property
+    def version_tuple(self) -> tuple[int, int] | None:
+        major, _, minor = self.version.partition(".")
+        return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+
+    def describe(self) -> dict[str, Any]:
+        if self.image:
+            return {"name": self.name, "engine": self.engine, "image": self.image}
+        return {"name": self.name, "python": self.python}
+
+
 @dataclass(frozen=True)
 class GradingPolicy:
     """What grading needs to know about a contract beyond its test ids.
@@ -50,6 +113,15 @@ class GradingPolicy:
     failing_exit_judged_by_ids: bool = False
     # The aggregate memory bound of the contract's runs; None: the sandbox default.
     memory_bytes: int | None = None
+    # Run the test command as it is, never through the daemon's pytest runner (a test
+    # runner that is itself the code under test, or a runner other than pytest).
+    plain: bool = False
+    # Reads a plain run's output into outcomes; None: pytest's -rA summary.
+    parse_output: OutputParser | None = None
+    # The verdict of record, from the graded run's output; None: the strict grading is.
+    # The strict grading is then recorded beside it, and only a forged run
+    # (`tampered`) or a timeout overrides it.
+    verdict: VerdictRules | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +147,7 @@ class Contract:
     hidden: tuple[str, ...] = ()
     hidden_count: int = 0  # how many files of the pristine tree the globs match
     grading: GradingPolicy = field(default_factory=GradingPolicy)
+    runtime: Runtime | None = None  # None: the daemon's own interpreter
 
     @property
     def has_expected_ids(self) -> bool:

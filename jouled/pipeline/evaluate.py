@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -21,16 +22,17 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from jouled import __version__
-from jouled.contracts.contract import Contract, iter_tree
+from jouled.contracts.contract import Contract, Verdict, iter_tree
 from jouled.documents import BaselineBody, EnergyWindow, GradeCounts, ResultBody, Status
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
-from jouled.pipeline import guard, provenance, pytest_run
+from jouled.pipeline import container, guard, provenance, pytest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
-from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
+from jouled.pipeline.testreport import ERROR as TEST_ERROR
+from jouled.pipeline.testreport import FAILED, PASSED, Grade, grade, parse_ra
 from jouled.solvers import CommandSolver, Solvers
 from jouled.solvers import command as command_solver
 
@@ -73,7 +75,9 @@ class BaselineStore(Protocol):
 class CheckRun:
     result: RunResult
     outcomes: dict[str, str]  # the task's own tests (canaries left out)
-    report: str  # "channel" (the daemon's pytest runner), "rA" or "none"
+    # "channel" (the daemon's pytest runner), "rA" (pytest's summary in the output),
+    # "output" (the output read by the contract's own parser) or "none"
+    report: str
     exit: int | None  # the exit status graded: the planted must-fail canaries discounted
     forged: str = ""  # why the run's report cannot be genuine; "" when nothing says so
     canaries: int = 0  # canary tests planted
@@ -214,33 +218,67 @@ class Evaluator:
         beside the tests that matter and names what a forged run would claim.
         """
         ro = Path(tempfile.mkdtemp(prefix="ro-", dir=tree.parent))
+        policy = contract.grading
+        runtime = contract.runtime
+        python = runtime.python if runtime is not None else sys.executable
+        runtime_env = dict(runtime.env) if runtime is not None else {}
+        runtime_paths = [Path(p) for p in runtime.paths] if runtime is not None else []
         try:
             layout = self.sandbox.layout(tree, ro)
             protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
-            plan = pytest_run.plan(
-                contract.test_cmd,
-                tree,
-                ro,
-                layout,
-                expected,
-                pristine=contract.pristine,
-                protected=protected,
-            )
+            # A container image runs the command as it is, never through the runner.
+            image = runtime.image if runtime is not None else ""
+            plan = None
+            if not policy.plain and not image:
+                plan = pytest_run.plan(
+                    contract.test_cmd,
+                    tree,
+                    ro,
+                    layout,
+                    expected,
+                    pristine=contract.pristine,
+                    protected=protected,
+                    python=python,
+                    python_version=runtime.version_tuple if runtime is not None else None,
+                )
             limits = self._limits(contract)
             if plan is None:
-                argv = pytest_run.plain_argv(contract.test_cmd)
-                result = self.sandbox.run(argv, tree, limits=limits)
-                outcomes = parse_ra(result.output)
-                return CheckRun(result, outcomes, "rA" if outcomes else "none", result.exit_code)
+                overlays = read_only_tests(contract, tree, protected)
+                if runtime is not None and image:
+                    engine = container.find_engine(runtime.engine)
+                    result = container.run(
+                        engine,
+                        image,
+                        contract.test_cmd,
+                        tree,
+                        limits=limits,
+                        env=runtime_env,
+                        overlays=overlays,
+                    )
+                else:
+                    result = self.sandbox.run(
+                        pytest_run.plain_argv(contract.test_cmd, python),
+                        tree,
+                        limits=limits,
+                        env=runtime_env,
+                        overlays=overlays,
+                        read_only=runtime_paths,
+                    )
+                parse = policy.parse_output or parse_ra
+                outcomes = parse(result.output)
+                report = ("rA" if policy.parse_output is None else "output") if outcomes else "none"
+                forged = exit_contradicts(result.exit_code, outcomes) if policy.parse_output else ""
+                return CheckRun(result, outcomes, report, result.exit_code, forged)
             result = self.sandbox.run(
                 plan.argv,
                 tree,
                 limits=limits,
-                env=plan.env,
+                env={**runtime_env, **plan.env},
                 ro_dir=ro,
                 overlays={**read_only_tests(contract, tree, protected), **plan.overlays},
                 channel_in=plan.key,
                 channel_out=True,
+                read_only=runtime_paths,
             )
         finally:
             shutil.rmtree(ro, ignore_errors=True)
@@ -251,7 +289,6 @@ class Evaluator:
             )
         channel = pytest_run.read_channel(result.channel or b"", plan.key)
         outcomes = pytest_run.without_canaries(channel.outcomes, plan.canaries)
-        policy = contract.grading
         if policy.match_ids is not None:
             ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
             outcomes = policy.match_ids(outcomes, ids)
@@ -442,13 +479,19 @@ class Evaluator:
                 graded_exit(contract, check.exit),
             )
             extra["tests_visible"] = visible_tests(contract, expected, check.outcomes)
+            rules, official = contract.grading.verdict, None
+            if rules is not None:
+                official = rules(check.result.output, expected.fail_to_pass, expected.pass_to_pass)
+                extra["verdict"] = verdict_wire(official, grade_info, expected, check)
             if check.forged:
                 status = TAMPERED
                 extra["integrity"]["forged"] = check.forged
-            elif not expected.valid:
+            elif official is None and not expected.valid:
                 status = INVALID
             elif check.result.timed_out:
                 status = TIMEOUT
+            elif official is not None:  # the contract's rules decide; the strict grading is beside
+                status = RESOLVED if official.resolved else UNRESOLVED
             else:
                 status = RESOLVED if grade_info.resolved else UNRESOLVED
             progress("grade", f"{status}: {check.forged or _summary(grade_info)}")
@@ -668,6 +711,41 @@ def id_list(ids: Sequence[str], blobs: dict[str, bytes]) -> dict[str, Any]:
 def _summary(graded: Grade) -> str:
     s = graded.summary()
     return f"{s['passed']}/{s['expected']} expected tests passed, {s['missing']} missing"
+
+
+def exit_contradicts(exit_code: int | None, outcomes: Mapping[str, str]) -> str:
+    """Why a run's output cannot describe it: a failing exit with no failing test in it.
+
+    A test runner exits nonzero because something failed, and says what; a log
+    that reports tests and not one failure, from a run that exited nonzero,
+    was written by something other than the runner. "" when nothing says so.
+    """
+    if exit_code in (0, None) or not outcomes:
+        return ""
+    if any(o in (FAILED, TEST_ERROR) for o in outcomes.values()):
+        return ""
+    return f"the command exited {exit_code} but its output reports no failing test"
+
+
+def verdict_wire(
+    official: Verdict, strict: Grade, expected: Expected, check: CheckRun
+) -> dict[str, Any]:
+    """The contract's verdict as signed, with the project's stricter checks beside it.
+
+    Those checks never change it: only a forged run (`tampered`) or a timeout
+    gives the result another status. `agrees` says whether the strict grading
+    came out the same way.
+    """
+    return {
+        **official.to_wire(),
+        "strict": {
+            "resolved": strict.resolved,
+            "agrees": strict.resolved == official.resolved,
+            "exit_code": check.result.exit_code,
+            "output": "truncated" if check.result.output_dropped else "complete",
+        },
+        "baseline": {"valid": expected.valid, "reason": expected.reason},
+    }
 
 
 def graded_exit(contract: Contract, exit_code: int | None) -> int | None:

@@ -23,7 +23,9 @@ the channel raises the cost of a forgery, the daemon's canary tests detect
 the forgeries that do not know them.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` (Python 3.7+), and every annotation that
+# names a generic or a pytest class is a string: environments as old as Python 3.6
+# and pytest releases that do not export those classes import this file too.
 
 import hashlib
 import hmac
@@ -46,7 +48,7 @@ class Reporter:
         self._n = 0
         self._root, self._protected = _load_protected()
 
-    def _emit(self, record: dict[str, Any]) -> None:
+    def _emit(self, record: "dict[str, Any]") -> None:
         record["n"] = self._n
         self._n += 1
         line = json.dumps(record, sort_keys=True, separators=(",", ":"))
@@ -56,19 +58,19 @@ class Reporter:
             data = data[os.write(self._fd, data) :]
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> None:
+    def pytest_runtest_call(self, item: "pytest.Item") -> None:
         why = _tampering(item, self._root, self._protected)
         if why:
             self._emit({"event": "tamper", "id": item.nodeid, "why": why})
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
+    def pytest_sessionstart(self, session: "pytest.Session") -> None:
         self._emit({"event": "start", "pytest": pytest.__version__})
 
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+    def pytest_collectreport(self, report: "pytest.CollectReport") -> None:
         if report.failed:
             self._emit({"event": "collect", "id": report.nodeid, "outcome": "error"})
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    def pytest_runtest_logreport(self, report: "pytest.TestReport") -> None:
         self._emit(
             {
                 "event": "test",
@@ -79,11 +81,11 @@ class Reporter:
             }
         )
 
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    def pytest_sessionfinish(self, session: "pytest.Session", exitstatus: int) -> None:
         self._emit({"event": "finish", "exit": int(exitstatus)})
 
 
-def _load_protected() -> tuple[str, frozenset[str]]:
+def _load_protected() -> "tuple[str, frozenset[str]]":
     """The workdir and the files in it whose code tests may run (pristine tests, canaries)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "protected.json")
     try:
@@ -95,7 +97,7 @@ def _load_protected() -> tuple[str, frozenset[str]]:
     return root, frozenset(os.path.join(root, rel) for rel in listing["files"])
 
 
-def _tampering(item: pytest.Item, root: str, protected: frozenset[str]) -> str:
+def _tampering(item: "pytest.Item", root: str, protected: "frozenset[str]") -> str:
     """Why `item` no longer runs the code its file defines; "" when nothing says so.
 
     Every layer of the test function (decorators follow `__wrapped__`) must

@@ -318,6 +318,7 @@ def plan(
     pristine: Path | None = None,
     protected: Sequence[str] = (),
     python: str = sys.executable,
+    python_version: tuple[int, int] | None = None,
 ) -> Plan | None:
     """Prepare `ro_dir` and the workdir for one pytest run; None when not a pytest command.
 
@@ -326,7 +327,8 @@ def plan(
     receives the runner and the configuration; the canaries go into the tree
     (after protected paths were restored, so nothing removes them).
     `protected` lists the tree's protected files: the only files of the tree
-    whose code a test may run.
+    whose code a test may run. `python` runs the tests (`python_version`: its
+    version, when it is not the daemon's and may be older than 3.11).
     """
     split = split_pytest(test_cmd)
     if split is None:
@@ -364,11 +366,15 @@ def plan(
         args = [*args[:cut], *ours, *args[cut:]]
     else:
         args = [*args, *ours]
+    # -P (Python 3.11+) keeps the working directory off sys.path; older interpreters
+    # get the same by the boot code dropping it before anything is imported.
     boot = (
-        f"import sys; sys.path.insert(0, {layout.ro!r}); import jouled_pytest; jouled_pytest.main()"
+        "import sys; sys.path[:] = [p for p in sys.path if p]; "
+        f"sys.path.insert(0, {layout.ro!r}); import jouled_pytest; jouled_pytest.main()"
     )
     interpreter = python if test_cmd[0] in _PORTABLE_PYTHON or mode == "script" else test_cmd[0]
-    argv = [interpreter, *opts, "-s", "-P", "-c", boot, mode, *args]
+    safe_path = ["-P"] if python_version is None or python_version >= (3, 11) else []
+    argv = [interpreter, *opts, "-s", *safe_path, "-c", boot, mode, *args]
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     return Plan(argv, env, secrets.token_bytes(32), overlays, canaries, config)
 

@@ -176,3 +176,59 @@ def test_malformed_predictions_are_reported_and_skipped_and_empty_ones_signed_un
         assert by_task["acme__calc-2"]["seq"] in seqs
     finally:
         assert d.stop() == 0, d.log.read_text()
+
+
+def test_every_prediction_is_reported_graded_or_why_not(tmp_path: Path) -> None:
+    """A real Flask instance in its prepared environment, a fake one under the daemon's
+    interpreter, a Django record with no environment and a prediction with no record:
+    two graded, two not, and all four in the report and its denominator."""
+    from tests import swebench_real as real
+
+    root, envs = tmp_path / "checkouts", tmp_path / "envs"
+    root.mkdir()
+    flask, _ = real.flask_instance(root)
+    real.prepare_env([flask], root, envs)
+    fake = make_instance(root, "acme__calc-1")
+    django = {
+        **make_instance(root, "django__django-1"),
+        "repo": "django/django",
+        "version": "5.0",
+        "FAIL_TO_PASS": ["test_add (calc.tests.OpsTests.test_add)"],
+        "PASS_TO_PASS": [],
+    }
+    dataset = tmp_path / "verified.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in (flask, fake, django)))
+    predictions = tmp_path / "preds.jsonl"
+    rows = [(r["instance_id"], r["patch"]) for r in (flask, fake, django)]
+    rows.append(("nobody__none-1", fake["patch"]))
+    predictions.write_text(
+        "".join(
+            json.dumps({"instance_id": i, "model_name_or_path": "gold", "model_patch": p}) + "\n"
+            for i, p in rows
+        )
+    )
+    d = start_daemon(tmp_path / "data", "--checkout-root", str(root), "--swebench-envs", str(envs))
+    try:
+        report = d.client_json(
+            "swebench", "--dataset", str(dataset), "--predictions", str(predictions)
+        )
+        by_id = {i["instance_id"]: i for i in report["instances"]}
+        assert report["predictions"] == 4 and report["not_graded"] == 2
+        assert report["resolved"] == 2 and report["total"] == 2
+        assert by_id[real.FLASK_ID]["graded"] and by_id[real.FLASK_ID]["status"] == "resolved"
+        assert by_id[real.FLASK_ID]["official"] == "RESOLVED_FULL"
+        assert by_id[real.FLASK_ID]["strict_agrees"] is True
+        assert by_id["acme__calc-1"]["status"] == "resolved"
+        assert by_id["acme__calc-1"]["official"] is None  # graded strictly: no official spec
+        assert by_id["django__django-1"]["code"] == "no-environment"
+        assert not by_id["django__django-1"]["graded"] and not by_id["django__django-1"]["resolved"]
+        assert by_id["nobody__none-1"]["code"] == "not-in-dataset"
+        assert report["not_graded_by_reason"] == {"no-environment": 1, "not-in-dataset": 1}
+        receipt = next(r for r in report["receipts"] if real.FLASK_ID in r["task_id"])
+        assert receipt["verdict"]["rules"].startswith("swebench 4.1.0")
+        # The table says the same to a person, and the total counts every prediction.
+        done = d.client("swebench", "--dataset", str(dataset), "--predictions", str(predictions))
+        assert done.returncode == 0, done.stderr
+        assert "no-environment" in done.stdout and "resolved 2/4 predictions" in done.stdout
+    finally:
+        assert d.stop() == 0, d.log.read_text()

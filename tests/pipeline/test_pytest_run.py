@@ -369,6 +369,30 @@ def test_our_options_go_before_a_double_dash(scratch: Path) -> None:
     assert plan.env == {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
+def test_an_interpreter_older_than_311_gets_the_tree_off_its_path_without_p(
+    scratch: Path,
+) -> None:
+    """-P is new in 3.11; an environment's older interpreter would refuse it."""
+    tree = write_tree(scratch / "tree", {"pytest.ini": "[pytest]\n"})
+    ro = scratch / "ro"
+    ro.mkdir()
+    layout = Sandbox().layout(tree, ro)
+    old = pytest_run.plan(["pytest"], tree, ro, layout, python="/env/python", python_version=(3, 9))
+    assert old is not None and "-P" not in old.argv and old.argv[0] == "/env/python"
+    # The boot code's first statements drop the working directory ("") from sys.path.
+    boot = old.argv[old.argv.index("-c") + 1]
+    path = ["", "/usr/lib/python3.9", ""]
+    exec(boot.split("; sys.path.insert")[0].replace("import sys; ", ""), {"sys": FakeSys(path)})
+    assert path == ["/usr/lib/python3.9"]
+    new = pytest_run.plan(["pytest"], tree, ro, layout, python_version=(3, 12))
+    assert new is not None and "-P" in new.argv
+
+
+class FakeSys:
+    def __init__(self, path: list[str]) -> None:
+        self.path = path
+
+
 # -- configuration ------------------------------------------------------------------------
 
 
@@ -502,3 +526,21 @@ def test_forgery_truth_table(
     channel = Channel(dict(outcomes), True, finish is not None, finish)
     found = forgery(channel, CAN, exit_code, ["x"])
     assert (verdict in found and bool(found)) if verdict else found == ""
+
+
+def test_the_runner_imports_on_interpreters_as_old_as_python_36() -> None:
+    """Environments run it with their own interpreter: no syntax, no evaluated annotation
+    (a subscripted builtin, a class old pytest releases do not export) newer than 3.6."""
+    import ast
+
+    source = pytest_run.RUNNER.read_text()
+    tree = ast.parse(source, feature_version=(3, 6))
+    futures = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert all(n.module != "__future__" for n in futures)  # annotations: 3.7+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            annotations = [a.annotation for a in node.args.args] + [node.returns]
+            for annotation in annotations:
+                assert annotation is None or isinstance(annotation, (ast.Constant, ast.Name)), (
+                    node.name
+                )

@@ -1,0 +1,367 @@
+"""SWE-bench-shaped instances built from real releases of Django and Flask.
+
+Each instance is a real git repository: the release's source (from the sdist
+`make swebench-fixtures` fetched) committed as it is, then a commit seeding a
+regression, which is the instance's base commit. The gold patch undoes the
+regression; the test patch adds tests to one of the release's own test modules;
+FAIL_TO_PASS and PASS_TO_PASS are spelled as the official log parsers report
+them. The release's requirement file is cut to what these tests need, so the
+environment builds offline from the fetched wheels.
+
+Nothing here needs the network: without the fetched files, the tests that use
+them skip and say how to fetch them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "swebench"
+DIST = CACHE / "dist"
+DJANGO_SDIST = DIST / "Django-5.0.14.tar.gz"
+FLASK_SDIST = DIST / "flask-2.3.3.tar.gz"
+GIT = shutil.which("git")
+
+sys.path.insert(0, str(ROOT / "tools"))
+import swebench_oracle  # noqa: E402
+
+FETCH_HINT = "run `make swebench-fixtures` (needs PyPI once)"
+
+
+def need(path: Path) -> Path:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in {DIST}: {FETCH_HINT}")
+    return path
+
+
+def oracle() -> Any:
+    if not swebench_oracle.available():
+        pytest.skip(f"the official swebench package is not unpacked: {FETCH_HINT}")
+    return swebench_oracle.load()
+
+
+def git(repo: Path, *args: str) -> str:
+    assert GIT is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    config = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    done = subprocess.run(
+        [GIT, *config, "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    )
+    return done.stdout
+
+
+def _unpack(sdist: Path, dest: Path) -> None:
+    with tarfile.open(sdist) as archive:
+        top = archive.getnames()[0].split("/", 1)[0]
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            archive.extractall(dest.parent, filter="data")
+        else:
+            archive.extractall(dest.parent)
+    (dest.parent / top).rename(dest)
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path}: {old!r} not found"
+    path.write_text(text.replace(old, new, 1))
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a") as fh:
+        fh.write(text)
+
+
+def _staged(repo: Path, edit: Callable[[Path], None]) -> str:
+    """The diff `edit(repo)` makes to the committed tree, as git writes it; tree reset."""
+    edit(repo)
+    git(repo, "add", "-A")
+    diff = git(repo, "diff", "--cached")
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "clean", "-fdq")
+    return diff
+
+
+def _record(
+    repo: Path,
+    instance_id: str,
+    name: str,
+    version: str,
+    gold: str,
+    tests: str,
+    f2p: Sequence[str],
+    p2p: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        "instance_id": instance_id,
+        "repo": name,
+        "base_commit": git(repo, "rev-parse", "HEAD").strip(),
+        "problem_statement": "A regression: see the tests.",
+        "patch": gold,
+        "test_patch": tests,
+        "FAIL_TO_PASS": list(f2p),
+        "PASS_TO_PASS": list(p2p),
+        "version": version,
+    }
+
+
+# -- Django ---------------------------------------------------------------------------
+
+DJANGO_ID = "django__django-90001"
+DJANGO_TEST = textwrap.dedent(
+    """\
+
+    class CapfirstTests(SimpleTestCase):
+        def test_capfirst_keeps_the_rest(self):
+            self.assertEqual(text.capfirst("hello wORLD"), "Hello wORLD")
+
+        def test_capfirst_empty(self):
+            self.assertEqual(text.capfirst(""), "")
+    """
+)
+DJANGO_F2P = [
+    "test_capfirst_keeps_the_rest (utils_tests.test_text.CapfirstTests."
+    "test_capfirst_keeps_the_rest)",
+]
+DJANGO_P2P = [
+    "test_capfirst_empty (utils_tests.test_text.CapfirstTests.test_capfirst_empty)",
+    "test_get_text_list (utils_tests.test_text.TestUtilsText.test_get_text_list)",
+    "test_slugify (utils_tests.test_text.TestUtilsText.test_slugify)",
+]
+DJANGO_CAPFIRST = "return x[0].upper() + x[1:]"
+
+
+def django_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
+    """Django 5.0.14 with `capfirst` lower-casing the rest of its text; a wrong fix.
+
+    The wrong fix title-cases: the new test of the empty string passes, the one
+    that keeps the rest of the text does not.
+    """
+    repo = checkout_root / DJANGO_ID
+    _unpack(need(DJANGO_SDIST), repo)
+    (repo / "tests" / "requirements" / "py3.txt").write_text("asgiref >= 3.7.0\nsqlparse\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Django 5.0.14")
+    module = repo / "django" / "utils" / "text.py"
+    assert DJANGO_CAPFIRST in module.read_text()
+    _edit(module, DJANGO_CAPFIRST, DJANGO_CAPFIRST + ".lower()")
+    git(repo, "commit", "-q", "-am", "capfirst: a regression")
+    gold = git(repo, "diff", "HEAD", "HEAD~1", "--", "django")
+    tests = _staged(repo, lambda r: _append(r / "tests/utils_tests/test_text.py", DJANGO_TEST))
+    regressed = DJANGO_CAPFIRST + ".lower()"
+    wrong = _staged(
+        repo, lambda r: _edit(r / "django/utils/text.py", regressed, "return x.title()")
+    )
+    record = _record(repo, DJANGO_ID, "django/django", "5.0", gold, tests, DJANGO_F2P, DJANGO_P2P)
+    return record, wrong
+
+
+# -- Flask ----------------------------------------------------------------------------
+
+FLASK_ID = "pallets__flask-90002"
+FLASK_TEST = textwrap.dedent(
+    """\
+
+
+    @pytest.mark.parametrize("key", ["plain", "with space"])
+    def test_get_namespace_keeps_case(key):
+        app = flask.Flask(__name__)
+        app.config["NS_Value"] = key
+        ns = app.config.get_namespace("NS_", lowercase=False)
+        assert ns == {"Value": key}
+    """
+)
+FLASK_F2P = [
+    "tests/test_config.py::test_get_namespace_keeps_case[plain]",
+    # The official parser keeps the first word of "PASSED <node id>".
+    "tests/test_config.py::test_get_namespace_keeps_case[with",
+]
+FLASK_P2P = [
+    "tests/test_config.py::test_config_from_object",
+    "tests/test_config.py::test_config_from_mapping",
+    "tests/test_config.py::test_from_pyfile_weird_encoding[utf-8]",
+]
+FLASK_KEY_LINE = "key = k[len(namespace) :]"
+
+
+def flask_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
+    """Flask 2.3.3 with `Config.get_namespace` lower-casing keys it was told to keep; a wrong fix.
+
+    The wrong fix keeps the case of the trimmed key but inverts `lowercase`.
+    """
+    repo = checkout_root / FLASK_ID
+    _unpack(need(FLASK_SDIST), repo)
+    (repo / "requirements" / "dev.txt").write_text("pytest\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Flask 2.3.3")
+    module = repo / "src" / "flask" / "config.py"
+    assert FLASK_KEY_LINE in module.read_text()
+    _edit(module, FLASK_KEY_LINE, FLASK_KEY_LINE + ".lower()")
+    git(repo, "commit", "-q", "-am", "get_namespace: a regression")
+    gold = git(repo, "diff", "HEAD", "HEAD~1", "--", "src")
+    tests = _staged(repo, lambda r: _append(r / "tests/test_config.py", FLASK_TEST))
+
+    def invert(r: Path) -> None:
+        _edit(r / "src/flask/config.py", FLASK_KEY_LINE + ".lower()", FLASK_KEY_LINE)
+        _edit(r / "src/flask/config.py", "if lowercase:", "if not lowercase:")
+
+    wrong = _staged(repo, invert)
+    record = _record(repo, FLASK_ID, "pallets/flask", "2.3", gold, tests, FLASK_F2P, FLASK_P2P)
+    return record, wrong
+
+
+def prepare_env(records: list[dict[str, Any]], checkout_root: Path, envs: Path) -> None:
+    """`jouled swebench prepare` for the records, offline, from the fetched files."""
+    import json
+
+    dataset = envs.parent / "prepare-dataset.json"
+    dataset.write_text(json.dumps(records))
+    env = {
+        **os.environ,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(DIST),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jouled",
+            "swebench",
+            "prepare",
+            "--dataset",
+            str(dataset),
+            "--checkout-root",
+            str(checkout_root),
+            "--envs",
+            str(envs),
+            "--python",
+            sys.executable,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+FLASK_FORGERY = textwrap.dedent(
+    """
+
+    import _pytest.reports as _reports
+
+    _init = _reports.TestReport.__init__
+
+
+    def _passed(self, *args, **kwargs):
+        _init(self, *args, **kwargs)
+        self.outcome = "passed"
+        self.longrepr = None
+
+
+    _reports.TestReport.__init__ = _passed
+    """
+)
+
+
+def flask_forgery(checkout_root: Path) -> str:
+    """The gold fix plus code in the package that turns every test report into a pass."""
+    repo = checkout_root / FLASK_ID
+
+    def forge(r: Path) -> None:
+        _edit(r / "src/flask/config.py", FLASK_KEY_LINE + ".lower()", FLASK_KEY_LINE)
+        _append(r / "src/flask/__init__.py", FLASK_FORGERY)
+
+    return _staged(repo, forge)
+
+
+# -- pytest itself --------------------------------------------------------------------
+
+PYTEST_SDIST = DIST / "pytest-8.0.2.tar.gz"
+PYTEST_ID = "pytest-dev__pytest-90003"
+PYTEST_TEST = textwrap.dedent(
+    """\
+
+
+    @pytest.mark.parametrize("expr", ["true and false", "false and true"])
+    def test_and_needs_both(expr: str) -> None:
+        assert evaluate(expr, {"true": True, "false": False}.__getitem__) is False
+    """
+)
+PYTEST_F2P = [
+    # Spelled as the official parser spells them: cut at the first space.
+    "testing/test_mark_expression.py::test_and_needs_both[true",
+    "testing/test_mark_expression.py::test_and_needs_both[false",
+]
+PYTEST_P2P = [
+    "testing/test_mark_expression.py::test_empty_is_false",
+    "testing/test_mark_expression.py::test_backslash_not_treated_specially",
+]
+PYTEST_AND = "ret = ast.BoolOp(ast.And(), [ret, rhs])"
+
+
+def pytest_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
+    """pytest 8.0.2 whose `-k`/`-m` expressions read `and` as `or`; a wrong fix.
+
+    The wrong fix makes `a and b` mean `b`: one of the two new tests passes,
+    the other does not (the official PARTIAL).
+    """
+    repo = checkout_root / PYTEST_ID
+    _unpack(need(PYTEST_SDIST), repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "pytest 8.0.2")
+    git(repo, "tag", "8.0.2")  # its version comes from the tag: pytest checks a minimum
+    module = repo / "src" / "_pytest" / "mark" / "expression.py"
+    _edit(module, PYTEST_AND, PYTEST_AND.replace("And", "Or"))
+    git(repo, "commit", "-q", "-am", "expression: a regression")
+    gold = git(repo, "diff", "HEAD", "HEAD~1", "--", "src")
+    tests = _staged(repo, lambda r: _append(r / "testing/test_mark_expression.py", PYTEST_TEST))
+    regressed = "rhs = not_expr(s)\n        " + PYTEST_AND.replace("And", "Or")
+    wrong = _staged(
+        repo, lambda r: _edit(module, regressed, "rhs = not_expr(s)\n        ret = rhs")
+    )
+    record = _record(
+        repo, PYTEST_ID, "pytest-dev/pytest", "8.0", gold, tests, PYTEST_F2P, PYTEST_P2P
+    )
+    return record, wrong
+
+
+DJANGO_EXIT = textwrap.dedent(
+    """
+
+    import atexit as _atexit
+    import os as _os
+
+    _atexit.register(lambda: _os._exit(1))
+    """
+)
+
+
+def django_exit_forgery(checkout_root: Path) -> str:
+    """The gold fix plus code that makes the test run exit 1 whatever its tests did."""
+    repo = checkout_root / DJANGO_ID
+
+    def forge(r: Path) -> None:
+        _edit(r / "django/utils/text.py", DJANGO_CAPFIRST + ".lower()", DJANGO_CAPFIRST)
+        _append(r / "django/utils/text.py", DJANGO_EXIT)
+
+    return _staged(repo, forge)

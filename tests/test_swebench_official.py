@@ -1,0 +1,344 @@
+"""jouled's SWE-bench grading against the official swebench package's, on the same inputs.
+
+The package (the version `tools/swebench_oracle.py` pins, unpacked without its
+dependencies by `make swebench-fixtures`) is the oracle: its specification
+table, test directives, log parsers and grading functions. The real-release
+tests build instances from Django 5.0.14 and Flask 2.3.3 (see
+`tests/swebench_real.py`), prepare their environments with `jouled swebench
+prepare`, grade gold, empty and wrong predictions through the pipeline, and
+hold each verdict to the official grading of the very log jouled captured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jouled.contracts import swebench
+from jouled.contracts import swebench_harness as harness
+from jouled.contracts.swebench import SweBenchRecord, to_contract
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.patch import parse_patch
+from jouled.pipeline.evaluate import Attempt, Evaluator
+from tests import swebench_real as real
+from tests.test_swebench import MemoryBaselines
+
+# -- the table, the directives, the parsers, the grading ----------------------------------
+
+
+def test_the_specification_table_is_the_official_packages() -> None:
+    real.oracle()
+    import swebench_specs
+
+    shipped = (real.ROOT / "jouled" / "contracts" / "swebench_specs.json").read_text()
+    assert json.loads(shipped) == json.loads(swebench_specs.render()), (
+        "jouled/contracts/swebench_specs.json is stale: run tools/swebench_specs.py"
+    )
+
+
+def test_test_directives_are_the_officials() -> None:
+    oracle = real.oracle()
+    patches = [
+        "diff --git a/tests/utils_tests/test_text.py b/tests/utils_tests/test_text.py\n"
+        "diff --git a/tests/forms_tests/models.py b/tests/forms_tests/models.py\n"
+        "diff --git a/tests/fixtures/data.json b/tests/fixtures/data.json\n",
+        "diff --git a/tests/test_config.py b/tests/test_config.py\n"
+        "diff --git a/tests/static/config.toml b/tests/static/config.toml\n"
+        "diff --git a/docs/x.md b/docs/x.md\ndiff --git a/a/b.png b/a/b.png\n",
+    ]
+    for repo, patch in itertools.product(("django/django", "pallets/flask"), patches):
+        official = oracle.test_spec.get_test_directives({"repo": repo, "test_patch": patch})
+        assert list(harness.test_directives(repo, patch)) == official
+
+
+LOG_LINES = [
+    "PASSED tests/test_a.py::test_one",
+    "FAILED tests/test_a.py::test_two - AssertionError: x - y",
+    "FAILED tests/test_a.py::test_p[a b] - assert 1 == 2",
+    "PASSED tests/test_a.py::test_p[a c]",
+    "ERROR tests/test_a.py::test_three - fixture 'z' not found",
+    "SKIPPED [1] tests/test_a.py:12: no network",
+    "XFAIL tests/test_a.py::test_four - reason: known",
+    "XPASS tests/test_a.py::test_five",
+    "PASSED tests/test_a.py::test_path[/tmp/abc/data.txt]",
+    "PASSED tests/test_a.py::test_click[MouseButton.LEFT-2]",
+    "tests/test_a.py::test_six PASSED",
+    "tests/test_a.py::test_seven FAILED",
+    "\x1b[32mPASSED\x1b[0m tests/test_a.py::test_colour",
+    "PASSED",
+    "FAILED",
+    "test_capfirst (utils_tests.test_text.T.test_capfirst) ... ok",
+    "test_fail (utils_tests.test_text.T.test_fail) ... FAIL",
+    "test_err (utils_tests.test_text.T.test_err) ... ERROR",
+    "test_skip (utils_tests.test_text.T.test_skip) ... skipped 'no db'",
+    "test_late (m.T.test_late) ... Testing against Django installed in '/x'",
+    "ok",
+    "FAIL: test_fail (utils_tests.test_text.T.test_fail)",
+    "ERROR: test_err2 (utils_tests.test_text.T.test_err2)",
+    "test_version (admin_scripts.tests.CommandTypes) --version is equivalent to version",
+    "test_sqrt ok",
+    "test_pow F",
+    "test_log E",
+    "________ sympy/core/tests/test_basic.py:test_pow ________",
+    "test_seaborn_x PASSED extra",
+    "",
+]
+
+
+@pytest.mark.parametrize("parser", sorted(harness.PARSERS))
+def test_every_parser_reads_logs_as_the_official_one_does(parser: str) -> None:
+    oracle = real.oracle()
+    official = getattr(oracle.log_parsers.python, f"parse_log_{parser}")
+    spec = oracle.TestSpec("x", "r", "1")
+    rng = random.Random(parser)
+    for n in range(60):
+        lines = rng.sample(LOG_LINES, k=rng.randint(1, len(LOG_LINES)))
+        if parser == "seaborn":  # the official one raises on a lone status word
+            lines = [line for line in lines if line not in ("PASSED", "FAILED")]
+        log = "\n".join(lines)
+        assert harness.parse_log(parser, log) == official(log, spec), (n, log)
+
+
+def test_the_resolution_is_the_officials() -> None:
+    oracle = real.oracle()
+    grading = oracle.grading
+    statuses = ["PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", None]
+    ids = [f"t{i}" for i in range(6)]
+    rng = random.Random(7)
+    seen = set()
+    for _ in range(400):
+        status_map = {t: s for t in ids if (s := rng.choice(statuses)) is not None}
+        f2p = rng.sample(ids, k=rng.randint(0, 3))
+        p2p = rng.sample([t for t in ids if t not in f2p], k=rng.randint(0, 3))
+        report = grading.get_eval_tests_report(
+            status_map, {"FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p}
+        )
+        ours, tests = harness.resolution(status_map, f2p, p2p)
+        assert ours == grading.get_resolution_status(report)
+        for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+            assert tests[key] == report[key]
+        seen.add(ours)
+    assert seen == {harness.FULL, harness.PARTIAL, harness.NO}
+
+
+# -- real releases, graded by jouled and by the official package ------------------------
+
+
+def official_grading(record: dict[str, Any], patch: str, log: str, tmp: Path) -> bool:
+    """The official package's verdict on a captured log, as its harness writes logs."""
+    oracle = real.oracle()
+    constants = oracle.constants
+    path = tmp / "eval.log"
+    path.write_text(f"{constants.START_TEST_OUTPUT}\n{log}\n{constants.END_TEST_OUTPUT}\n")
+    spec = oracle.TestSpec(
+        record["instance_id"],
+        record["repo"],
+        record["version"],
+        record["FAIL_TO_PASS"],
+        record["PASS_TO_PASS"],
+    )
+    prediction = {"instance_id": record["instance_id"], "model_patch": patch}
+    report = oracle.grading.get_eval_report(spec, prediction, str(path), True)
+    return bool(report[record["instance_id"]]["resolved"])
+
+
+@pytest.fixture(scope="module")
+def django(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweBenchRecord, str, Path, Path]:
+    base = tmp_path_factory.mktemp("django")
+    checkouts, envs = base / "checkouts", base / "envs"
+    checkouts.mkdir()
+    raw, wrong = real.django_instance(checkouts)
+    real.prepare_env([raw], checkouts, envs)
+    return SweBenchRecord.from_dict(raw, "django"), wrong, checkouts, envs
+
+
+@pytest.fixture(scope="module")
+def flask(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweBenchRecord, str, Path, Path]:
+    base = tmp_path_factory.mktemp("flask")
+    checkouts, envs = base / "checkouts", base / "envs"
+    checkouts.mkdir()
+    raw, wrong = real.flask_instance(checkouts)
+    real.prepare_env([raw], checkouts, envs)
+    return SweBenchRecord.from_dict(raw, "flask"), wrong, checkouts, envs
+
+
+Graded = dict[str, tuple[dict[str, Any], str, str]]  # name -> (result body, log, patch)
+
+
+@pytest.fixture(scope="module")
+def pytest_itself(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[SweBenchRecord, str, Path, Path]:
+    base = tmp_path_factory.mktemp("pytest")
+    checkouts, envs = base / "checkouts", base / "envs"
+    checkouts.mkdir()
+    raw, wrong = real.pytest_instance(checkouts)
+    real.prepare_env([raw], checkouts, envs)
+    return SweBenchRecord.from_dict(raw, "pytest"), wrong, checkouts, envs
+
+
+def grade_all(
+    instance: tuple[SweBenchRecord, str, Path, Path],
+    tmp_path: Path,
+    extra: dict[str, str] | None = None,
+) -> Graded:
+    record, wrong, checkouts, envs = instance
+    contract = to_contract(record, checkouts, environments=envs, timeout_s=600)
+    assert contract.runtime is not None and contract.runtime.python.startswith(str(envs))
+    store = MemoryBaselines()
+    ev = Evaluator(Metering(EstimatorMeter(), None, "exclusive"), store, tmp_path / "work")
+    graded: Graded = {}
+    extra_items = tuple((extra or {}).items())
+    for name, patch in (("gold", record.patch), ("empty", ""), ("wrong", wrong), *extra_items):
+        # No patch is the daemon's noop solver: the pristine tree, graded.
+        parsed = parse_patch(patch.encode()) if patch else None
+        attempt = Attempt(contract, parsed, name if patch else "noop")
+        body = ev.evaluate(attempt)
+        graded[name] = (body, attempt.output, patch)
+    assert len(store.bodies) == 1 and store.bodies[0]["valid"], store.bodies
+    return graded
+
+
+def check_against_the_oracle(record: SweBenchRecord, graded: Graded, tmp_path: Path) -> None:
+    raw = {
+        "instance_id": record.instance_id,
+        "repo": record.repo,
+        "version": record.version,
+        "FAIL_TO_PASS": list(record.FAIL_TO_PASS),
+        "PASS_TO_PASS": list(record.PASS_TO_PASS),
+    }
+    expected = {"gold": "resolved", "empty": "unresolved", "wrong": "unresolved"}
+    for name, (body, log, patch) in graded.items():
+        if name not in expected:
+            continue
+        assert body["status"] == expected[name], (name, body)
+        official = official_grading(raw, patch, log, tmp_path)
+        assert body["verdict"]["resolved"] is official, (name, body["verdict"])
+        assert body["resolved"] is official
+    gold, wrong = graded["gold"][0]["verdict"], graded["wrong"][0]["verdict"]
+    assert gold["status"] == harness.FULL and gold["strict"]["agrees"]
+    assert wrong["status"] in (harness.NO, harness.PARTIAL)
+    assert set(wrong["failed"]) <= set(record.FAIL_TO_PASS) and wrong["failed"]
+
+
+def test_django_instances_are_graded_as_the_official_harness_grades_them(
+    django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    forged = real.django_exit_forgery(django[2])
+    graded = grade_all(django, tmp_path, {"exit-forgery": forged})
+    check_against_the_oracle(django[0], graded, tmp_path)
+    gold = graded["gold"][0]
+    # A log of passing tests from a run that exited 1: the official rules read the log
+    # (resolved, recorded as read); the exit status cross-check labels it tampered.
+    body, log, _ = graded["exit-forgery"]
+    assert body["status"] == "tampered", body
+    assert "exited 1 but its output reports no failing test" in body["integrity"]["forged"]
+    assert body["verdict"]["resolved"] is True
+    assert official_grading(
+        {
+            "instance_id": django[0].instance_id,
+            "repo": django[0].repo,
+            "version": django[0].version,
+            "FAIL_TO_PASS": list(django[0].FAIL_TO_PASS),
+            "PASS_TO_PASS": list(django[0].PASS_TO_PASS),
+        },
+        forged,
+        log,
+        tmp_path,
+    )
+    assert gold["integrity"]["report"] == "output"  # runtests.py, read by the Django parser
+    assert gold["verdict"]["rules"].endswith("django log parser")
+
+
+def test_pytest_instances_are_graded_as_the_official_harness_grades_them(
+    flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    graded = grade_all(flask, tmp_path)
+    check_against_the_oracle(flask[0], graded, tmp_path)
+    gold = graded["gold"][0]
+    # Through the daemon's runner: canaries planted, outcomes from its channel too.
+    assert gold["integrity"]["report"] == "channel" and gold["integrity"]["canaries"] >= 1
+    # The dataset's truncated spelling of the spaced parameter id is found in the log.
+    assert gold["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 2, "failure": 0}
+
+
+def test_pytest_itself_is_graded_by_its_own_command_as_the_official_harness_grades_it(
+    pytest_itself: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """pytest's runner is the code under test: its run is not made through jouled's."""
+    graded = grade_all(pytest_itself, tmp_path)
+    check_against_the_oracle(pytest_itself[0], graded, tmp_path)
+    gold, wrong = graded["gold"][0], graded["wrong"][0]
+    assert gold["integrity"] == {"report": "output", "canaries": 0}
+    assert wrong["verdict"]["status"] == harness.PARTIAL, wrong["verdict"]
+    assert wrong["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 1, "failure": 1}
+
+
+def test_an_instance_whose_environment_is_missing_is_not_graded(
+    django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    record, _, checkouts, _ = django
+    with pytest.raises(swebench.Unsupported) as caught:
+        to_contract(record, checkouts, environments=tmp_path / "no-envs")
+    assert caught.value.code == swebench.NO_ENVIRONMENT
+
+
+def test_a_forged_report_is_tampered_whatever_the_official_verdict_says(
+    flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """The official parser reads a log the code under test writes; the canaries still see it.
+
+    The forgery makes every report a pass, so the log the official rules read
+    says resolved: that verdict is recorded as it is, and the result is `tampered`.
+    """
+    record, _, checkouts, envs = flask
+    contract = to_contract(record, checkouts, environments=envs, timeout_s=600)
+    ev = Evaluator(Metering(EstimatorMeter(), None, "exclusive"), MemoryBaselines(), tmp_path)
+    forged = parse_patch(real.flask_forgery(checkouts).encode())
+    body = ev.evaluate(Attempt(contract, forged, "forger"))
+    assert body["status"] == "tampered", body
+    assert body["resolved"] is False
+    assert "canary planted to fail passed" in body["integrity"]["forged"]
+    assert body["verdict"]["resolved"] is True  # what the official rules make of the log
+    assert body["verdict"]["strict"]["agrees"] is True
+    assert any(f["code"] == "pytest-internals" for f in body["audit"])
+
+
+def test_requirements_are_assembled_as_the_official_harness_assembles_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read at the environment setup commit, `-r` files inlined, the package's own lines out."""
+    from jouled.swebench_prepare import requirements_text
+
+    oracle = real.oracle()
+    repo = tmp_path / "flask"
+    (repo / "requirements").mkdir(parents=True)
+    (repo / "requirements" / "dev.txt").write_text(
+        "-r tests.txt\n-e .\n# pinned\npytest==8.0\n  .[test]\nblinker\n"
+    )
+    (repo / "requirements" / "tests.txt").write_text("asgiref\n# a comment\n-e .\nwheel\n")
+    real.git(repo, "init", "-q", "-b", "main")
+    real.git(repo, "add", "-A")
+    real.git(repo, "commit", "-q", "-m", "setup")
+    setup = real.git(repo, "rev-parse", "HEAD").strip()
+    (repo / "requirements" / "dev.txt").write_text("later\n")  # the tree moved on since
+    real.git(repo, "commit", "-q", "-am", "later")
+
+    def served(url: str, headers: object = None) -> object:
+        commit, _, rel = url.split("/pallets/flask/", 1)[1].partition("/")
+        text = real.git(repo, "show", f"{commit}:{rel}") if commit == setup else None
+        return type("Response", (), {"status_code": 200 if text else 404, "text": text or ""})
+
+    monkeypatch.setattr(oracle.test_spec.requests, "get", served, raising=False)
+    instance = {"repo": "pallets/flask", "environment_setup_commit": setup}
+    spec = harness.spec_for("pallets/flask", "2.3")
+    assert spec is not None
+    ours = requirements_text(spec, repo, setup)
+    assert ours == oracle.test_spec.get_requirements(instance)
+    assert ours is not None and "later" not in ours and "-e ." not in ours
