@@ -600,6 +600,7 @@ class Receipt(Document):
     """
 
     NAME: ClassVar[str] = "receipt"
+    NULL: ClassVar[frozenset[str]] = frozenset({"verdict"})  # null: the payload has none
 
     seq: int
     task_id: str
