@@ -11,7 +11,7 @@ import duckdb
 
 from jouled.errors import LedgerError, VerificationError
 from jouled.ledger import merkle
-from jouled.ledger.columns import mismatch_sql, select_columns_sql
+from jouled.ledger.columns import ALL_NAMES, derived_select, mismatch_sql
 
 _PAYLOAD_TEXT = "decode(from_base64(payload))"
 
@@ -20,20 +20,23 @@ def _sql_path(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
+def _export_source(export: Path) -> str:
+    return (
+        f"read_json('{_sql_path(export)}', format = 'newline_delimited', "
+        "columns = {seq: 'BIGINT', payload: 'VARCHAR', payloadType: 'VARCHAR', "
+        "payload_type: 'VARCHAR', signatures: 'JSON', leaf_hash: 'VARCHAR'})"
+    )
+
+
 def write_parquet(export: Path, out: Path) -> int:
     """Write `out` from an export file atomically (temp file, then rename); returns rows."""
     tmp = out.with_name(out.name + ".tmp")
-    text = _PAYLOAD_TEXT
-    kind = f"json_extract_string({text}, '$.kind')"
+    derived = derived_select(_export_source(export), _PAYLOAD_TEXT, "*")
     query = (
-        f"SELECT seq, {kind} AS kind, json_extract_string({text}, '$.time') AS time, "
-        f"{select_columns_sql(text, kind)}, payload, "
+        f"SELECT seq, kind, time, {', '.join(ALL_NAMES)}, payload, "
         # DSSE's spelling, or the one exports used before the envelope followed DSSE.
         'coalesce("payloadType", payload_type) AS payload_type, '
-        "to_json(signatures) AS signatures, leaf_hash "
-        f"FROM read_json('{_sql_path(export)}', format = 'newline_delimited', "
-        "columns = {seq: 'BIGINT', payload: 'VARCHAR', payloadType: 'VARCHAR', "
-        "payload_type: 'VARCHAR', signatures: 'JSON', leaf_hash: 'VARCHAR'}) ORDER BY seq"
+        f"to_json(signatures) AS signatures, leaf_hash FROM ({derived}) ORDER BY seq"
     )
     try:
         with duckdb.connect() as db:
@@ -51,11 +54,14 @@ def check_parquet(path: Path, leaves: Sequence[bytes]) -> int:
     source = f"read_parquet('{_sql_path(path)}')"
     try:
         with duckdb.connect() as db:
-            bad = db.execute(mismatch_sql(source, _PAYLOAD_TEXT) + " LIMIT 1").fetchone()
+            # A snapshot written before the frontier columns has only the others to check.
+            present = {r[0] for r in db.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            names = [n for n in ALL_NAMES if n in present]
+            bad = db.execute(mismatch_sql(source, _PAYLOAD_TEXT, names)).fetchone()
             if bad is not None:
                 raise VerificationError(
-                    f"Parquet snapshot {path.name}: column {bad[1]!r} disagrees with the signed "
-                    "payload (the column was edited)",
+                    f"Parquet snapshot {path.name}: column {bad[1].split(',')[0]!r} disagrees "
+                    "with the signed payload (the column was edited)",
                     seq=int(bad[0]),
                 )
             cursor = db.execute(f"SELECT seq, payload FROM {source} ORDER BY seq")

@@ -18,12 +18,13 @@ never run ahead of it.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import duckdb
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -37,7 +38,15 @@ from jouled.errors import (
 )
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
-from jouled.ledger.columns import NAMES, mismatch_sql, query_values
+from jouled.ledger.columns import (
+    ALL_NAMES,
+    FRONTIER_COLUMNS,
+    FRONTIER_NAMES,
+    derived_select,
+    frontier_values,
+    mismatch_sql,
+    query_values,
+)
 from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
 from jouled.ledger.signing import Signer, raw_public
 
@@ -60,7 +69,19 @@ CREATE TABLE IF NOT EXISTS entries (
     idempotency_key VARCHAR,
     run_id VARCHAR,
     rollout INTEGER,
-    attempt_id VARCHAR
+    attempt_id VARCHAR,
+    agent VARCHAR,
+    claimed_usd_micros BIGINT,
+    claimed_joules_mj BIGINT,
+    audit_flagged BOOLEAN,
+    counted_gross_mj BIGINT,
+    counted_marginal_mj BIGINT,
+    counted_wall_ms BIGINT,
+    counted_windows INTEGER,
+    reliable_windows INTEGER,
+    invalid_windows INTEGER,
+    solve_source VARCHAR,
+    grade_source VARCHAR
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     size BIGINT PRIMARY KEY,
@@ -98,6 +119,32 @@ def current_keyid(path: Path) -> str | None:
 
 def _public(b64: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(base64.b64decode(b64))
+
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+class _Background(Generic[T]):
+    """`fn(arg)` on its own thread; `result()` waits for it and re-raises what it raised."""
+
+    def __init__(self, fn: Callable[[A], T], arg: A) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, arg), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[Any], T], arg: Any) -> None:
+        try:
+            self._value = fn(arg)
+        except BaseException as err:
+            self._error = err
+
+    def result(self) -> T | None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 @dataclass
@@ -149,8 +196,8 @@ class Ledger:
         self._note_stat: tuple[int, int] | None = None
         try:
             self._db.execute(SCHEMA)
+            self._migrate()
             self._load()
-            self._check_columns()
         except duckdb.Error as err:
             self._db.close()
             raise LedgerIntegrityError(
@@ -177,24 +224,91 @@ class Ledger:
             "keyid": self.signer.keyid,
         }
 
+    def _migrate(self) -> None:
+        """Give a ledger written before the frontier columns those columns, once.
+
+        They are filled from the signed payloads by the same SQL that checks
+        them, in one transaction: a crash leaves the old table, migrated again
+        at the next open.
+        """
+        have = {r[0] for r in self._db.execute("DESCRIBE entries").fetchall()}
+        missing = [(n, t) for n, t in FRONTIER_COLUMNS if n not in have]
+        if not missing:
+            return
+        self._db.execute("BEGIN TRANSACTION")
+        try:
+            for name, sql_type in missing:
+                self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} {sql_type}")
+            derived = derived_select("entries", "decode(payload)", "seq")
+            assignments = ", ".join(f"{n} = d.{n}" for n in FRONTIER_NAMES)
+            self._db.execute(
+                f"UPDATE entries SET {assignments} FROM ({derived}) d WHERE entries.seq = d.seq"
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def _load(self) -> None:
-        rows = self._db.execute(
-            "SELECT seq, payload, leaf_hash FROM entries ORDER BY seq"
-        ).fetchall()
-        for expected, (seq, payload, stored_leaf) in enumerate(rows):
-            if seq != expected:
-                raise LedgerIntegrityError(
-                    f"ledger {self.path}: entry {expected} is missing (next stored is {seq})",
-                    hint="restore the data dir from a backup; never extend a gapped ledger",
-                )
-            leaf = merkle.leaf_hash(bytes(payload))
-            if leaf.hex() != stored_leaf:
-                raise LedgerIntegrityError(
-                    f"ledger {self.path}: entry {seq} does not match its leaf hash "
-                    "(its payload was edited)",
-                    hint="restore the data dir from a backup",
-                )
-            self._tree.append(leaf)
+        """Rehash every stored payload into the tree, and check every query column.
+
+        The column check is one DuckDB query over the payloads; it runs on a
+        second cursor while this thread hashes (DuckDB works without the GIL),
+        so the two passes share the start-up time instead of adding up.
+        """
+        count, last = self._db.execute("SELECT count(*), max(seq) FROM entries").fetchone() or (
+            0,
+            0,
+        )
+        if count and last != count - 1:
+            gap = self._db.execute(
+                "SELECT expected, seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) - 1 "
+                "AS expected FROM entries) WHERE seq <> expected ORDER BY seq LIMIT 1"
+            ).fetchone()
+            assert gap is not None
+            raise LedgerIntegrityError(
+                f"ledger {self.path}: entry {gap[0]} is missing (next stored is {gap[1]})",
+                hint="restore the data dir from a backup; never extend a gapped ledger",
+            )
+        check = _Background(self._column_mismatch, self._db.cursor())
+        try:
+            self._rehash(count)
+        finally:
+            bad = check.result()
+        if bad is not None:
+            seq, cols = bad
+            raise LedgerIntegrityError(
+                f"ledger {self.path}: entry {seq} column {cols.split(',')[0]!r} disagrees with "
+                "its signed payload (the column was edited)",
+                hint="restore the data dir from a backup",
+            )
+
+    def _rehash(self, count: int, batch: int = 50_000) -> None:
+        sha256 = hashlib.sha256
+        cursor = self._db.execute("SELECT payload, leaf_hash FROM entries ORDER BY seq")
+        start = 0
+        while rows := cursor.fetchmany(batch):
+            leaves = [sha256(b"\x00" + payload).digest() for payload, _ in rows]
+            # One comparison per batch; the entry that differs is looked for only then.
+            if b"".join(leaves).hex() != "".join(stored for _, stored in rows):
+                for i, (leaf, (_, stored)) in enumerate(zip(leaves, rows, strict=True)):
+                    if leaf.hex() != stored:
+                        raise LedgerIntegrityError(
+                            f"ledger {self.path}: entry {start + i} does not match its leaf "
+                            "hash (its payload was edited)",
+                            hint="restore the data dir from a backup",
+                        )
+            self._tree.extend(leaves)
+            start += len(rows)
+        assert self._tree.size == count
+
+    @staticmethod
+    def _column_mismatch(cursor: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
+        try:
+            row = cursor.execute(mismatch_sql("entries", "decode(payload)")).fetchone()
+        finally:
+            cursor.close()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def _adopt_history(self) -> None:
         """Take the origin from genesis and check the key file is the ledger's current key."""
@@ -216,16 +330,6 @@ class Ledger:
                 f"key ({expected[:16]})",
                 hint="restore the data dir's jouled.key; a new key must be introduced by "
                 "`jouled keys rotate`, never by replacing the file",
-            )
-
-    def _check_columns(self) -> None:
-        """Refuse a ledger whose query columns were edited apart from the signed payload."""
-        bad = self._db.execute(mismatch_sql("entries", "decode(payload)") + " LIMIT 1").fetchone()
-        if bad is not None:
-            raise LedgerIntegrityError(
-                f"ledger {self.path}: entry {bad[0]} column {bad[1]!r} disagrees with its "
-                "signed payload (the column was edited)",
-                hint="restore the data dir from a backup",
             )
 
     def _check_against_note(self) -> None:
@@ -378,7 +482,7 @@ class Ledger:
 
     def _insert(self, entries: Sequence[Entry]) -> None:
         """One multi-row INSERT: a statement per row costs more than signing the row."""
-        row = f"({', '.join('?' * (6 + len(NAMES)))})"
+        row = f"({', '.join('?' * (6 + len(ALL_NAMES)))})"
         params: list[Any] = []
         for entry in entries:
             doc = entry.doc
@@ -391,8 +495,14 @@ class Ledger:
                 sigs,
                 entry.leaf_hash.hex(),
                 *query_values(doc["kind"], doc["body"]),
+                *frontier_values(doc["kind"], doc["body"]),
             ]
-        self._db.execute(f"INSERT INTO entries VALUES {', '.join([row] * len(entries))}", params)
+        columns = ", ".join(
+            ("seq", "kind", "time", "payload", "signatures", "leaf_hash", *ALL_NAMES)
+        )
+        self._db.execute(
+            f"INSERT INTO entries ({columns}) VALUES {', '.join([row] * len(entries))}", params
+        )
 
     # -- the attempt journal -------------------------------------------------------------
 
@@ -498,6 +608,11 @@ class Ledger:
             for _, payload in rows:
                 yield json.loads(bytes(payload))["body"]
             start = rows[-1][0] + 1
+
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query over the ledger's tables (`entries`: see columns.py)."""
+        with self._lock:
+            return self._db.execute(sql, list(params)).fetchall()
 
     # -- checkpoints and proofs ----------------------------------------------------------
 
