@@ -587,7 +587,7 @@ def _sort_key(row: Mapping[str, Any], axis: str) -> tuple[Any, ...]:
     )
 
 
-_Fetch = Callable[[str], Sequence[tuple[Any, ...]]]
+_Fetch = Callable[..., Sequence[tuple[Any, ...]]]  # (sql, params=()) -> rows
 
 # One row per `result` of a relation holding the ledger's query columns, read as
 # `_parse` reads the body (jouled/ledger/columns.py defines each column).
@@ -657,9 +657,10 @@ FROM {_WITH_REVISION} GROUP BY {_GROUP_KEY}
 _TASKS_SQL = f"""
 SELECT DISTINCT {_GROUP_KEY}, g_task, g_digest FROM {_WITH_REVISION} WHERE {_COUNTED}
 """
-_OP_KEYS_SQL = f"""
-SELECT DISTINCT {_GROUP_KEY}, g_agent, g_task, g_run, g_rollout FROM {_WITH_REVISION}
-WHERE {_COUNTED}
+# The counted attempts an op window's key names; their revision comes from `_Revisions`.
+_OP_KEY_SQL = f"""
+SELECT DISTINCT g_suite, g_solver, g_model, g_task, g_digest FROM ({{attempts}})
+WHERE {_COUNTED} AND g_agent = ? AND g_task = ? AND g_run = ? AND g_rollout = ?
 """
 
 
@@ -677,6 +678,8 @@ class Frontier:
         self._groups: dict[_RowKey, _Group] = defaultdict(_Group)
         self._revisions = _Revisions()
         self._ops: dict[_OpKey, _OpSum] = {}
+        # Set when built from columns: which (suite, solver, model, task, digest) hold a key.
+        self._holding: Callable[[_OpKey], list[tuple[str, str, str, str, str]]] | None = None
         self._lock = threading.Lock()
         for body in ops:
             self.add_op(body)
@@ -702,6 +705,12 @@ class Frontier:
             return
         key, op = parsed
         with self._lock:
+            if self._holding is not None and key not in self._ops:
+                # Built from columns: the rows holding this key are looked up once, when its
+                # first window arrives; every later result with the key is added by `add`.
+                for suite, solver, model, task_id, digest in self._holding(key):
+                    revision = self._revisions.see(task_id, digest)
+                    self._groups[(suite, solver, model, revision)].op_keys.add(key)
             self._ops.setdefault(key, _OpSum()).add(op)
             # A row per group and revision: few enough to ask each whether it holds the key.
             for group in self._groups.values():
@@ -745,10 +754,15 @@ class Frontier:
             group.sources = {*(solve_sources or ()), *(grade_sources or ())}
         for *at, task_id, task_digest in fetch(_TASKS_SQL.format(attempts=attempts)):
             groups[(at[0], at[1], at[2], int(at[3]))].tasks.add((task_id, task_digest))
-        for *at, agent, task_id, run_id, rollout in fetch(_OP_KEYS_SQL.format(attempts=attempts)):
-            groups[(at[0], at[1], at[2], int(at[3]))].op_keys.add(
-                (agent, task_id, run_id, int(rollout))
-            )
+        # Attempts are matched to op windows by key only for keys that have windows: the
+        # first window of a key asks the ledger which rows hold it (`add_op`).
+        op_key_sql = _OP_KEY_SQL.format(attempts=attempts)
+
+        def holding(key: _OpKey) -> list[tuple[str, str, str, str, str]]:
+            rows = fetch(op_key_sql, list(key))
+            return [(str(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in rows]
+
+        frontier._holding = holding
         for body in ops:
             frontier.add_op(body)
         return frontier

@@ -138,6 +138,26 @@ def test_the_column_built_frontier_equals_the_payload_parsed_one(tmp_path: Path,
     reopened.close()
 
 
+def test_a_window_after_the_start_is_charged_to_the_rows_signed_before_it(
+    tmp_path: Path,
+) -> None:
+    results = varied(5, 60)
+    for body in results[:20]:
+        body.update(agent="carol", task_id="s/t3", run_id="r9", rollout=1, status="unresolved")
+    ledger = open_ledger(tmp_path)
+    ledger.append_many([("result", body) for body in results])
+    built, parsed = Frontier.from_columns(ledger.fetch), Frontier(results)
+    late = op(450, agent="carol", task="s/t3", run_id="r9", rollout=1)
+    for frontier in (built, parsed):
+        frontier.add_op(late)
+        frontier.add(results[0])  # the same attempt again: its window is not charged twice
+        frontier.add_op(late)
+    assert_same(built, parsed)
+    charged = [row["op_windows"] for row in built.rows() if row["op_windows"]]
+    assert len(charged) > 1 and set(charged) == {2}  # every row holding the key, each window once
+    ledger.close()
+
+
 def test_the_honesty_ledger_builds_the_same_from_columns(tmp_path: Path) -> None:
     results, ops = mixed_ledger()
     ledger = open_ledger(tmp_path)
