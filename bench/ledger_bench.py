@@ -73,7 +73,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jouled import __version__, frontier
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, write_atomic
-from jouled.ledger.columns import NAMES, select_columns_sql
+from jouled.ledger.columns import ALL_NAMES, derived_select
 from jouled.ledger.entry import Entry, Signature, make_entry
 from jouled.ledger.signing import Signer, raw_public
 from jouled.ledger.store import SCHEMA, Ledger
@@ -769,22 +769,17 @@ def load_ledger_db(export: Export, db_path: Path, note_path: Path) -> None:
         src = str(export.lines).replace("'", "''")
         # The query columns come from the store's own derivation, the one its
         # open-time check compares them with.
-        columns = ", ".join(NAMES)
-        derived = select_columns_sql("doc", "doc->>'$.kind'")
+        columns = ", ".join(ALL_NAMES)
+        source = (
+            f"(SELECT seq, from_base64(payload) AS payload, signatures::VARCHAR AS signatures, "
+            f"leaf_hash FROM read_json('{src}', format = 'newline_delimited', columns = {{"
+            "seq: 'BIGINT', payload: 'VARCHAR', signatures: 'JSON', leaf_hash: 'VARCHAR'}))"
+        )
+        derived = derived_select(source, "decode(payload)", "seq, payload, signatures, leaf_hash")
         db.execute(
-            f"""
-            INSERT INTO entries (seq, kind, time, payload, signatures, leaf_hash, {columns})
-            SELECT seq, doc->>'$.kind', doc->>'$.time', payload, signatures::VARCHAR,
-                   leaf_hash, {derived}
-            FROM (
-                SELECT seq, from_base64(payload) AS payload,
-                       decode(from_base64(payload)) AS doc, signatures, leaf_hash
-                FROM read_json('{src}', format = 'newline_delimited', columns = {{
-                    seq: 'BIGINT', payload: 'VARCHAR', payload_type: 'VARCHAR',
-                    signatures: 'JSON', leaf_hash: 'VARCHAR'}})
-            )
-            ORDER BY seq
-            """
+            f"INSERT INTO entries (seq, kind, time, payload, signatures, leaf_hash, {columns}) "
+            f"SELECT seq, kind, time, payload, signatures, leaf_hash, {columns} "
+            f"FROM ({derived}) ORDER BY seq"
         )
         note = export.notes[export.n]
         db.execute(

@@ -80,8 +80,9 @@ _PATHS: tuple[str, ...] = (
     "$.body.claimed.joules_mj",
     "$.body.audit",
     *(f"$.body.energy.{phase}" for phase in COUNTED_PHASES),
-    *(f"$.body.energy.{phase}.{f}" for phase in COUNTED_PHASES for f in _WINDOW_FIELDS),
 )
+# A window's fields are read from its own JSON text: a short second parse costs less than
+# walking the whole payload again for each field.
 _J = "__j"  # the JSON texts, one per path, then a column each (__r0, __r1, ...)
 
 
@@ -127,7 +128,8 @@ def _string(r: str) -> str:
 
 
 def _window(phase: str, field: str) -> str:
-    return _raw(f"$.body.energy.{phase}.{field}")
+    """The column holding the JSON text of a field of the phase's window."""
+    return f"__w_{phase}_{field}"
 
 
 def _phase_flags() -> list[tuple[str, str]]:
@@ -205,7 +207,21 @@ def _parsed(source: str, payload_text: str, keep: str) -> str:
     )
     # Each text gets its own column once: expressions then read columns, not list elements.
     texts = ", ".join(f"{_J}[{i + 1}] AS __r{i}" for i in range(len(_PATHS)))
-    return f"SELECT *, {flags} FROM (SELECT * EXCLUDE ({_J}), {texts} FROM ({inner}))"
+    rows = f"SELECT * EXCLUDE ({_J}), {texts} FROM ({inner})"
+    fields = ", ".join(f"'$.{f}'" for f in _WINDOW_FIELDS)
+    windows = ", ".join(
+        f"json_extract({_raw(f'$.body.energy.{p}')}, [{fields}])::VARCHAR[] AS __w_{p}"
+        for p in COUNTED_PHASES
+    )
+    rows = f"SELECT *, {windows} FROM ({rows})"
+    split = ", ".join(
+        f"__w_{p}[{i + 1}] AS {_window(p, f)}"
+        for p in COUNTED_PHASES
+        for i, f in enumerate(_WINDOW_FIELDS)
+    )
+    dropped = ", ".join(f"__w_{p}" for p in COUNTED_PHASES)
+    rows = f"SELECT * EXCLUDE ({dropped}), {split} FROM ({rows})"
+    return f"SELECT *, {flags} FROM ({rows})"
 
 
 def derived_select(source: str, payload_text: str, keep: str) -> str:

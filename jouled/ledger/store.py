@@ -284,14 +284,27 @@ class Ledger:
             )
 
     def _rehash(self, count: int, batch: int = 50_000) -> None:
+        # Rows come back in the order they were stored, which appends keep in seq order;
+        # only a table stored otherwise pays for sorting its payloads.
+        if not self._rehash_in(
+            self._db.execute("SELECT seq, payload, leaf_hash FROM entries"), batch
+        ):
+            self._tree = merkle.MerkleTree()
+            ordered = self._db.execute("SELECT seq, payload, leaf_hash FROM entries ORDER BY seq")
+            self._rehash_in(ordered, batch)
+        assert self._tree.size == count
+
+    def _rehash_in(self, cursor: duckdb.DuckDBPyConnection, batch: int) -> bool:
+        """Hash the cursor's rows into the tree; False as soon as they are out of seq order."""
         sha256 = hashlib.sha256
-        cursor = self._db.execute("SELECT payload, leaf_hash FROM entries ORDER BY seq")
         start = 0
         while rows := cursor.fetchmany(batch):
-            leaves = [sha256(b"\x00" + payload).digest() for payload, _ in rows]
+            if [seq for seq, _, _ in rows] != list(range(start, start + len(rows))):
+                return False
+            leaves = [sha256(b"\x00" + payload).digest() for _, payload, _ in rows]
             # One comparison per batch; the entry that differs is looked for only then.
-            if b"".join(leaves).hex() != "".join(stored for _, stored in rows):
-                for i, (leaf, (_, stored)) in enumerate(zip(leaves, rows, strict=True)):
+            if b"".join(leaves).hex() != "".join(stored for _, _, stored in rows):
+                for i, (leaf, (_, _, stored)) in enumerate(zip(leaves, rows, strict=True)):
                     if leaf.hex() != stored:
                         raise LedgerIntegrityError(
                             f"ledger {self.path}: entry {start + i} does not match its leaf "
@@ -300,7 +313,7 @@ class Ledger:
                         )
             self._tree.extend(leaves)
             start += len(rows)
-        assert self._tree.size == count
+        return True
 
     @staticmethod
     def _column_mismatch(cursor: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
