@@ -352,11 +352,12 @@ def frontier(
         return _fleet_frontier(suite, axis, export, as_json)
     try:
         if export is not None:
-            from jouled import frontier as frontier_fn
+            from jouled.ledger.snapshot import export_frontier
 
-            results, ops = _export_bodies(export)
-            rows = frontier_fn.frontier_rows(
-                results, suite=suite or None, axis=axis, ops=ops, merge_digests=merge_digests
+            if not export.is_file():
+                _read(export)  # says why it cannot be read
+            rows = export_frontier(export).rows(
+                suite=suite or None, axis=axis, merge_digests=merge_digests
             )
         else:
             with _client() as c:

@@ -251,3 +251,34 @@ def test_a_ledger_without_the_frontier_columns_gets_them_once(tmp_path: Path) ->
         names = {r[0] for r in db.execute("DESCRIBE entries").fetchall()}
     assert set(FRONTIER_NAMES) <= names
     open_ledger(tmp_path).close()
+
+
+def test_an_export_gives_the_same_frontier_from_its_payloads_and_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    from jouled.ledger.snapshot import _snapshot_matches, export_frontier, write_parquet
+
+    results, ops = varied(4), ops_for(4)
+    ledger = open_ledger(tmp_path / "data")
+    ledger.append_many([("op", body) for body in ops[:30]] + [("result", b) for b in results])
+    ledger.append_many([("op", body) for body in ops[30:]])
+    export = tmp_path / "ledger.jsonl"
+    export.write_text("".join(e.export_line() + "\n" for e in ledger.iter_export()))
+    ledger.close()
+    parsed = Frontier(results, ops)
+
+    assert_same(export_frontier(export), parsed)  # no snapshot: the payloads
+    write_parquet(export, tmp_path / "ledger.jsonl.parquet")
+    with duckdb.connect() as db:
+        assert _snapshot_matches(db, export, tmp_path / "ledger.jsonl.parquet")
+    assert_same(export_frontier(export), parsed)  # the snapshot's columns
+
+    # A snapshot of an older export does not match this one: the payloads are read.
+    ledger = open_ledger(tmp_path / "data")
+    more = varied(44, 30)
+    ledger.append_many([("result", b) for b in more])
+    export.write_text("".join(e.export_line() + "\n" for e in ledger.iter_export()))
+    ledger.close()
+    with duckdb.connect() as db:
+        assert not _snapshot_matches(db, export, tmp_path / "ledger.jsonl.parquet")
+    assert_same(export_frontier(export), Frontier([*results, *more], ops))

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
-from jouled.errors import LedgerError, VerificationError
+from jouled.errors import LedgerError, UsageError, VerificationError
+from jouled.frontier import Frontier
 from jouled.ledger import merkle
-from jouled.ledger.columns import ALL_NAMES, derived_select, mismatch_sql
+from jouled.ledger.columns import ALL_NAMES, FRONTIER_NAMES, derived_select, mismatch_sql
 
 _PAYLOAD_TEXT = "decode(from_base64(payload))"
 
@@ -83,3 +86,95 @@ def check_parquet(path: Path, leaves: Sequence[bytes]) -> int:
     except duckdb.Error as err:
         raise VerificationError(f"cannot read the Parquet snapshot {path}: {err}") from err
     return rows
+
+
+# -- the frontier of an export -----------------------------------------------------------
+
+
+def _last_record(export: Path) -> dict[str, Any] | None:
+    """The export's last entry line, parsed; None when it has none."""
+    with export.open("rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        block = 1 << 16
+        tail = b""
+        while size > 0:
+            step = min(block, size)
+            size -= step
+            fh.seek(size)
+            tail = fh.read(step) + tail
+            lines = [line for line in tail.split(b"\n") if line.strip()]
+            if len(lines) > 1 or (lines and size == 0):
+                try:
+                    record = json.loads(lines[-1])
+                except ValueError:
+                    return None
+                return record if isinstance(record, dict) else None
+    return None
+
+
+def _snapshot_matches(db: duckdb.DuckDBPyConnection, export: Path, parquet: Path) -> bool:
+    """Whether `parquet` is this export's snapshot, with the frontier columns.
+
+    It must hold entries 0..n-1 without gaps and end with the export's last
+    entry (same seq, same leaf hash, which chains every entry before it). A
+    snapshot of another or an older export, or one written before the
+    frontier columns, does not match and the payloads are read instead.
+    """
+    try:
+        source = f"read_parquet('{_sql_path(parquet)}')"
+        present = {r[0] for r in db.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+        if not set(FRONTIER_NAMES) <= present:
+            return False
+        row = db.execute(
+            f"SELECT count(*), min(seq), max(seq), arg_max(leaf_hash, seq) FROM {source}"
+        ).fetchone()
+    except duckdb.Error:
+        return False
+    last = _last_record(export)
+    if row is None or last is None or not row[0]:
+        return False
+    count, first, top, leaf = row
+    return bool(
+        first == 0 and top == count - 1 == last.get("seq") and leaf == last.get("leaf_hash")
+    )
+
+
+def export_frontier(export: Path) -> Frontier:
+    """The frontier of an export file, as the daemon would serve it from the same ledger.
+
+    Read from the export's Parquet snapshot when it matches the export (its
+    query columns were derived from these payloads when the export was
+    written, and `jb-client verify` checks them against the payloads), else
+    from the payloads themselves with DuckDB's JSON reader and the same
+    derivation. Either way `Frontier.from_columns` aggregates them, so the
+    rows are the ones `frontier_rows` computes from the result bodies.
+    """
+    parquet = export.with_name(export.name + ".parquet")
+    try:
+        with duckdb.connect() as db:
+            if parquet.is_file() and _snapshot_matches(db, export, parquet):
+                relation = f"read_parquet('{_sql_path(parquet)}')"
+                op_payloads = "from_base64(payload)"
+            else:
+                keep = "seq, payload"
+                derived = derived_select(_export_source(export), _PAYLOAD_TEXT, keep)
+                columns = ", ".join(("seq", "kind", *ALL_NAMES))
+                # Parsed once into a table: the frontier's queries each read it again.
+                db.execute(
+                    f"CREATE TEMP TABLE entries AS SELECT {columns}, "
+                    f"CASE WHEN kind = 'op' THEN payload END AS payload FROM ({derived})"
+                )
+                relation, op_payloads = "entries", "from_base64(payload)"
+            ops = [
+                json.loads(bytes(payload))["body"]
+                for (payload,) in db.execute(
+                    f"SELECT {op_payloads} FROM {relation} WHERE kind = 'op' ORDER BY seq"
+                ).fetchall()
+            ]
+
+            def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+                return db.execute(sql, list(params)).fetchall()
+
+            return Frontier.from_columns(fetch, relation, ops)
+    except duckdb.Error as err:
+        raise UsageError(f"cannot read the export {export}: {err}") from err
