@@ -244,9 +244,7 @@ class Daemon:
         )
         # Kept current as results are signed, so serving it never rescans the ledger;
         # built from the ledger's query columns, which opening it checked against the payloads.
-        self._frontier = frontier.Frontier.from_columns(
-            self.ledger.fetch, ops=(e.body for e in self.ledger.entries("op"))
-        )
+        self._frontier = self.ledger.frontier(ops=(e.body for e in self.ledger.entries("op")))
         self.ops = OpWindows(
             self.metering,
             self._sign_op,

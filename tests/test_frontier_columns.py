@@ -121,13 +121,13 @@ def test_the_column_built_frontier_equals_the_payload_parsed_one(tmp_path: Path,
     ledger.append_many([("op", body) for body in ops[len(results) // 50 + 1 :]])
     stored_ops = [e.body for e in ledger.entries("op")]
     parsed = Frontier(results, stored_ops)
-    assert_same(Frontier.from_columns(ledger.fetch, ops=stored_ops), parsed)
+    assert_same(ledger.frontier(stored_ops), parsed)
     ledger.close()
 
     # Reopened, the columns still agree with the payloads, and the rebuilt totals
     # keep running: a result and an op after the start count as they always did.
     reopened = open_ledger(tmp_path)
-    built = Frontier.from_columns(reopened.fetch, ops=stored_ops)
+    built = reopened.frontier(stored_ops)
     late_result, late_op = varied(seed + 100, 1)[0], ops_for(seed + 100)[0]
     late_result.update(task_id="s/t1", agent="alice", run_id="r1", rollout=0, status="resolved")
     late_op.update(task_id="s/t1", agent="alice", run_id="r1", rollout=0)
@@ -146,7 +146,7 @@ def test_a_window_after_the_start_is_charged_to_the_rows_signed_before_it(
         body.update(agent="carol", task_id="s/t3", run_id="r9", rollout=1, status="unresolved")
     ledger = open_ledger(tmp_path)
     ledger.append_many([("result", body) for body in results])
-    built, parsed = Frontier.from_columns(ledger.fetch), Frontier(results)
+    built, parsed = ledger.frontier(), Frontier(results)
     late = op(450, agent="carol", task="s/t3", run_id="r9", rollout=1)
     for frontier in (built, parsed):
         frontier.add_op(late)
@@ -162,11 +162,9 @@ def test_the_honesty_ledger_builds_the_same_from_columns(tmp_path: Path) -> None
     results, ops = mixed_ledger()
     ledger = open_ledger(tmp_path)
     ledger.append_many([("op", body) for body in ops] + [("result", b) for b in results])
-    assert_same(Frontier.from_columns(ledger.fetch, ops=ops), Frontier(results, ops))
+    assert_same(ledger.frontier(ops), Frontier(results, ops))
     for axis in AXES:
-        assert Frontier.from_columns(ledger.fetch, ops=ops).rows(axis=axis) == frontier_rows(
-            results, axis=axis, ops=ops
-        )
+        assert ledger.frontier(ops).rows(axis=axis) == frontier_rows(results, axis=axis, ops=ops)
     ledger.close()
 
 
@@ -175,7 +173,7 @@ def test_the_columns_refuse_what_parsing_refuses(tmp_path: Path) -> None:
     ledger.append("result", result("s/a", status="resolved"))
     ledger.append("result", result("s/b", status="exploded"))
     with pytest.raises(UsageError, match="'s/b' has unknown status 'exploded'"):
-        Frontier.from_columns(ledger.fetch)
+        ledger.frontier()
     with pytest.raises(UsageError, match="'s/b' has unknown status 'exploded'"):
         Frontier([e.body for e in ledger.entries("result")])
     ledger.close()
@@ -183,7 +181,7 @@ def test_the_columns_refuse_what_parsing_refuses(tmp_path: Path) -> None:
     other = open_ledger(tmp_path / "other")
     other.append("result", result("s/c", rollout=-2))
     with pytest.raises(UsageError, match="'s/c' has negative rollout -2"):
-        Frontier.from_columns(other.fetch)
+        other.frontier()
     other.close()
 
 
@@ -244,7 +242,7 @@ def test_a_ledger_without_the_frontier_columns_gets_them_once(tmp_path: Path) ->
     assert not names & set(FRONTIER_NAMES)
 
     migrated = open_ledger(tmp_path)
-    assert_same(Frontier.from_columns(migrated.fetch, ops=ops), Frontier(results, ops))
+    assert_same(migrated.frontier(ops), Frontier(results, ops))
     migrated.append("result", results[0])
     migrated.close()
     with duckdb.connect(str(path)) as db:
