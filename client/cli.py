@@ -12,11 +12,15 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from jb_client import fleet, render
+from jb_client import render
 from jb_client.api import Client, checkpoint_history_path, default_target, parquet_path
+
+if TYPE_CHECKING:
+    # Loaded by the fleet commands only: it pulls in the verifier and DuckDB.
+    from jb_client import fleet
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.ledger.canonical import MAX_SAFE_INTEGER
@@ -887,6 +891,8 @@ def _is_fleet() -> bool:
 
 
 def _fleet_hosts(need_targets: bool = True) -> list[fleet.Host]:
+    from jb_client import fleet
+
     targets = state.targets
     if not targets and not need_targets:
         # Offline, a pin names a host of the export by its target (or fleet-file name).
@@ -913,6 +919,8 @@ def _fleet_client(host: fleet.Host) -> Client:
 def _fleet_run(
     suite: str, solvers: str, rollouts: int, run_id: str, model: str, as_json: bool
 ) -> None:
+    from jb_client import fleet
+
     names = [s.strip() for s in solvers.split(",") if s.strip()]
     given, run_id = run_id, run_id or uuid.uuid4().hex[:12]
 
@@ -955,6 +963,8 @@ def _fleet_run(
 
 
 def _fleet_frontier(suite: str, axis: str, export: Path | None, as_json: bool) -> None:
+    from jb_client import fleet
+
     try:
         if export is not None:
             if not export.is_dir():
@@ -981,6 +991,8 @@ def _fleet_frontier(suite: str, axis: str, export: Path | None, as_json: bool) -
 
 
 def _fleet_export(out: Path, as_json: bool) -> None:
+    from jb_client import fleet
+
     try:
         manifest = fleet.export_fleet(_fleet_hosts(), out, _fleet_client)
     except JouledError as err:
