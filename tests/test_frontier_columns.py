@@ -197,8 +197,8 @@ ODD_BODIES: list[dict[str, Any]] = [
 
 
 def test_odd_payloads_store_the_columns_the_check_derives(tmp_path: Path) -> None:
-    # Whatever a body holds, the values stored at append are the ones the SQL check derives
-    # from the payload, so no honest ledger is ever refused at open.
+    # Whatever a body holds, the columns filled from it are the ones the check derives
+    # (the fill and the check run the same SQL), so no honest ledger is refused at open.
     ledger = open_ledger(tmp_path)
     ledger.append_many([("result", body) for body in ODD_BODIES])
     ledger.append_many([("baseline", body) for body in ODD_BODIES])

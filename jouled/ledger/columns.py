@@ -10,13 +10,13 @@ Two sets:
 - `QUERY_COLUMNS`, copied from a `result`, `baseline` or `abort` body: the
   field as `json_extract_string` reads it, cast to the column's type.
 - `FRONTIER_COLUMNS`, a `result`'s inputs to the frontier (`jouled.frontier`),
-  so the daemon can rebuild its running totals with one aggregate query
+  so the daemon can rebuild its running totals with a few aggregate queries
   instead of parsing every payload. Each is a function of the payload's JSON
-  values, defined twice below with the same meaning: in SQL (`_frontier_exprs`,
-  what the checks and exports run) and in Python (`frontier_values`, what an
-  append stores). Where a field has the type the ledger documents, each
-  equals what the frontier computes from the body itself; a value of
-  another JSON type reads as absent.
+  values (`_frontier_exprs`); where a field has the type the ledger
+  documents, it equals what the frontier computes from the body itself, and
+  a value of another JSON type reads as absent. The store fills them with the
+  same SQL the checks run, so a stored value can only differ from the derived
+  one if it was edited.
 
 Every column is derived from one parse of the payload: `json_extract` with
 a list of paths yields each path's JSON text, and the expressions below read
@@ -25,7 +25,7 @@ those texts (`'false'` is JSON false, `'"false"'` a string).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # (column, DuckDB type) copied from a `result`, `baseline` or `abort` body.
@@ -254,76 +254,10 @@ def mismatch_sql(table: str, payload_text: str, present: Sequence[str] = ALL_NAM
     )
 
 
-# -- the same in Python, for appends -----------------------------------------------------
+# -- appends: the query columns stored with each entry -------------------------------
 
 
 def query_values(kind: str, body: dict[str, Any]) -> list[Any]:
     if kind not in INDEXED_KINDS:
         return [None] * len(QUERY_COLUMNS)
     return [body.get(name) for name in NAMES]
-
-
-def _at(value: Any, *keys: str) -> Any:
-    """The JSON value at a path; None where it is absent or a step is not an object."""
-    for key in keys:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
-def _py_int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _py_truthy(value: Any) -> bool:
-    if value is None or value is False or value == "" or value == [] or value == {}:
-        return False
-    return not (type(value) is int and value == 0)
-
-
-def _py_sum(values: Sequence[int | None]) -> int | None:
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
-
-
-def frontier_values(kind: str, body: dict[str, Any]) -> list[Any]:
-    """`FRONTIER_COLUMNS` of one entry, as the SQL derives them from its payload."""
-    if kind != "result":
-        return [None] * len(FRONTIER_COLUMNS)
-    gross: list[int | None] = []
-    marginal: list[int | None] = []
-    wall: list[int | None] = []
-    windows = reliable = invalid = 0
-    sources: list[str | None] = []
-    for phase in COUNTED_PHASES:
-        window = _at(body, "energy", phase)
-        ran = isinstance(window, Mapping)
-        ok = (
-            ran
-            and _at(window, "valid") is not False
-            and _at(window, "gross_mj") is not None
-            and _at(window, "marginal_mj") is not None
-        )
-        gross.append(_py_int(_at(window, "gross_mj")) if ok else 0)
-        marginal.append(_py_int(_at(window, "marginal_mj")) if ok else 0)
-        wall.append((_py_int(_at(window, "wall_ms")) or 0) if ran else 0)
-        windows += ran
-        reliable += ok and _py_truthy(_at(window, "reliable"))
-        invalid += ran and not ok
-        source = _at(window, "source")
-        sources.append((source if isinstance(source, str) else "") if ran else None)
-    audit = _at(body, "audit")
-    agent = _at(body, "agent")
-    return [
-        agent if isinstance(agent, str) else None,
-        _py_int(_at(body, "claimed", "usd_micros")) or 0,
-        _py_int(_at(body, "claimed", "joules_mj")) or 0,
-        isinstance(audit, list) and bool(audit),
-        _py_sum(gross),
-        _py_sum(marginal),
-        _py_sum(wall),
-        windows,
-        reliable,
-        invalid,
-        *sources,
-    ]
