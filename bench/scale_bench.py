@@ -223,22 +223,45 @@ def ledger_dir(tree: Tree, n: int) -> Path:
     return data
 
 
+def serving(target: str) -> bool:
+    """Whether the daemon's health service answers SERVING, on a channel of its own.
+
+    A fresh channel per try: one that failed to connect backs off for seconds
+    before trying again, which would add its backoff to the start measured.
+    """
+    sys.path.insert(0, str(REPO))
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=2
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
 def start_daemon(tree: Tree, data: Path) -> float:
     """Seconds from `jouled serve` starting to its health service answering SERVING."""
-    sys.path.insert(0, str(REPO))
-    from jb_client.api import Client
-
     argv = [
         sys.executable, "-m", "jouled", "serve", "--data-dir", str(data),
         "--tasks", str(REPO / "tasks"), "--energy", "estimator", "--calibrate-seconds", "0",
     ]  # fmt: skip
     log_path = data.parent / f"{data.name}.log"
+    socket = data / "jouled.sock"
+    socket.unlink(missing_ok=True)
     start = time.perf_counter()
     with log_path.open("ab") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=tree.env())
+        proc = subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=tree.env(), cwd=tree.root
+        )
     try:
-        with Client(f"unix:{data / 'jouled.sock'}") as client:
-            client.wait_ready(900, alive=lambda: proc.poll() is None)
+        while not (socket.exists() and serving(f"unix:{socket}")):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{tree.name}: the daemon exited; see {log_path}")
+            time.sleep(0.02)
         return time.perf_counter() - start
     finally:
         proc.terminate()
@@ -251,7 +274,9 @@ def start_daemon(tree: Tree, data: Path) -> float:
 def frontier_cli(tree: Tree, export: Path) -> tuple[float, str]:
     argv = [sys.executable, "-m", "jb_client", "frontier", "--from-export", str(export), "--json"]
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env=tree.env(), timeout=3600)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=tree.env(), cwd=tree.root, timeout=3600
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{tree.name} frontier: {done.stderr[-2000:]}")
@@ -303,7 +328,9 @@ print(json.dumps(count / elapsed))
 def tasks_json(tree: Tree, target: str) -> tuple[float, str]:
     argv = [sys.executable, "-m", "jb_client", "--target", target, "tasks", "--json"]
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env=tree.env(), timeout=120)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=tree.env(), cwd=tree.root, timeout=120
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{tree.name} tasks: {done.stderr[-2000:]}")
@@ -314,7 +341,12 @@ def import_profile(tree: Tree, target: str, top: int = 8) -> list[tuple[str, flo
     """The heaviest imports of `tasks --json`, two levels deep (cumulative ms, -X importtime)."""
     argv = [sys.executable, "-X", "importtime", "-m", "jb_client", "--target", target]
     done = subprocess.run(
-        [*argv, "tasks", "--json"], capture_output=True, text=True, env=tree.env(), timeout=120
+        [*argv, "tasks", "--json"],
+        capture_output=True,
+        text=True,
+        env=tree.env(),
+        cwd=tree.root,
+        timeout=120,
     )
     rows: list[tuple[str, float]] = []
     total = 0.0
