@@ -223,8 +223,14 @@ class _Scan:
         self.offset = offset  # seq of the first record this scan checks
         # Leaves are collected in order; the tree is built from them in one pass at the end.
         self.leaves: list[bytes] = []
+        self.tree = merkle.MerkleTree()  # the leaves so far, grown by `grow`
         self.prev = prev
         self._prev_hex = prev.hex()
+
+    def grow(self) -> merkle.MerkleTree:
+        """The Merkle tree of every leaf taken so far."""
+        self.tree.extend(self.leaves[self.tree.size :])
+        return self.tree
 
     def _add(self, leaf: bytes) -> None:
         self.leaves.append(leaf)
@@ -415,24 +421,25 @@ def _scan_range(path: str, start: int, end: int, spec: _TrustSpec, signatures: b
     scan: _Scan | None = None
     with open(path, "rb") as fh:
         fh.seek(start)
-        while fh.tell() < end:
-            line = fh.readline()
-            if not line:
-                break
-            part.lines += 1
-            if part.failing is not None or (scan is not None and scan.fast(line, signatures)):
-                continue
-            if not line.strip():
-                continue
-            rec = _record(line, part.lines, trust, signatures)
-            if scan is None:
-                part.head = rec
-                scan = _Scan(trust, Report(), offset=rec.seq + 1, prev=rec.leaf)
-                continue
-            try:
-                scan.take(rec)
-            except VerificationError:
-                part.failing = rec
+        data = fh.read(end - start)  # whole lines: ranges start at line starts
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the newline ending the range's last line
+    for line in lines:
+        part.lines += 1
+        if part.failing is not None or (scan is not None and scan.fast(line, signatures)):
+            continue
+        if not line.strip():
+            continue
+        rec = _record(line, part.lines, trust, signatures)
+        if scan is None:
+            part.head = rec
+            scan = _Scan(trust, Report(), offset=rec.seq + 1, prev=rec.leaf)
+            continue
+        try:
+            scan.take(rec)
+        except VerificationError:
+            part.failing = rec
     if scan is not None:
         part.leaves, part.kinds = scan.leaves, scan.report.kinds
     return part
@@ -509,6 +516,7 @@ def verify_file(
                 part = future.result()
                 scan.extend(part, base)
                 base += part.lines
+                scan.grow()  # while the workers check the ranges after this one
         finally:
             for future in futures:
                 future.cancel()
@@ -519,8 +527,7 @@ def _finish(
     scan: _Scan, checkpoints: Sequence[str], history: Sequence[str], parquet: Path | None
 ) -> Report:
     report, trust = scan.report, scan.trust
-    tree = merkle.MerkleTree()
-    tree.extend(scan.leaves)
+    tree = scan.grow()
     report.entries = tree.size
     report.root = tree.root().hex()
     for i, note in enumerate(history):
