@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from jb_client import render
-from jb_client.api import Client, checkpoint_history_path, default_target, parquet_path
 
 if TYPE_CHECKING:
-    # Loaded by the fleet commands only: it pulls in the verifier and DuckDB.
+    # Loaded where used: the API brings gRPC, which offline commands never need,
+    # and the fleet module the verifier and DuckDB.
     from jb_client import fleet
+    from jb_client.api import Client
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.ledger.canonical import MAX_SAFE_INTEGER
@@ -113,6 +114,8 @@ def main_options(
 
 
 def _client() -> Client:
+    from jb_client.api import Client
+
     if len(state.targets) > 1 or state.fleet is not None:
         render.err.print(
             "[red]error:[/] this command talks to one daemon; give --target once "
@@ -652,6 +655,8 @@ def verify(
     try:
         keys = load_pinned(pubkey or [], trust)
         notes, history = [], []
+        from jb_client.api import checkpoint_history_path, parquet_path
+
         history_file = checkpoint_history_path(file)
         if history_file.is_file():
             history = split_notes(history_file.read_text(encoding="utf-8"))
@@ -898,6 +903,8 @@ def _fleet_hosts(need_targets: bool = True) -> list[fleet.Host]:
         # Offline, a pin names a host of the export by its target (or fleet-file name).
         targets = tuple(p.partition("=")[0] for p in state.pins)
     if not targets and state.fleet is None and need_targets:
+        from jb_client.api import default_target
+
         targets = (default_target(),)
     hosts = fleet.fleet_hosts(targets, state.pins, state.fleet)
     if need_targets and not hosts:
@@ -906,6 +913,8 @@ def _fleet_hosts(need_targets: bool = True) -> list[fleet.Host]:
 
 
 def _fleet_client(host: fleet.Host) -> Client:
+    from jb_client.api import Client
+
     return Client(
         host.target,
         token=host.token if host.token is not None else state.token,

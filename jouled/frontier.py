@@ -649,13 +649,11 @@ SELECT {_GROUP_KEY},
     sum(g_windows) FILTER (WHERE {_COUNTED}),
     sum(g_reliable) FILTER (WHERE {_COUNTED}),
     sum(g_invalid) FILTER (WHERE {_COUNTED}),
-    list(g_wall) FILTER (WHERE {_COUNTED} AND g_windows > 0),
+    list(g_wall ORDER BY g_wall) FILTER (WHERE {_COUNTED} AND g_windows > 0),
     list(DISTINCT g_solve_source) FILTER (WHERE {_COUNTED} AND g_solve_source IS NOT NULL),
-    list(DISTINCT g_grade_source) FILTER (WHERE {_COUNTED} AND g_grade_source IS NOT NULL)
+    list(DISTINCT g_grade_source) FILTER (WHERE {_COUNTED} AND g_grade_source IS NOT NULL),
+    list(DISTINCT [g_task, g_digest]) FILTER (WHERE {_COUNTED})
 FROM {_WITH_REVISION} GROUP BY {_GROUP_KEY}
-"""
-_TASKS_SQL = f"""
-SELECT DISTINCT {_GROUP_KEY}, g_task, g_digest FROM {_WITH_REVISION} WHERE {_COUNTED}
 """
 # The counted attempts an op window's key names; their revision comes from `_Revisions`.
 _OP_KEY_SQL = f"""
@@ -749,11 +747,10 @@ class Frontier:
             counts = row[4 : 4 + len(_GROUP_SUMS)]
             for name, value in zip(_GROUP_SUMS, counts, strict=True):
                 setattr(group, name, int(value or 0))
-            walls, solve_sources, grade_sources = row[4 + len(_GROUP_SUMS) :]
+            walls, solve_sources, grade_sources, tasks = row[4 + len(_GROUP_SUMS) :]
             group.walls = [int(w) for w in walls or ()]
             group.sources = {*(solve_sources or ()), *(grade_sources or ())}
-        for *at, task_id, task_digest in fetch(_TASKS_SQL.format(attempts=attempts)):
-            groups[(at[0], at[1], at[2], int(at[3]))].tasks.add((task_id, task_digest))
+            group.tasks = {(task_id, task_digest) for task_id, task_digest in tasks or ()}
         # Attempts are matched to op windows by key only for keys that have windows: the
         # first window of a key asks the ledger which rows hold it (`add_op`).
         op_key_sql = _OP_KEY_SQL.format(attempts=attempts)

@@ -125,15 +125,18 @@ def _snapshot_matches(db: duckdb.DuckDBPyConnection, export: Path, parquet: Path
         present = {r[0] for r in db.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         if not set(FRONTIER_NAMES) <= present:
             return False
-        row = db.execute(
-            f"SELECT count(*), min(seq), max(seq), arg_max(leaf_hash, seq) FROM {source}"
-        ).fetchone()
+        row = db.execute(f"SELECT count(*), min(seq), max(seq) FROM {source}").fetchone()
+        if row is None or not row[0]:
+            return False
+        count, first, top = row
+        # Row group statistics on seq find the last entry without reading the others.
+        end = db.execute(f"SELECT leaf_hash FROM {source} WHERE seq = ?", [top]).fetchall()
     except duckdb.Error:
         return False
     last = _last_record(export)
-    if row is None or last is None or not row[0]:
+    if last is None or len(end) != 1:
         return False
-    count, first, top, leaf = row
+    leaf = end[0][0]
     return bool(
         first == 0 and top == count - 1 == last.get("seq") and leaf == last.get("leaf_hash")
     )
