@@ -333,6 +333,45 @@ with tempfile.TemporaryDirectory(dir=sys.argv[2]) as tmp:
 print(json.dumps(count / elapsed))
 """
 
+# What one durable append cannot go below here: DuckDB's transaction for one entry and its
+# checkpoint row (the store's statements, this tree's schema), on the data dir's file
+# system and on tmpfs, where a sync costs nothing; and a bare fdatasync of a small write.
+FLOOR = """
+import json, os, statistics, sys, tempfile, time
+import duckdb
+from jouled.ledger.columns import NAMES
+from jouled.ledger.store import SCHEMA
+def median_s(fn, n=300):
+    runs = []
+    for _ in range(n):
+        start = time.perf_counter(); fn(); runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+out = {}
+cols = ("seq", "kind", "time", "payload", "signatures", "leaf_hash", *NAMES)
+insert = f"INSERT INTO entries ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+row = ["result", "2026-01-01T00:00:00.000Z", b"x" * 1500, "[]", "ab" * 32, "s/t", "s",
+       "d" * 64, "solver", "model", "resolved", True, "p" * 64, "key", "run", 3, "a" * 32]
+for where in sys.argv[1:]:
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        db = duckdb.connect(os.path.join(tmp, "floor.duckdb"))
+        db.execute(SCHEMA)
+        seq = iter(range(10**9))
+        def one():
+            n = next(seq)
+            db.execute("BEGIN TRANSACTION")
+            db.execute(insert, [n, *row])
+            db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?)", [n, "r" * 64, "n" * 200, "t"])
+            db.execute("COMMIT")
+        out[f"duckdb {where}"] = median_s(one)
+        db.close()
+        fd = os.open(os.path.join(tmp, "sync"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        def sync():
+            os.write(fd, b"x" * 2048); os.fdatasync(fd)
+        out[f"fdatasync {where}"] = median_s(sync)
+        os.close(fd)
+print(json.dumps(out))
+"""
+
 # -- 6. CLI start-up ---------------------------------------------------------------------
 
 
@@ -494,6 +533,8 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         notes["fs"] = lb.filesystem_of(Path(tempfile.gettempdir()))
+        places = [tempfile.gettempdir()] + (["/dev/shm"] if Path("/dev/shm").is_dir() else [])
+        notes["floor"] = after.python(FLOOR, *places)
 
     if "cli" not in skip:
         data = Path(tempfile.mkdtemp(prefix="scale-cli-"))
@@ -602,6 +643,24 @@ def render(
             f"\nMigrating the earlier ledger (adding the frontier columns and filling them "
             f"from {n:,} payloads) took {seconds(notes['migrate_s'])}, once.\n"
         )
+    if "floor" in notes:
+        w(
+            "What one durable append cannot go below here (medians of 300; the DuckDB "
+            "transaction is the store's: BEGIN, the entry's INSERT, its checkpoint row's, "
+            "COMMIT):\n"
+        )
+        w("| operation | median |")
+        w("|---|---:|")
+        for name, value in notes["floor"].items():
+            what, where = name.split(" ", 1)
+            label = (
+                "DuckDB transaction of one entry and its checkpoint row"
+                if what == "duckdb"
+                else "`fdatasync` of a 2 KiB append"
+            )
+            fs = lb.filesystem_of(Path(where))
+            w(f"| {label}, {where} ({fs}) | {seconds(value)} |")
+        w("")
     if a.imports:
         w(
             f"`tasks --json` imports (cumulative ms, `-X importtime`, one run; an empty "
