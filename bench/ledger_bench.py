@@ -24,6 +24,12 @@ What is measured, side by side in one run (wall-clock, `time.perf_counter`):
    building them, adding one result, and `rows()`, its query. The
    DuckDB file is filled from the cached export with DuckDB's own JSON reader
    (real signed payloads, no re-signing): loading is not what is measured.
+   The daemon's start rebuilds the same totals from the ledger's query
+   columns (`Ledger.frontier()`), timed beside them and checked equal.
+
+bench/scale_bench.py measures the issue-12 aims (daemon start, the offline
+frontier, verification, appends, `jb-client tasks --json`) against an
+earlier revision, side by side.
 
 How to read it: every figure is a median over `--repeats` runs unless the
 table says "1 run"; "vs aim" is measured / aim, so for throughput >= 1 meets
@@ -73,7 +79,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jouled import __version__, frontier
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, write_atomic
-from jouled.ledger.columns import NAMES, select_columns_sql
+from jouled.ledger.columns import ALL_NAMES, derived_select
 from jouled.ledger.entry import Entry, Signature, make_entry
 from jouled.ledger.signing import Signer, raw_public
 from jouled.ledger.store import SCHEMA, Ledger
@@ -756,6 +762,7 @@ class FrontierResult:
     bodies: Timing
     rows: Timing
     totals_build_s: float  # frontier.Frontier(bodies), 1 run
+    columns_build_s: float  # Ledger.frontier(): the same totals from the query columns, 1 run
     totals_rows: Timing  # Frontier.rows() on those totals
     totals_add: Timing  # Frontier.add per result
     db_bytes: int
@@ -769,22 +776,17 @@ def load_ledger_db(export: Export, db_path: Path, note_path: Path) -> None:
         src = str(export.lines).replace("'", "''")
         # The query columns come from the store's own derivation, the one its
         # open-time check compares them with.
-        columns = ", ".join(NAMES)
-        derived = select_columns_sql("doc", "doc->>'$.kind'")
+        columns = ", ".join(ALL_NAMES)
+        source = (
+            f"(SELECT seq, from_base64(payload) AS payload, signatures::VARCHAR AS signatures, "
+            f"leaf_hash FROM read_json('{src}', format = 'newline_delimited', columns = {{"
+            "seq: 'BIGINT', payload: 'VARCHAR', signatures: 'JSON', leaf_hash: 'VARCHAR'}))"
+        )
+        derived = derived_select(source, "decode(payload)", "seq, payload, signatures, leaf_hash")
         db.execute(
-            f"""
-            INSERT INTO entries (seq, kind, time, payload, signatures, leaf_hash, {columns})
-            SELECT seq, doc->>'$.kind', doc->>'$.time', payload, signatures::VARCHAR,
-                   leaf_hash, {derived}
-            FROM (
-                SELECT seq, from_base64(payload) AS payload,
-                       decode(from_base64(payload)) AS doc, signatures, leaf_hash
-                FROM read_json('{src}', format = 'newline_delimited', columns = {{
-                    seq: 'BIGINT', payload: 'VARCHAR', payload_type: 'VARCHAR',
-                    signatures: 'JSON', leaf_hash: 'VARCHAR'}})
-            )
-            ORDER BY seq
-            """
+            f"INSERT INTO entries (seq, kind, time, payload, signatures, leaf_hash, {columns}) "
+            f"SELECT seq, kind, time, payload, signatures, leaf_hash, {columns} "
+            f"FROM ({derived}) ORDER BY seq"
         )
         note = export.notes[export.n]
         db.execute(
@@ -810,6 +812,8 @@ def bench_frontier(
     open_s, ledger = timed(lambda: open_ledger(data, signer))
     if ledger.size != export.n:
         raise RuntimeError(f"the ledger holds {ledger.size} entries, expected {export.n}")
+    log("frontier: rebuilt from the query columns (as the daemon starts)")
+    columns_s, from_columns = timed(ledger.frontier)
     log("frontier: proofs on the ledger")
     proofs = bench_ledger_proofs(ledger, repeats, f"DuckDB ledger, {export.n:,} entries")
 
@@ -831,6 +835,8 @@ def bench_frontier(
     # add per signed result, and a query only turns the totals into rows.
     log("frontier: running totals (frontier.Frontier)")
     build_s, totals = timed(partial(frontier.Frontier, bodies))
+    if from_columns.rows() != totals.rows():
+        raise RuntimeError("the frontier from the query columns differs from the parsed one")
     totals_rows = repeat(totals.rows, 5 * repeats)
     extra = bodies[: min(len(bodies), 10_000)]
     adds = [timed(partial(totals.add, body))[0] for body in extra]
@@ -842,6 +848,7 @@ def bench_frontier(
         bodies=Timing(runs),
         rows=Timing(rows_runs),
         totals_build_s=build_s,
+        columns_build_s=columns_s,
         totals_rows=totals_rows,
         totals_add=Timing(adds),
         db_bytes=(data / "ledger.duckdb").stat().st_size,
@@ -1082,6 +1089,10 @@ def render(
     w(
         f"| `frontier.Frontier(bodies)` (built once, at daemon start) | "
         f"{seconds(front.totals_build_s)} | 1 run | - |"
+    )
+    w(
+        "| `Ledger.frontier()` (the same totals from the query columns, as the daemon "
+        f"starts; rows checked equal) | {seconds(front.columns_build_s)} | 1 run | - |"
     )
     w(
         f"| `Frontier.add(body)` (per signed result) | {seconds(front.totals_add.median)} | "

@@ -1,7 +1,8 @@
 """`make bench`: every benchmark in one go, each printing its Markdown section.
 
 The ledger benchmark runs at 100,000 entries here (`--quick`); run
-`python bench/ledger_bench.py` for the 1,000,000-entry figures in RESULTS.md.
+`python bench/ledger_bench.py` for the 1,000,000-entry figures in RESULTS.md; the
+scale comparison likewise at 100,000 (`python bench/scale_bench.py` for 1,000,000).
 Sections are also written under bench/out/ (git-ignored).
 """
 
@@ -17,6 +18,7 @@ RUNS = (
     ["sandbox_bench.py"],
     ["meter_bench.py"],
     ["ledger_bench.py", "--quick"],
+    ["scale_bench.py", "--entries", "100000", "--repeats", "1", "--cli-repeats", "5"],
     ["load_bench.py"],
 )
 

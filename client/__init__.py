@@ -1,5 +1,20 @@
 """jb-client: the Python API and CLI for agents, operators and auditors of a jouled daemon."""
 
-from jb_client.api import Client, ClientError, default_target
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jb_client.api import Client, ClientError, default_target
 
 __all__ = ["Client", "ClientError", "default_target"]
+
+
+def __getattr__(name: str) -> Any:
+    # The API (and gRPC under it) loads on first use, so `jb-client tasks --json` can
+    # answer without it (jb_client.entry).
+    if name in __all__:
+        from jb_client import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'jb_client' has no attribute {name!r}")

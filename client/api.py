@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from jb_client.taskdoc import task_doc as _task
 
-from jouled.config import default_home
 from jouled.documents import FrontierRow, OpReceipt, Receipt
 from jouled.errors import JouledError, Kind
 from jouled.v1 import jouled_pb2 as pb
@@ -46,7 +46,11 @@ class ClientError(JouledError):
 
 def default_target(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
-    return env.get("JB_TARGET") or f"unix:{default_home(env) / 'jouled.sock'}"
+    if env.get("JB_TARGET"):
+        return env["JB_TARGET"]
+    from jouled.config import default_home  # the daemon's config: loaded only when needed
+
+    return f"unix:{default_home(env) / 'jouled.sock'}"
 
 
 def _normalise(target: str) -> str:
@@ -492,22 +496,3 @@ def checkpoint_history_path(export: Path) -> Path:
 
 def parquet_path(export: Path) -> Path:
     return export.with_name(export.name + ".parquet")
-
-
-def _task(t: pb.Task) -> dict[str, Any]:
-    return {
-        "task_id": t.task_id,
-        "suite": t.suite,
-        "name": t.name,
-        "kind": t.kind,
-        "prompt": t.prompt,
-        "digest": t.digest,
-        "test_cmd": list(t.test_cmd),
-        "test_files": list(t.test_files),
-        "timeout_s": t.timeout_s,
-        "fail_to_pass": list(t.fail_to_pass),
-        "pass_to_pass": list(t.pass_to_pass),
-        "source": t.source,
-        "license": t.license,
-        "hidden_files": t.hidden_files,
-    }

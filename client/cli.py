@@ -12,11 +12,16 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from jb_client import fleet, render
-from jb_client.api import Client, checkpoint_history_path, default_target, parquet_path
+from jb_client import render
+
+if TYPE_CHECKING:
+    # Loaded where used: the API brings gRPC, which offline commands never need,
+    # and the fleet module the verifier and DuckDB.
+    from jb_client import fleet
+    from jb_client.api import Client
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.ledger.canonical import MAX_SAFE_INTEGER
@@ -109,6 +114,8 @@ def main_options(
 
 
 def _client() -> Client:
+    from jb_client.api import Client
+
     if len(state.targets) > 1 or state.fleet is not None:
         render.err.print(
             "[red]error:[/] this command talks to one daemon; give --target once "
@@ -343,11 +350,12 @@ def frontier(
         return _fleet_frontier(suite, axis, export, as_json, merge_digests)
     try:
         if export is not None:
-            from jouled import frontier as frontier_fn
+            from jouled.ledger.snapshot import export_frontier
 
-            results, ops = _export_bodies(export)
-            rows = frontier_fn.frontier_rows(
-                results, suite=suite or None, axis=axis, ops=ops, merge_digests=merge_digests
+            if not export.is_file():
+                _read(export)  # says why it cannot be read
+            rows = export_frontier(export).rows(
+                suite=suite or None, axis=axis, merge_digests=merge_digests
             )
         else:
             with _client() as c:
@@ -688,6 +696,8 @@ def verify(
     try:
         keys = load_pinned(pubkey or [], trust)
         notes, history = [], []
+        from jb_client.api import checkpoint_history_path, parquet_path
+
         history_file = checkpoint_history_path(file)
         if history_file.is_file():
             history = split_notes(history_file.read_text(encoding="utf-8"))
@@ -927,11 +937,15 @@ def _is_fleet() -> bool:
 
 
 def _fleet_hosts(need_targets: bool = True) -> list[fleet.Host]:
+    from jb_client import fleet
+
     targets = state.targets
     if not targets and not need_targets:
         # Offline, a pin names a host of the export by its target (or fleet-file name).
         targets = tuple(p.partition("=")[0] for p in state.pins)
     if not targets and state.fleet is None and need_targets:
+        from jb_client.api import default_target
+
         targets = (default_target(),)
     hosts = fleet.fleet_hosts(targets, state.pins, state.fleet)
     if need_targets and not hosts:
@@ -940,6 +954,8 @@ def _fleet_hosts(need_targets: bool = True) -> list[fleet.Host]:
 
 
 def _fleet_client(host: fleet.Host) -> Client:
+    from jb_client.api import Client
+
     return Client(
         host.target,
         token=host.token if host.token is not None else state.token,
@@ -953,6 +969,8 @@ def _fleet_client(host: fleet.Host) -> Client:
 def _fleet_run(
     suite: str, solvers: str, rollouts: int, run_id: str, model: str, as_json: bool
 ) -> None:
+    from jb_client import fleet
+
     names = [s.strip() for s in solvers.split(",") if s.strip()]
     given, run_id = run_id, run_id or uuid.uuid4().hex[:12]
 
@@ -997,6 +1015,8 @@ def _fleet_run(
 def _fleet_frontier(
     suite: str, axis: str, export: Path | None, as_json: bool, merge_digests: bool
 ) -> None:
+    from jb_client import fleet
+
     try:
         if export is not None:
             if not export.is_dir():
@@ -1030,6 +1050,8 @@ def _fleet_frontier(
 
 
 def _fleet_export(out: Path, as_json: bool) -> None:
+    from jb_client import fleet
+
     try:
         manifest = fleet.export_fleet(_fleet_hosts(), out, _fleet_client)
     except JouledError as err:

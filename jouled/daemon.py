@@ -253,10 +253,9 @@ class Daemon:
         self.evaluator = Evaluator(
             self.metering, self, config.work_root, sandbox=self.sandbox, solvers=self.solvers
         )
-        # Kept current as results are signed, so serving it never rescans the ledger.
-        self._frontier = frontier.Frontier(
-            self.ledger.result_bodies(), ops=(e.body for e in self.ledger.entries("op"))
-        )
+        # Kept current as results are signed, so serving it never rescans the ledger;
+        # built from the ledger's query columns, which opening it checked against the payloads.
+        self._frontier = self.ledger.frontier(ops=(e.body for e in self.ledger.entries("op")))
         self.ops = OpWindows(
             self.metering,
             self._sign_op,

@@ -89,7 +89,7 @@ import math
 import statistics
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,8 +344,11 @@ class _Revisions:
         self._seen: dict[str, dict[str, int]] = {}
 
     def of(self, a: _Attempt) -> int:
-        digests = self._seen.setdefault(a.task_id, {})
-        return digests.setdefault(a.task_digest, len(digests))
+        return self.see(a.task_id, a.task_digest)
+
+    def see(self, task_id: str, task_digest: str) -> int:
+        digests = self._seen.setdefault(task_id, {})
+        return digests.setdefault(task_digest, len(digests))
 
 
 def digest_set_id(pairs: Iterable[tuple[str, str]]) -> str:
@@ -580,6 +583,81 @@ def _sort_key(row: Mapping[str, Any], axis: str) -> tuple[Any, ...]:
     )
 
 
+_Fetch = Callable[..., Sequence[tuple[Any, ...]]]  # (sql, params=()) -> rows
+
+# One row per `result` of a relation holding the ledger's query columns, read as
+# `_parse` reads the body (jouled/ledger/columns.py defines each column).
+_ATTEMPTS_SQL = """
+SELECT seq,
+    CASE WHEN coalesce(suite, '') <> '' THEN suite
+         ELSE split_part(coalesce(task_id, ''), '/', 1) END AS g_suite,
+    coalesce(solver, '') AS g_solver, coalesce(model, '') AS g_model,
+    coalesce(task_id, '') AS g_task, coalesce(task_digest, '') AS g_digest,
+    status AS g_status, status = 'resolved' AND coalesce(resolved, false) AS g_resolved,
+    coalesce(rollout, 0) AS g_rollout, coalesce(agent, '') AS g_agent,
+    coalesce(run_id, '') AS g_run, claimed_usd_micros AS g_usd, claimed_joules_mj AS g_cmj,
+    audit_flagged AS g_flagged, counted_gross_mj AS g_gross,
+    counted_marginal_mj AS g_marginal, counted_wall_ms AS g_wall,
+    counted_windows AS g_windows, reliable_windows AS g_reliable,
+    invalid_windows AS g_invalid, solve_source AS g_solve_source,
+    grade_source AS g_grade_source
+FROM {relation} WHERE kind = 'result'
+"""
+_STATUS_LIST = ", ".join(f"'{s}'" for s in sorted(STATUSES))
+_PROBLEM_SQL = """
+SELECT g_task, g_status, g_rollout FROM ({attempts})
+WHERE g_status IS NULL OR g_status NOT IN ({statuses}) OR g_rollout < 0 ORDER BY seq LIMIT 1
+"""
+# Each task's digests in the order they first appear: their revision numbers.
+_REVISIONS_SQL = """
+SELECT g_task, g_digest FROM ({attempts}) GROUP BY g_task, g_digest ORDER BY min(seq)
+"""
+_WITH_REVISION = """
+(SELECT * FROM ({attempts}) JOIN (
+    SELECT g_task, g_digest,
+           row_number() OVER (PARTITION BY g_task ORDER BY min(seq)) - 1 AS g_revision
+    FROM ({attempts}) GROUP BY g_task, g_digest
+) USING (g_task, g_digest))
+"""
+_GROUP_KEY = "g_suite, g_solver, g_model, g_revision"
+_COUNTED = "g_status <> 'error'"
+# `_Group` fields summed over a group, in the order _GROUPS_SQL selects them.
+_GROUP_SUMS = (
+    "attempts", "errors", "invalid", "tampered", "audit_flagged", "timeouts", "resolved",
+    "gross_mj", "marginal_mj", "usd_micros", "usd_claims", "usd_resolved", "claimed_mj",
+    "windows", "reliable_windows", "invalid_windows",
+)  # fmt: skip
+_GROUPS_SQL = f"""
+SELECT {_GROUP_KEY},
+    count(*) FILTER (WHERE {_COUNTED}),
+    count(*) FILTER (WHERE g_status = 'error'),
+    count(*) FILTER (WHERE g_status = 'invalid'),
+    count(*) FILTER (WHERE g_status = 'tampered'),
+    count(*) FILTER (WHERE {_COUNTED} AND g_flagged),
+    count(*) FILTER (WHERE g_status = 'timeout'),
+    count(*) FILTER (WHERE {_COUNTED} AND g_resolved),
+    sum(g_gross) FILTER (WHERE {_COUNTED}),
+    sum(g_marginal) FILTER (WHERE {_COUNTED}),
+    sum(g_usd) FILTER (WHERE {_COUNTED} AND g_usd > 0),
+    count(*) FILTER (WHERE {_COUNTED} AND g_usd > 0),
+    count(*) FILTER (WHERE {_COUNTED} AND g_usd > 0 AND g_resolved),
+    sum(g_cmj) FILTER (WHERE {_COUNTED}),
+    sum(g_windows) FILTER (WHERE {_COUNTED}),
+    sum(g_reliable) FILTER (WHERE {_COUNTED}),
+    sum(g_invalid) FILTER (WHERE {_COUNTED}),
+    list(g_wall ORDER BY g_wall) FILTER (WHERE {_COUNTED} AND g_windows > 0),
+    list(DISTINCT g_solve_source) FILTER (WHERE {_COUNTED} AND g_solve_source IS NOT NULL),
+    list(DISTINCT g_grade_source) FILTER (WHERE {_COUNTED} AND g_grade_source IS NOT NULL),
+    list(DISTINCT [g_task, g_digest]) FILTER (WHERE {_COUNTED})
+FROM {_WITH_REVISION} GROUP BY {_GROUP_KEY}
+"""
+# The counted attempts an op window's key names; their revision comes from `_Revisions`.
+_OP_KEY_SQL = f"""
+SELECT DISTINCT g_suite, g_solver, g_model, g_task, g_digest FROM ({{attempts}})
+WHERE {_COUNTED} AND g_agent = ? AND g_task = ? AND g_run = ? AND g_rollout = ?
+"""
+
+
 class Frontier:
     """Frontier totals kept up to date one result at a time.
 
@@ -594,7 +672,8 @@ class Frontier:
         self._groups: dict[_RowKey, _Group] = defaultdict(_Group)
         self._revisions = _Revisions()
         self._ops: dict[_OpKey, _OpSum] = {}
-        self._op_groups: dict[_OpKey, set[_RowKey]] = defaultdict(set)
+        # Set when built from columns: which (suite, solver, model, task, digest) hold a key.
+        self._holding: Callable[[_OpKey], list[tuple[str, str, str, str, str]]] | None = None
         self._lock = threading.Lock()
         for body in ops:
             self.add_op(body)
@@ -610,7 +689,6 @@ class Frontier:
             key = attempt.op_key
             if attempt.status != ERROR and key not in group.op_keys:
                 group.op_keys.add(key)
-                self._op_groups[key].add(group_key)
                 if key in self._ops:
                     group.ops.add(self._ops[key])
 
@@ -621,9 +699,66 @@ class Frontier:
             return
         key, op = parsed
         with self._lock:
+            if self._holding is not None and key not in self._ops:
+                # Built from columns: the rows holding this key are looked up once, when its
+                # first window arrives; every later result with the key is added by `add`.
+                for suite, solver, model, task_id, digest in self._holding(key):
+                    revision = self._revisions.see(task_id, digest)
+                    self._groups[(suite, solver, model, revision)].op_keys.add(key)
             self._ops.setdefault(key, _OpSum()).add(op)
-            for group_key in self._op_groups.get(key, ()):
-                self._groups[group_key].ops.add(op)
+            # A row per group and revision: few enough to ask each whether it holds the key.
+            for group in self._groups.values():
+                if key in group.op_keys:
+                    group.ops.add(op)
+
+    @classmethod
+    def from_columns(
+        cls, fetch: _Fetch, relation: str = "entries", ops: Iterable[Mapping[str, Any]] = ()
+    ) -> Frontier:
+        """The running totals of every `result` in `relation`, from its query columns.
+
+        `relation` holds the ledger's entries with the columns of
+        `jouled.ledger.columns` (the daemon's `entries` table, an export read
+        by DuckDB); `fetch` runs SQL against it. A few aggregate queries
+        replace parsing each payload: the totals equal those of adding every
+        result body in seq order. `ops` are the `op` entries' bodies.
+        """
+        frontier = cls()
+        attempts = _ATTEMPTS_SQL.format(relation=relation)
+        bad = fetch(_PROBLEM_SQL.format(attempts=attempts, statuses=_STATUS_LIST))
+        if bad:
+            task_id, status, rollout = bad[0]
+            if status not in STATUSES:
+                raise UsageError(
+                    f"result for {task_id!r} has unknown status {status!r}",
+                    hint="the ledger was written by a newer jouled; upgrade jb-client",
+                )
+            raise UsageError(f"result for {task_id!r} has negative rollout {rollout}")
+        for task_id, task_digest in fetch(_REVISIONS_SQL.format(attempts=attempts)):
+            frontier._revisions.see(task_id, task_digest)
+        groups = frontier._groups
+        for row in fetch(_GROUPS_SQL.format(attempts=attempts)):
+            key: _RowKey = (row[0], row[1], row[2], int(row[3]))
+            group = groups[key]
+            counts = row[4 : 4 + len(_GROUP_SUMS)]
+            for name, value in zip(_GROUP_SUMS, counts, strict=True):
+                setattr(group, name, int(value or 0))
+            walls, solve_sources, grade_sources, tasks = row[4 + len(_GROUP_SUMS) :]
+            group.walls = [int(w) for w in walls or ()]
+            group.sources = {*(solve_sources or ()), *(grade_sources or ())}
+            group.tasks = {(task_id, task_digest) for task_id, task_digest in tasks or ()}
+        # Attempts are matched to op windows by key only for keys that have windows: the
+        # first window of a key asks the ledger which rows hold it (`add_op`).
+        op_key_sql = _OP_KEY_SQL.format(attempts=attempts)
+
+        def holding(key: _OpKey) -> list[tuple[str, str, str, str, str]]:
+            rows = fetch(op_key_sql, list(key))
+            return [(str(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in rows]
+
+        frontier._holding = holding
+        for body in ops:
+            frontier.add_op(body)
+        return frontier
 
     def rows(
         self, *, suite: str | None = None, axis: str = "joules", merge_digests: bool = False

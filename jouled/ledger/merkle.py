@@ -334,6 +334,53 @@ class MerkleTree:
             if k >= CACHE_FROM:
                 self._levels.setdefault(k, []).append(self._perfect_from_below(k, n - 1))
 
+    def extend(self, leaves: Sequence[bytes]) -> None:
+        """Append many leaves: the same tree as appending each in turn, built a level at a time.
+
+        Each level's new nodes are hashed in one list comprehension from the
+        level below, as `_root` does, so a million leaves cost about a
+        million hashes and no per-leaf Python calls beyond them.
+        """
+        leaves = list(leaves)
+        # Checked with C-level maps: a Python call per leaf would cost as much as its hash.
+        if set(map(type, leaves)) - {bytes} or set(map(len, leaves)) - {HASH_SIZE}:
+            raise UsageError(f"a leaf must be a {HASH_SIZE}-byte leaf hash")
+        if not leaves:
+            return
+        old = len(self.leaves)
+        self.leaves.extend(leaves)
+        new = len(self.leaves)
+        sha256, prefix = hashlib.sha256, _NODE_PREFIX
+        # below[i - offset] is node (k - 1, i); it holds every node completed this call.
+        below: list[bytes] = self.leaves
+        offset = 0
+        k = 1
+        while True:
+            first, count = old >> k, new >> k  # nodes of level k before and after
+            if count == first:
+                break  # no new node here, so none above either
+            lo = 2 * first  # the left child of the first new node
+            children = below[lo - offset : 2 * count - offset] if lo >= offset else []
+            if lo < offset:
+                # The left child completed before this call: the level below's last old node.
+                children = [self._perfect(k - 1, lo << (k - 1)), *below[: 2 * count - offset]]
+            level = [
+                sha256(prefix + a + b).digest()
+                for a, b in zip(children[0::2], children[1::2], strict=True)
+            ]
+            if k >= CACHE_FROM:
+                self._levels.setdefault(k, []).extend(level)
+            below, offset = level, first
+            k += 1
+        # The right edge: one perfect subtree per set bit of the size, largest first.
+        peaks: list[bytes] = []
+        start = 0
+        for bit in range(new.bit_length() - 1, -1, -1):
+            if new >> bit & 1:
+                peaks.append(self._perfect(bit, start))
+                start += 1 << bit
+        self._acc = MerkleAccumulator.from_peaks(new, peaks)
+
     def _perfect_from_below(self, k: int, i: int) -> bytes:
         half = 1 << (k - 1)
         start = i << k

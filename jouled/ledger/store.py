@@ -18,12 +18,13 @@ never run ahead of it.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import duckdb
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -35,9 +36,17 @@ from jouled.errors import (
     UsageError,
     VerificationError,
 )
+from jouled.frontier import Frontier
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
-from jouled.ledger.columns import NAMES, mismatch_sql, query_values
+from jouled.ledger.columns import (
+    FRONTIER_COLUMNS,
+    FRONTIER_NAMES,
+    NAMES,
+    derived_select,
+    mismatch_sql,
+    query_values,
+)
 from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
 from jouled.ledger.signing import Signer, raw_public
 
@@ -60,7 +69,19 @@ CREATE TABLE IF NOT EXISTS entries (
     idempotency_key VARCHAR,
     run_id VARCHAR,
     rollout INTEGER,
-    attempt_id VARCHAR
+    attempt_id VARCHAR,
+    agent VARCHAR,
+    claimed_usd_micros BIGINT,
+    claimed_joules_mj BIGINT,
+    audit_flagged BOOLEAN,
+    counted_gross_mj BIGINT,
+    counted_marginal_mj BIGINT,
+    counted_wall_ms BIGINT,
+    counted_windows INTEGER,
+    reliable_windows INTEGER,
+    invalid_windows INTEGER,
+    solve_source VARCHAR,
+    grade_source VARCHAR
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     size BIGINT PRIMARY KEY,
@@ -98,6 +119,104 @@ def current_keyid(path: Path) -> str | None:
 
 def _public(b64: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(base64.b64decode(b64))
+
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+class _Background(Generic[T]):
+    """`fn(arg)` on its own thread; `result()` waits for it and re-raises what it raised."""
+
+    def __init__(self, fn: Callable[[A], T], arg: A) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, arg), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[Any], T], arg: Any) -> None:
+        try:
+            self._value = fn(arg)
+        except BaseException as err:
+            self._error = err
+
+    def result(self) -> T | None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+# Results whose frontier columns an append leaves for the next batch fill, at most.
+FILL_EVERY = 512
+
+
+class _NoteWriter:
+    """Writes the newest checkpoint note to its file on a thread of its own.
+
+    Only the newest note matters, so notes that arrive while one is being
+    written replace each other; each write is `write_atomic` (temp file,
+    fsync, rename, fsync of the directory), so the file always holds a whole
+    note that was committed before it. A failed write is retried with the
+    next note and raised by `flush`/`close`.
+    """
+
+    def __init__(self, path: Path, wrote: Callable[[tuple[int, int]], None]) -> None:
+        self._path = path
+        self._wrote = wrote
+        self._cond = threading.Condition()
+        self._pending: str | None = None
+        self._busy = False
+        self._closed = False
+        self._error: LedgerError | None = None
+        self._thread = threading.Thread(target=self._run, name="checkpoint-note", daemon=True)
+        self._thread.start()
+
+    def put(self, note: str) -> None:
+        with self._cond:
+            self._pending = note
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until the newest note is on disk; raise what writing it raised."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._pending is None and not self._busy)
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending is not None or self._closed)
+                if self._pending is None:
+                    return
+                note, self._pending, self._busy = self._pending, None, True
+            error: LedgerError | None = None
+            try:
+                write_atomic(self._path, note)
+                st = self._path.stat()
+                self._wrote((st.st_mtime_ns, st.st_size))
+            except (LedgerError, OSError) as err:
+                error = err if isinstance(err, LedgerError) else LedgerError(str(err))
+            with self._cond:
+                self._busy = False
+                if error is not None:
+                    self._error = error
+                    if self._pending is None:
+                        self._pending = note  # retried with the next note, or at flush
+                else:
+                    self._error = None
+                self._cond.notify_all()
 
 
 @dataclass
@@ -147,24 +266,31 @@ class Ledger:
             ) from err
         self._tree = merkle.MerkleTree()
         self._note_stat: tuple[int, int] | None = None
+        self._stamp_lock = threading.Lock()
+        self._note: str | None = None  # the last commit's checkpoint note
+        self._notes = _NoteWriter(checkpoint_path, self._wrote_note)
+        self._filled_to = 0
         try:
             self._db.execute(SCHEMA)
+            self._migrate()
             self._load()
-            self._check_columns()
         except duckdb.Error as err:
             self._db.close()
+            self._notes.close()
             raise LedgerIntegrityError(
                 f"the ledger {path} is damaged and cannot be read: {err}",
                 hint="the file was truncated or corrupted; restore the data dir from a backup",
             ) from err
         except LedgerError:
             self._db.close()
+            self._notes.close()
             raise
         try:
             self._adopt_history()
             self._check_against_note()
         except LedgerError:
             self._db.close()
+            self._notes.close()
             raise
         if not self._tree.size:
             self.append("genesis", {**genesis, **self._key_fields(), "origin": origin})
@@ -177,24 +303,119 @@ class Ledger:
             "keyid": self.signer.keyid,
         }
 
+    def _migrate(self) -> None:
+        """Give a ledger written before the frontier columns those columns, once.
+
+        They are filled from the signed payloads by the same SQL that checks
+        them, in one transaction: a crash leaves the old table, migrated again
+        at the next open.
+        """
+        have = {r[0] for r in self._db.execute("DESCRIBE entries").fetchall()}
+        missing = [(n, t) for n, t in FRONTIER_COLUMNS if n not in have]
+        if missing:
+            self._db.execute("BEGIN TRANSACTION")
+            try:
+                for name, sql_type in missing:
+                    self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} {sql_type}")
+                self._fill_frontier_columns(0)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        else:
+            self._fill_frontier_columns(0)  # what a crash left unfilled
+        row = self._db.execute("SELECT count(*) FROM entries").fetchone()
+        self._filled_to = int(row[0]) if row else 0
+
+    def _fill_frontier_columns(self, start: int) -> None:
+        """Derive the frontier columns of results from `start` on that do not have them yet.
+
+        Appends store a result without them (each column costs its share of a
+        single-row INSERT, more here than the rest of an append); they are
+        filled from the payloads in batches, by the SQL that checks them.
+        """
+        unfilled = f"kind = 'result' AND counted_windows IS NULL AND seq >= {int(start)}"
+        derived = derived_select(
+            f"(SELECT * FROM entries WHERE {unfilled})", "decode(payload)", "seq"
+        )
+        assignments = ", ".join(f"{n} = d.{n}" for n in FRONTIER_NAMES)
+        self._db.execute(
+            f"UPDATE entries SET {assignments} FROM ({derived}) d WHERE entries.seq = d.seq"
+        )
+
     def _load(self) -> None:
-        rows = self._db.execute(
-            "SELECT seq, payload, leaf_hash FROM entries ORDER BY seq"
-        ).fetchall()
-        for expected, (seq, payload, stored_leaf) in enumerate(rows):
-            if seq != expected:
-                raise LedgerIntegrityError(
-                    f"ledger {self.path}: entry {expected} is missing (next stored is {seq})",
-                    hint="restore the data dir from a backup; never extend a gapped ledger",
-                )
-            leaf = merkle.leaf_hash(bytes(payload))
-            if leaf.hex() != stored_leaf:
-                raise LedgerIntegrityError(
-                    f"ledger {self.path}: entry {seq} does not match its leaf hash "
-                    "(its payload was edited)",
-                    hint="restore the data dir from a backup",
-                )
-            self._tree.append(leaf)
+        """Rehash every stored payload into the tree, and check every query column.
+
+        The column check is one DuckDB query over the payloads; it runs on a
+        second cursor while this thread hashes (DuckDB works without the GIL),
+        so the two passes share the start-up time instead of adding up.
+        """
+        count, last = self._db.execute("SELECT count(*), max(seq) FROM entries").fetchone() or (
+            0,
+            0,
+        )
+        if count and last != count - 1:
+            gap = self._db.execute(
+                "SELECT expected, seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) - 1 "
+                "AS expected FROM entries) WHERE seq <> expected ORDER BY seq LIMIT 1"
+            ).fetchone()
+            assert gap is not None
+            raise LedgerIntegrityError(
+                f"ledger {self.path}: entry {gap[0]} is missing (next stored is {gap[1]})",
+                hint="restore the data dir from a backup; never extend a gapped ledger",
+            )
+        check = _Background(self._column_mismatch, self._db.cursor())
+        try:
+            self._rehash(count)
+        finally:
+            bad = check.result()
+        if bad is not None:
+            seq, cols = bad
+            raise LedgerIntegrityError(
+                f"ledger {self.path}: entry {seq} column {cols.split(',')[0]!r} disagrees with "
+                "its signed payload (the column was edited)",
+                hint="restore the data dir from a backup",
+            )
+
+    def _rehash(self, count: int, batch: int = 50_000) -> None:
+        # Rows come back in the order they were stored, which appends keep in seq order;
+        # only a table stored otherwise pays for sorting its payloads.
+        if not self._rehash_in(
+            self._db.execute("SELECT seq, payload, leaf_hash FROM entries"), batch
+        ):
+            self._tree = merkle.MerkleTree()
+            ordered = self._db.execute("SELECT seq, payload, leaf_hash FROM entries ORDER BY seq")
+            self._rehash_in(ordered, batch)
+        assert self._tree.size == count
+
+    def _rehash_in(self, cursor: duckdb.DuckDBPyConnection, batch: int) -> bool:
+        """Hash the cursor's rows into the tree; False as soon as they are out of seq order."""
+        sha256 = hashlib.sha256
+        start = 0
+        while rows := cursor.fetchmany(batch):
+            if [seq for seq, _, _ in rows] != list(range(start, start + len(rows))):
+                return False
+            leaves = [sha256(b"\x00" + payload).digest() for _, payload, _ in rows]
+            # One comparison per batch; the entry that differs is looked for only then.
+            if b"".join(leaves).hex() != "".join(stored for _, _, stored in rows):
+                for i, (leaf, (_, _, stored)) in enumerate(zip(leaves, rows, strict=True)):
+                    if leaf.hex() != stored:
+                        raise LedgerIntegrityError(
+                            f"ledger {self.path}: entry {start + i} does not match its leaf "
+                            "hash (its payload was edited)",
+                            hint="restore the data dir from a backup",
+                        )
+            self._tree.extend(leaves)
+            start += len(rows)
+        return True
+
+    @staticmethod
+    def _column_mismatch(cursor: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
+        try:
+            row = cursor.execute(mismatch_sql("entries", "decode(payload)")).fetchone()
+        finally:
+            cursor.close()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def _adopt_history(self) -> None:
         """Take the origin from genesis and check the key file is the ledger's current key."""
@@ -218,19 +439,11 @@ class Ledger:
                 "`jouled keys rotate`, never by replacing the file",
             )
 
-    def _check_columns(self) -> None:
-        """Refuse a ledger whose query columns were edited apart from the signed payload."""
-        bad = self._db.execute(mismatch_sql("entries", "decode(payload)") + " LIMIT 1").fetchone()
-        if bad is not None:
-            raise LedgerIntegrityError(
-                f"ledger {self.path}: entry {bad[0]} column {bad[1]!r} disagrees with its "
-                "signed payload (the column was edited)",
-                hint="restore the data dir from a backup",
-            )
-
     def _check_against_note(self) -> None:
         """Refuse a ledger that is behind, or forked from, its own checkpoint file."""
         try:
+            if self._note is not None and not self.checkpoint_path.exists():
+                self._notes.flush()  # the first note this process committed may be on its way
             st = self.checkpoint_path.stat()
         except FileNotFoundError:
             if self._tree.size:
@@ -242,8 +455,9 @@ class Ledger:
                 ) from None
             return
         stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self._note_stat:
-            return
+        with self._stamp_lock:
+            if stamp == self._note_stat:
+                return
         try:
             cp = verify_note(
                 self.checkpoint_path.read_bytes(), [(self.origin, k) for k in self._note_keys]
@@ -268,7 +482,13 @@ class Ledger:
                 f"do not hash to the root in {self.checkpoint_path}",
                 hint="entries were edited, reordered or replaced; restore from a backup",
             )
-        self._note_stat = stamp
+        with self._stamp_lock:
+            self._note_stat = stamp
+
+    def _wrote_note(self, stamp: tuple[int, int]) -> None:
+        """The writer replaced the note: this file is ours, no need to read it back."""
+        with self._stamp_lock:
+            self._note_stat = stamp
 
     # -- appending -----------------------------------------------------------------------
 
@@ -327,6 +547,7 @@ class Ledger:
             except BaseException:
                 self._tree.truncate(size)
                 raise
+            fill = self._tree.size - self._filled_to >= FILL_EVERY
             try:
                 self._db.execute("BEGIN TRANSACTION")
                 self._insert(entries)
@@ -334,14 +555,19 @@ class Ledger:
                     "INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
                     [cp.size, cp.root.hex(), note, utc_now()],
                 )
+                if fill:
+                    self._fill_frontier_columns(self._filled_to)
                 self._db.execute("COMMIT")
             except duckdb.Error as err:
                 self._db.execute("ROLLBACK")
                 self._tree.truncate(size)
                 raise LedgerError(f"cannot append to {self.path}: {err}") from err
-            write_atomic(self.checkpoint_path, note)
-            st = self.checkpoint_path.stat()
-            self._note_stat = (st.st_mtime_ns, st.st_size)
+            if fill:
+                self._filled_to = self._tree.size
+            # Committed: the entry and its checkpoint row are durable. The note file follows
+            # on the writer's thread, so it may lag the ledger after a crash, never lead it.
+            self._note = note
+            self._notes.put(note)
             return entries
 
     def _note_signers(self, size: int) -> list[tuple[str, Signer]]:
@@ -392,7 +618,10 @@ class Ledger:
                 entry.leaf_hash.hex(),
                 *query_values(doc["kind"], doc["body"]),
             ]
-        self._db.execute(f"INSERT INTO entries VALUES {', '.join([row] * len(entries))}", params)
+        columns = ", ".join(("seq", "kind", "time", "payload", "signatures", "leaf_hash", *NAMES))
+        self._db.execute(
+            f"INSERT INTO entries ({columns}) VALUES {', '.join([row] * len(entries))}", params
+        )
 
     # -- the attempt journal -------------------------------------------------------------
 
@@ -499,9 +728,30 @@ class Ledger:
                 yield json.loads(bytes(payload))["body"]
             start = rows[-1][0] + 1
 
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query over the ledger's tables (`entries`: see columns.py).
+
+        The frontier columns of recent results may still be NULL (appends leave
+        them for a batch); `frontier` fills them first.
+        """
+        with self._lock:
+            return self._db.execute(sql, list(params)).fetchall()
+
+    def frontier(self, ops: Iterable[Mapping[str, Any]] = ()) -> Frontier:
+        """Running frontier totals of every result, from the query columns (no payload
+        is parsed); `ops` are the `op` entries' bodies."""
+        with self._lock:
+            if self._filled_to < self._tree.size:
+                self._fill_frontier_columns(self._filled_to)
+                self._filled_to = self._tree.size
+        return Frontier.from_columns(self.fetch, ops=ops)
+
     # -- checkpoints and proofs ----------------------------------------------------------
 
     def checkpoint_note(self) -> str:
+        """The newest signed checkpoint: the last commit's (the file may not have it yet)."""
+        if self._note is not None:
+            return self._note
         return self.checkpoint_path.read_bytes().decode("utf-8")
 
     def checkpoint_history(self) -> list[str]:
@@ -552,4 +802,8 @@ class Ledger:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            try:
+                self._notes.close()
+                self._fill_frontier_columns(self._filled_to)
+            finally:
+                self._db.close()

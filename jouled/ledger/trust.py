@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from jouled.errors import UsageError
-from jouled.ledger.signing import key_id, load_public_key
+from jouled.ledger.signing import key_id, load_public_key, raw_public
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Trust:
     def __init__(self, pinned: Iterable[PinnedKey | Ed25519PublicKey]) -> None:
         self.pinned = [p if isinstance(p, PinnedKey) else PinnedKey(p) for p in pinned]
         self.by_id: dict[str, list[PinnedKey]] = {}
+        self._raw: dict[int, bytes] = {}  # by id() of a key this trust holds, so ids stay unique
         for p in self.pinned:
             self.by_id.setdefault(p.keyid, []).append(p)
 
@@ -59,6 +60,16 @@ class Trust:
     @property
     def keys(self) -> list[Ed25519PublicKey]:
         return [ps[0].key for ps in self.by_id.values()]
+
+    def raw_key_for(self, keyid: str, seq: int) -> bytes | None:
+        """The raw 32 bytes of `key_for(keyid, seq)`, read once per pinned key."""
+        key = self.key_for(keyid, seq)
+        if key is None:
+            return None
+        raw = self._raw.get(id(key))
+        if raw is None:
+            raw = self._raw[id(key)] = raw_public(key)
+        return raw
 
     def key_for(self, keyid: str, seq: int) -> Ed25519PublicKey | None:
         """The pinned key with this id if it may sign entry `seq`."""

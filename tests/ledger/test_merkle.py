@@ -401,3 +401,44 @@ def test_merkle_tree_cache_agrees_with_the_reference_functions() -> None:
         tree.append(leaf)
     assert tree.root() == root_from_leaves(leaves)
     assert tree.inclusion_proof(100, 140) == inclusion_proof(leaves, 100, 140)
+
+
+def test_extending_in_bulk_builds_the_tree_appending_builds() -> None:
+    import hashlib
+    import random
+
+    from jouled.ledger.merkle import MerkleTree, leaf_hash
+
+    leaves = [leaf_hash(hashlib.sha256(str(i).encode()).digest()) for i in range(300)]
+    one_by_one = MerkleTree()
+    for leaf in leaves:
+        one_by_one.append(leaf)
+    rng = random.Random(7)
+    for _ in range(40):
+        bulk, done = MerkleTree(), 0
+        while done < len(leaves):
+            step = rng.choice([0, 1, 2, 3, 15, 16, 17, 33, 64, 100])
+            if rng.random() < 0.3:
+                for leaf in leaves[done : done + step]:
+                    bulk.append(leaf)
+            else:
+                bulk.extend(leaves[done : done + step])
+            done = min(len(leaves), done + step)
+            assert bulk.size == done
+            assert bulk.root() == one_by_one.root(done)
+        assert bulk._levels == one_by_one._levels
+        for size in (1, 2, 17, 128, 129, 300):
+            assert bulk.root(size) == one_by_one.root(size)
+            last = size - 1
+            assert bulk.inclusion_proof(last, size) == one_by_one.inclusion_proof(last, size)
+            assert bulk.consistency_proof(1, size) == one_by_one.consistency_proof(1, size)
+
+
+def test_extend_refuses_what_is_not_a_leaf_hash() -> None:
+    from jouled.errors import UsageError
+    from jouled.ledger.merkle import MerkleTree
+
+    tree = MerkleTree()
+    with pytest.raises(UsageError, match="leaf hash"):
+        tree.extend([b"\x00" * 32, b"payload"])
+    assert tree.size == 0

@@ -207,3 +207,64 @@ def test_result_bodies_stream_in_batches_in_seq_order(tmp_path: Path) -> None:
     assert every == [f"{'ab'[i % 2]}/t{i}" for i in range(7)]
     assert [b["task_id"] for b in ledger.result_bodies("b", batch=2)] == ["b/t1", "b/t3", "b/t5"]
     ledger.close()
+
+
+def test_an_acknowledged_append_survives_the_process_being_killed(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from jouled.frontier import Frontier
+
+    # The child appends results and reports each one only after `append` returned; the
+    # parent kills it mid-stream, with appends in flight and the note writer busy.
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from test_store import open_ledger
+        from pathlib import Path
+        ledger = open_ledger(Path({str(tmp_path)!r}))
+        i = 0
+        while True:
+            entry = ledger.append("result", {{"task_id": f"s/{{i % 7}}", "status": "resolved",
+                "resolved": True, "energy": {{"grade": {{"gross_mj": i, "marginal_mj": 1,
+                "wall_ms": 5, "valid": True, "reliable": True, "source": "rapl"}}}}}})
+            print(entry.seq, entry.leaf_hash.hex(), flush=True)
+            i += 1
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    acked: list[tuple[int, str]] = []
+    for line in child.stdout:  # waits for each acknowledgement; no timing involved
+        seq, leaf = line.split()
+        acked.append((int(seq), leaf))
+        if len(acked) == 700:  # past a batch fill of the frontier columns
+            break
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    child.stdout.close()
+
+    reopened = open_ledger(tmp_path)  # the note may lag the ledger, never lead it
+    assert reopened.size >= acked[-1][0] + 1
+    for seq, leaf in acked:
+        assert reopened.get(seq).leaf_hash.hex() == leaf
+    bodies = [e.body for e in reopened.entries("result")]
+    assert reopened.frontier().rows() == Frontier(bodies).rows()
+    reopened.close()
+
+
+def test_frontier_columns_are_filled_in_batches_and_at_close(tmp_path: Path) -> None:
+    from jouled.ledger.store import FILL_EVERY
+
+    ledger = open_ledger(tmp_path)
+    unfilled = "SELECT count(*) FROM entries WHERE kind = 'result' AND counted_windows IS NULL"
+    for i in range(FILL_EVERY + 40):
+        ledger.append("result", {"task_id": f"s/{i}", "status": "unresolved"})
+        assert ledger.fetch(unfilled)[0][0] <= FILL_EVERY
+    assert ledger.fetch(unfilled)[0][0] > 0
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        assert db.execute(unfilled).fetchone() == (0,)
