@@ -105,8 +105,9 @@ def assert_same(built: Frontier, parsed: Frontier) -> None:
     for axis in AXES:
         for merge in (False, True):
             for suite in (None, "s", "lite"):
-                kw = {"axis": axis, "merge_digests": merge, "suite": suite}
-                assert built.rows(**kw) == parsed.rows(**kw), kw
+                got = built.rows(axis=axis, merge_digests=merge, suite=suite)
+                want = parsed.rows(axis=axis, merge_digests=merge, suite=suite)
+                assert got == want, (axis, merge, suite)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -151,74 +151,6 @@ class _Background(Generic[T]):
 FILL_EVERY = 512
 
 
-class _NoteWriter:
-    """Writes the newest checkpoint note to its file on a thread of its own.
-
-    Only the newest note matters, so notes that arrive while one is being
-    written replace each other; each write is `write_atomic` (temp file,
-    fsync, rename, fsync of the directory), so the file always holds a whole
-    note that was committed before it. A failed write is retried with the
-    next note and raised by `flush`/`close`.
-    """
-
-    def __init__(self, path: Path, wrote: Callable[[tuple[int, int]], None]) -> None:
-        self._path = path
-        self._wrote = wrote
-        self._cond = threading.Condition()
-        self._pending: str | None = None
-        self._busy = False
-        self._closed = False
-        self._error: LedgerError | None = None
-        self._thread = threading.Thread(target=self._run, name="checkpoint-note", daemon=True)
-        self._thread.start()
-
-    def put(self, note: str) -> None:
-        with self._cond:
-            self._pending = note
-            self._cond.notify_all()
-
-    def flush(self) -> None:
-        """Wait until the newest note is on disk; raise what writing it raised."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._pending is None and not self._busy)
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            with self._cond:
-                self._closed = True
-                self._cond.notify_all()
-            self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending is not None or self._closed)
-                if self._pending is None:
-                    return
-                note, self._pending, self._busy = self._pending, None, True
-            error: LedgerError | None = None
-            try:
-                write_atomic(self._path, note)
-                st = self._path.stat()
-                self._wrote((st.st_mtime_ns, st.st_size))
-            except (LedgerError, OSError) as err:
-                error = err if isinstance(err, LedgerError) else LedgerError(str(err))
-            with self._cond:
-                self._busy = False
-                if error is not None:
-                    self._error = error
-                    if self._pending is None:
-                        self._pending = note  # retried with the next note, or at flush
-                else:
-                    self._error = None
-                self._cond.notify_all()
-
-
 @dataclass
 class _Pending:
     kind: str
@@ -266,9 +198,6 @@ class Ledger:
             ) from err
         self._tree = merkle.MerkleTree()
         self._note_stat: tuple[int, int] | None = None
-        self._stamp_lock = threading.Lock()
-        self._note: str | None = None  # the last commit's checkpoint note
-        self._notes = _NoteWriter(checkpoint_path, self._wrote_note)
         self._filled_to = 0
         try:
             self._db.execute(SCHEMA)
@@ -276,21 +205,18 @@ class Ledger:
             self._load()
         except duckdb.Error as err:
             self._db.close()
-            self._notes.close()
             raise LedgerIntegrityError(
                 f"the ledger {path} is damaged and cannot be read: {err}",
                 hint="the file was truncated or corrupted; restore the data dir from a backup",
             ) from err
         except LedgerError:
             self._db.close()
-            self._notes.close()
             raise
         try:
             self._adopt_history()
             self._check_against_note()
         except LedgerError:
             self._db.close()
-            self._notes.close()
             raise
         if not self._tree.size:
             self.append("genesis", {**genesis, **self._key_fields(), "origin": origin})
@@ -442,8 +368,6 @@ class Ledger:
     def _check_against_note(self) -> None:
         """Refuse a ledger that is behind, or forked from, its own checkpoint file."""
         try:
-            if self._note is not None and not self.checkpoint_path.exists():
-                self._notes.flush()  # the first note this process committed may be on its way
             st = self.checkpoint_path.stat()
         except FileNotFoundError:
             if self._tree.size:
@@ -455,9 +379,8 @@ class Ledger:
                 ) from None
             return
         stamp = (st.st_mtime_ns, st.st_size)
-        with self._stamp_lock:
-            if stamp == self._note_stat:
-                return
+        if stamp == self._note_stat:
+            return
         try:
             cp = verify_note(
                 self.checkpoint_path.read_bytes(), [(self.origin, k) for k in self._note_keys]
@@ -482,13 +405,7 @@ class Ledger:
                 f"do not hash to the root in {self.checkpoint_path}",
                 hint="entries were edited, reordered or replaced; restore from a backup",
             )
-        with self._stamp_lock:
-            self._note_stat = stamp
-
-    def _wrote_note(self, stamp: tuple[int, int]) -> None:
-        """The writer replaced the note: this file is ours, no need to read it back."""
-        with self._stamp_lock:
-            self._note_stat = stamp
+        self._note_stat = stamp
 
     # -- appending -----------------------------------------------------------------------
 
@@ -564,10 +481,9 @@ class Ledger:
                 raise LedgerError(f"cannot append to {self.path}: {err}") from err
             if fill:
                 self._filled_to = self._tree.size
-            # Committed: the entry and its checkpoint row are durable. The note file follows
-            # on the writer's thread, so it may lag the ledger after a crash, never lead it.
-            self._note = note
-            self._notes.put(note)
+            write_atomic(self.checkpoint_path, note)
+            st = self.checkpoint_path.stat()
+            self._note_stat = (st.st_mtime_ns, st.st_size)
             return entries
 
     def _note_signers(self, size: int) -> list[tuple[str, Signer]]:
@@ -749,9 +665,6 @@ class Ledger:
     # -- checkpoints and proofs ----------------------------------------------------------
 
     def checkpoint_note(self) -> str:
-        """The newest signed checkpoint: the last commit's (the file may not have it yet)."""
-        if self._note is not None:
-            return self._note
         return self.checkpoint_path.read_bytes().decode("utf-8")
 
     def checkpoint_history(self) -> list[str]:
@@ -803,7 +716,6 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             try:
-                self._notes.close()
                 self._fill_frontier_columns(self._filled_to)
             finally:
                 self._db.close()

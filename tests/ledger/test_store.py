@@ -247,10 +247,10 @@ def test_an_acknowledged_append_survives_the_process_being_killed(tmp_path: Path
     child.wait(timeout=60)
     child.stdout.close()
 
-    reopened = open_ledger(tmp_path)  # the note may lag the ledger, never lead it
+    reopened = open_ledger(tmp_path)  # opens: the note never leads the ledger
     assert reopened.size >= acked[-1][0] + 1
-    for seq, leaf in acked:
-        assert reopened.get(seq).leaf_hash.hex() == leaf
+    for n, hexleaf in acked:
+        assert reopened.get(n).leaf_hash.hex() == hexleaf
     bodies = [e.body for e in reopened.entries("result")]
     assert reopened.frontier().rows() == Frontier(bodies).rows()
     reopened.close()
