@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from jb_client.target import default_target, normalise
 from jb_client.taskdoc import task_doc as _task
 
 from jouled.documents import FrontierRow, OpReceipt, Receipt
@@ -42,23 +43,6 @@ class ClientError(JouledError):
     def __init__(self, message: str, kind: Kind, hint: str = "") -> None:
         super().__init__(message, hint=hint)
         self.kind = kind
-
-
-def default_target(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    if env.get("JB_TARGET"):
-        return env["JB_TARGET"]
-    from jouled.config import default_home  # the daemon's config: loaded only when needed
-
-    return f"unix:{default_home(env) / 'jouled.sock'}"
-
-
-def _normalise(target: str) -> str:
-    if target.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
-        return target
-    if target.startswith("/"):
-        return f"unix:{target}"
-    return target
 
 
 def _read_file(path: str | Path, what: str) -> bytes:
@@ -119,7 +103,7 @@ class Client:
     ) -> None:
         """A channel to the daemon; token, CA, mode default to $JB_TOKEN, $JB_CA, $JB_INSECURE."""
         env = os.environ if env is None else env
-        self.target = _normalise(target or default_target(env))
+        self.target = normalise(target or default_target(env))
         self.timeout_s = timeout_s
         creds = channel_credentials(
             self.target,

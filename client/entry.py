@@ -63,16 +63,9 @@ def _tasks_json(argv: list[str]) -> tuple[str | None, str] | None:
 
 def _socket_path(target: str | None, env: Mapping[str, str]) -> str | None:
     """The Unix socket `jb_client.api.Client` would dial for `target`; None: not a socket."""
-    target = target or env.get("JB_TARGET") or ""
-    if not target:
-        from jouled.config import default_home
+    from jb_client.target import default_target, normalise, socket_path
 
-        return str(default_home(env) / "jouled.sock")
-    if target.startswith("unix://"):
-        return target.removeprefix("unix://")
-    if target.startswith("unix:"):
-        return target.removeprefix("unix:")
-    return target if target.startswith("/") else None
+    return socket_path(normalise(target or default_target(env)))
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:

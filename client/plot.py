@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jouled.errors import UsageError
+from jouled.frontier import claims_all_usd
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -158,7 +159,7 @@ def _frontier_axes(
     column: str,
     xlabel: str,
 ) -> None:
-    partial = [r for r in rows if axis == "usd" and not _claims_all_usd(r)]
+    partial = [r for r in rows if axis == "usd" and not claims_all_usd(r)]
     rows = [r for r in rows if r not in partial]
     costs = [float(r[column]) for r in rows if r.get(column) is not None and r["resolved"]]
     log = _cost_scale(ax, costs)
@@ -233,12 +234,6 @@ def _frontier_axes(
             color="0.35",
             va="top",
         )
-
-
-def _claims_all_usd(row: Mapping[str, Any]) -> bool:
-    """Whether every attempt behind a row claimed its dollars: a partial sum is no cost."""
-    share = row.get("usd_claimed_share")
-    return share is not None and float(share) >= 1
 
 
 # -- best of k -------------------------------------------------------------------------

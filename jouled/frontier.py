@@ -550,12 +550,17 @@ def _cost(row: Mapping[str, Any], axis: str) -> float:
     return float(value)
 
 
+def claims_all_usd(row: Mapping[str, Any]) -> bool:
+    """Whether every attempt behind a row claimed its dollars: a partial sum is no cost."""
+    share = row.get("usd_claimed_share")
+    return share is not None and float(share) >= 1
+
+
 def _judged(row: Mapping[str, Any], axis: str) -> bool:
     """Whether the row's cost on `axis` is known well enough for a Pareto verdict."""
     if axis != "usd" or not row["resolved"]:
         return True  # resolving nothing is a verdict whatever was spent
-    share = row.get("usd_claimed_share")
-    return share is not None and share >= 1
+    return claims_all_usd(row)
 
 
 def _mark_pareto(rows: list[dict[str, Any]], axis: str) -> None:
