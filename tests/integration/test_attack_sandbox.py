@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sysconfig
 import threading
 from collections.abc import Callable, Iterator
@@ -40,7 +39,7 @@ from jb_client.api import Client, ClientError
 from jouled.auth import add_token
 
 from . import attacks as A
-from .conftest import Daemon, start_daemon
+from .conftest import Daemon, free_port, start_daemon
 
 TERMINAL = {"resolved", "unresolved", "timeout", "error", "invalid", "tampered"}
 GRACE_S = 20.0  # how long leftovers get to disappear after an attempt returned
@@ -107,12 +106,6 @@ def calibrations(target: str) -> int:
             for kind, value in client.export_stream()
             if kind == "entry" and json.loads(value).get("kind") == "calibration"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the arena: daemons, scenarios, clean-up ------------------------------------------------

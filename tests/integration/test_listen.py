@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from jouled.auth import add_token
 
-from .conftest import TASKS, start_daemon
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from .conftest import TASKS, free_port, start_daemon
 
 
 def test_a_loopback_tcp_listener_serves_a_token_holder(tmp_path: Path) -> None:

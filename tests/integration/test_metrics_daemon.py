@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -10,16 +9,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import TASKS, start_daemon
+from .conftest import TASKS, free_port, start_daemon
 from .test_daemon import make_patch, submit
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> Samples:
