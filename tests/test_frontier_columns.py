@@ -12,26 +12,14 @@ import pytest
 from jouled.errors import LedgerIntegrityError, UsageError
 from jouled.frontier import Frontier, frontier_rows
 from jouled.ledger.columns import FRONTIER_NAMES, NAMES
-from jouled.ledger.signing import load_or_create_key
-from jouled.ledger.store import Ledger
 
+from .ledger.test_store import open_ledger
 from .test_frontier import result, window
 from .test_frontier_honesty import NEW, OLD, mixed_ledger
 from .test_frontier_ops import op
 
 AXES = ("joules", "usd", "wall")
 STATUSES = ["resolved", "unresolved", "error", "timeout", "invalid", "tampered"]
-
-
-def open_ledger(d: Path) -> Ledger:
-    signer, _ = load_or_create_key(d / "jouled.key", d / "jouled.pub")
-    return Ledger(
-        d / "ledger.duckdb",
-        signer,
-        origin="jouled/test/0000",
-        checkpoint_path=d / "checkpoint.note",
-        genesis={"version": "t", "host": "h"},
-    )
 
 
 def varied(seed: int, n: int = 400) -> list[dict[str, Any]]:
