@@ -12,10 +12,9 @@ import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -957,9 +956,15 @@ class Daemon:
     def best_of_k(self, suite: str = "") -> dict[str, Any]:
         return {"rows": frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None)}
 
-    def export(self) -> Iterator[str]:
-        for entry in self.ledger.iter_export():
-            yield entry.export_line()
+    def export(self) -> tuple[Iterator[str], Callable[[], list[str]]]:
+        """The export lines and the checkpoint history of one tree: the ledger as it is now.
+
+        Appends made while the lines stream are left out of both, so the history
+        never commits to entries the export lacks.
+        """
+        size = self.ledger.size
+        lines = (entry.export_line() for entry in self.ledger.iter_export(size))
+        return lines, lambda: self.ledger.checkpoint_history(size)
 
     def meter_status(self) -> dict[str, Any]:
         cal = self.metering.calibration
@@ -983,11 +988,6 @@ class Daemon:
             faults: int | None = self.meter.snapshot().faults
         except (JouledError, OSError):
             faults = None  # a closed or failing meter: left out, not reported as zero
-        try:
-            written = self.config.checkpoint_path.stat().st_mtime
-            checkpoint_age: float | None = max(0.0, time.time() - written)
-        except OSError:
-            checkpoint_age = None
         cal = self.metering.calibration
         return metrics.Gauges(
             queue_depth=len(self.queue),
@@ -996,7 +996,7 @@ class Daemon:
             workers=self.config.workers,
             op_windows_open=len(self.ops),
             ledger_entries=self.ledger.size,
-            checkpoint_age_s=checkpoint_age,
+            checkpoint_age_s=self.ledger.checkpoint_age_s(),
             sampler_faults=faults,
             energy_source=self.meter.source,
             calibration_age_s=None if cal is None or not cal.time else _age_s(cal.time),

@@ -261,9 +261,10 @@ class Servicer(pb_grpc.JouledServicer):
 
     def Export(self, request: pb.ExportRequest, context: Any) -> Iterator[pb.ExportChunk]:
         try:
-            for line in self.daemon.export():
+            lines, history = self.daemon.export()
+            for line in lines:
                 yield pb.ExportChunk(entry=line)
-            for note in self.daemon.ledger.checkpoint_history():
+            for note in history():
                 yield pb.ExportChunk(checkpoint=note)
         except Exception as err:
             _abort(context, err)

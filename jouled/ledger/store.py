@@ -1,18 +1,25 @@
 """The ledger: a DuckDB file the daemon alone writes, extended as a transparency log.
 
-Each append signs a canonical payload chained to the previous leaf, inserts it
-with its query columns and the new signed checkpoint in one transaction, then
-writes the checkpoint note atomically outside DuckDB. At open (and before each
-append) the stored entries are checked against that note: a ledger behind or
-beside its checkpoint was truncated or rolled back, and is never extended.
+Each append signs a canonical payload chained to the previous leaf and a
+checkpoint of the new tree, writes both to the tail (`jouled.ledger.tail`)
+and `fdatasync`s it: the append is durable when it returns. The tail is
+moved into DuckDB in batches (every `FLUSH_EVERY` entries, before any read of
+the tables, at close, and at once for genesis and key rotations): the
+checkpoint note is replaced atomically outside DuckDB first, then the
+entries, their query columns and their checkpoints commit in one
+transaction, then the tail is emptied. Opening moves what a crash left in the
+tail into DuckDB before anything else, so every acknowledged entry is there.
+
+At open (and before each append) the stored entries are checked against the
+checkpoint note: a ledger behind or beside its checkpoint was truncated or
+rolled back, and is never extended. The note is at most one batch behind the
+newest entry (the tail holds the newer checkpoints) and never ahead of what
+DuckDB and the tail hold together.
 
 Durability: DuckDB's defaults are kept on purpose. Every COMMIT appends to
 the WAL and fdatasync()s it before returning (checked with strace: one
-fdatasync per commit), so a committed entry survives a crash of the daemon or
-the host, and an entry and its checkpoint row commit in one transaction. The
-checkpoint note is written after the commit (temp file, fsync, rename, fsync
-of the directory), so after a crash it can lag the ledger by one append but
-never run ahead of it.
+fdatasync per commit), so the tail is emptied only once its entries survive
+a crash of the daemon or the host.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +58,9 @@ from jouled.ledger.columns import (
 )
 from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
 from jouled.ledger.signing import Signer, raw_public
+from jouled.ledger.tail import Tail, TailRecord, read_records, tail_path
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -104,6 +116,15 @@ def current_keyid(path: Path) -> str | None:
     if not path.exists():
         return None
     try:
+        # The tail holds the newest entries: a rotation a crash left there names the key.
+        records, _ = read_records(tail_path(path))
+    except LedgerError:
+        records = []  # opening the ledger reports what is wrong
+    for record in reversed(records):
+        if record.entry.kind in ("genesis", "key_rotation"):
+            body = record.entry.body
+            return str(body.get("new_keyid") or body.get("keyid"))
+    try:
         with duckdb.connect(str(path), read_only=True) as db:
             row = db.execute(
                 "SELECT payload FROM entries WHERE kind IN ('genesis', 'key_rotation') "
@@ -147,8 +168,14 @@ class _Background(Generic[T]):
         return self._value
 
 
+_RESTORE = "restore the data dir from a backup; never extend a damaged ledger"
+
 # Results whose frontier columns an append leaves for the next batch fill, at most.
 FILL_EVERY = 512
+# Entries the tail holds before they are moved into DuckDB, at most.
+FLUSH_EVERY = 512
+# Kinds moved into DuckDB as soon as they are appended: what opening reads first.
+FLUSHED_AT_ONCE = ("genesis", "key_rotation")
 
 
 @dataclass
@@ -198,25 +225,34 @@ class Ledger:
             ) from err
         self._tree = merkle.MerkleTree()
         self._note_stat: tuple[int, int] | None = None
+        self._note: str | None = None  # the newest signed checkpoint, which the tail may hold
+        self._note_time: float | None = None
+        self._unflushed: list[TailRecord] = []
         self._filled_to = 0
         try:
+            self._tail = Tail(tail_path(path))
+        except LedgerError:
+            self._db.close()
+            raise
+        try:
             self._db.execute(SCHEMA)
+            self._replay_tail()
             self._migrate()
             self._load()
         except duckdb.Error as err:
-            self._db.close()
+            self._close_files()
             raise LedgerIntegrityError(
                 f"the ledger {path} is damaged and cannot be read: {err}",
                 hint="the file was truncated or corrupted; restore the data dir from a backup",
             ) from err
         except LedgerError:
-            self._db.close()
+            self._close_files()
             raise
         try:
             self._adopt_history()
             self._check_against_note()
         except LedgerError:
-            self._db.close()
+            self._close_files()
             raise
         if not self._tree.size:
             self.append("genesis", {**genesis, **self._key_fields(), "origin": origin})
@@ -228,6 +264,72 @@ class Ledger:
             "public_key": base64.b64encode(raw_public(self.signer.public)).decode("ascii"),
             "keyid": self.signer.keyid,
         }
+
+    def _close_files(self) -> None:
+        self._tail.close()
+        self._db.close()
+
+    def _replay_tail(self) -> None:
+        """Move the entries a crash left in the tail into DuckDB, checked as a chain.
+
+        Records DuckDB already holds (a crash after the commit, before the tail
+        was emptied) must match what it holds; the rest must continue the chain
+        from its last entry. An incomplete last line was never acknowledged.
+        """
+        records, torn = read_records(self._tail.path)
+        if torn:
+            log.warning(
+                "dropped %d bytes of an incomplete record at the end of %s: a crash "
+                "interrupted an append that was never acknowledged",
+                torn,
+                self._tail.path,
+            )
+        if not records:
+            if torn:
+                self._tail.clear()
+            return
+        row = self._db.execute("SELECT count(*) FROM entries").fetchone()
+        count = int(row[0]) if row else 0
+        first = records[0].entry.seq
+        stored = dict(
+            self._db.execute(
+                "SELECT seq, leaf_hash FROM entries WHERE seq >= ?", [max(first - 1, 0)]
+            ).fetchall()
+        )
+        if not 0 <= first <= count:
+            raise LedgerIntegrityError(
+                f"{self._tail.path} starts at entry {first} but {self.path} holds {count}",
+                hint="the tail belongs to another copy of the ledger; restore the data dir "
+                "from a backup",
+            )
+        prev = str(stored.get(first - 1, "")) if first else ""
+        new: list[TailRecord] = []
+        for n, record in enumerate(records):
+            entry = record.entry
+            where = f"{self._tail.path}: entry {entry.seq}"
+            if entry.seq != first + n:
+                raise LedgerIntegrityError(f"{where} follows entry {first + n - 1}", hint=_RESTORE)
+            if entry.seq < count:
+                if stored.get(entry.seq) != entry.leaf_hash.hex():
+                    raise LedgerIntegrityError(f"{where} differs from the ledger's", hint=_RESTORE)
+            elif (
+                merkle.leaf_hash(entry.payload) != entry.leaf_hash
+                or entry.doc.get("seq") != entry.seq
+                or entry.doc.get("prev") != prev
+            ):
+                raise LedgerIntegrityError(
+                    f"{where} does not continue the chain (edited, or not this ledger's)",
+                    hint=_RESTORE,
+                )
+            else:
+                new.append(record)
+            prev = entry.leaf_hash.hex()
+        if new:
+            if self._note_file_behind(new, fresh_ledger=count == 0):
+                self._write_note(new)
+            self._commit(new)
+            log.info("moved %d entries from %s into the ledger", len(new), self._tail.path)
+        self._tail.clear()
 
     def _migrate(self) -> None:
         """Give a ledger written before the frontier columns those columns, once.
@@ -365,6 +467,28 @@ class Ledger:
                 "`jouled keys rotate`, never by replacing the file",
             )
 
+    def _write_note(self, records: Sequence[TailRecord]) -> None:
+        """Replace the note file with the newest checkpoint the records carry."""
+        note = next((r.note for r in reversed(records) if r.note is not None), None)
+        if note is not None:
+            write_atomic(self.checkpoint_path, note)
+            st = self.checkpoint_path.stat()
+            self._note_stat = (st.st_mtime_ns, st.st_size)
+
+    def _note_file_behind(self, records: Sequence[TailRecord], *, fresh_ledger: bool) -> bool:
+        """Whether the tail's records carry a newer checkpoint than the note file, at open.
+
+        A note file that does not read is left alone, for the check to report.
+        """
+        sizes = [parse_note(r.note)[0].size for r in records if r.note is not None]
+        try:
+            current, _ = parse_note(self.checkpoint_path.read_bytes())
+        except FileNotFoundError:
+            return fresh_ledger and bool(sizes)
+        except (OSError, VerificationError):
+            return False
+        return bool(sizes) and max(sizes) > current.size
+
     def _check_against_note(self) -> None:
         """Refuse a ledger that is behind, or forked from, its own checkpoint file."""
         try:
@@ -379,12 +503,11 @@ class Ledger:
                 ) from None
             return
         stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self._note_stat:
+        if stamp == self._note_stat and self._note is not None:
             return
+        text = self.checkpoint_path.read_bytes()
         try:
-            cp = verify_note(
-                self.checkpoint_path.read_bytes(), [(self.origin, k) for k in self._note_keys]
-            )
+            cp = verify_note(text, [(self.origin, k) for k in self._note_keys])
         except VerificationError as err:
             raise LedgerIntegrityError(
                 f"{self.checkpoint_path} does not verify with this daemon's key: {err.message}",
@@ -406,6 +529,8 @@ class Ledger:
                 hint="entries were edited, reordered or replaced; restore from a backup",
             )
         self._note_stat = stamp
+        if self._note is None:  # opening; later the newest note is the one last signed
+            self._note, self._note_time = text.decode("utf-8"), st.st_mtime
 
     # -- appending -----------------------------------------------------------------------
 
@@ -447,7 +572,9 @@ class Ledger:
         return slot.entry
 
     def append_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> list[Entry]:
-        """Sign and commit entries in one transaction, then publish one checkpoint."""
+        """Sign entries and one checkpoint after them, and make them durable in the tail."""
+        if not items:
+            return []
         with self._lock:
             self._check_against_note()
             entries: list[Entry] = []
@@ -461,30 +588,59 @@ class Ledger:
                     self._tree.append(entry.leaf_hash)
                 cp = Checkpoint(origin=self.origin, size=self._tree.size, root=self._tree.root())
                 note = sign_note(cp, self._note_signers(cp.size))
+                records = [TailRecord(e) for e in entries[:-1]]
+                records.append(TailRecord(entries[-1], note, utc_now()))
+                self._tail.write(records)
             except BaseException:
                 self._tree.truncate(size)
                 raise
-            fill = self._tree.size - self._filled_to >= FILL_EVERY
-            try:
-                self._db.execute("BEGIN TRANSACTION")
-                self._insert(entries)
-                self._db.execute(
-                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
-                    [cp.size, cp.root.hex(), note, utc_now()],
-                )
-                if fill:
-                    self._fill_frontier_columns(self._filled_to)
-                self._db.execute("COMMIT")
-            except duckdb.Error as err:
-                self._db.execute("ROLLBACK")
-                self._tree.truncate(size)
-                raise LedgerError(f"cannot append to {self.path}: {err}") from err
-            if fill:
-                self._filled_to = self._tree.size
-            write_atomic(self.checkpoint_path, note)
-            st = self.checkpoint_path.stat()
-            self._note_stat = (st.st_mtime_ns, st.st_size)
+            self._unflushed += records
+            self._note, self._note_time = note, time.time()
+            if len(self._unflushed) >= FLUSH_EVERY or any(
+                kind in FLUSHED_AT_ONCE for kind, _ in items
+            ):
+                self._flush()
             return entries
+
+    def _flush(self) -> None:
+        """Move the tail into DuckDB: the note file first, then one transaction, then empty it.
+
+        A crash anywhere leaves the entries in the tail for the next open, and
+        the note file never ahead of what DuckDB and the tail hold.
+        """
+        if not self._unflushed:
+            return
+        self._write_note(self._unflushed)
+        self._commit(self._unflushed)
+        self._unflushed = []
+        self._tail.clear()
+
+    def _commit(self, records: Sequence[TailRecord]) -> None:
+        """Insert the records' entries and checkpoints in one transaction."""
+        fill = self._tree.size - self._filled_to >= FILL_EVERY
+        checkpoints: list[Any] = []
+        for record in records:
+            if record.note is not None:
+                cp, _ = parse_note(record.note)
+                checkpoints += [cp.size, cp.root.hex(), record.note, record.noted]
+        try:
+            self._db.execute("BEGIN TRANSACTION")
+            self._insert([r.entry for r in records])
+            if checkpoints:
+                rows = ", ".join(["(?, ?, ?, ?)"] * (len(checkpoints) // 4))
+                self._db.execute(f"INSERT INTO checkpoints VALUES {rows}", checkpoints)
+            if fill:
+                self._fill_frontier_columns(self._filled_to)
+            self._db.execute("COMMIT")
+        except duckdb.Error as err:
+            self._db.execute("ROLLBACK")
+            raise LedgerError(
+                f"cannot move entries {records[0].entry.seq}..{records[-1].entry.seq} into "
+                f"{self.path}: {err}",
+                hint="they are safe in the ledger's tail and are moved at the next open",
+            ) from err
+        if fill:
+            self._filled_to = self._tree.size
 
     def _note_signers(self, size: int) -> list[tuple[str, Signer]]:
         signers = [(self.origin, self.signer)]
@@ -558,6 +714,7 @@ class Ledger:
 
     def journal_pending(self) -> list[PendingAttempt]:
         with self._lock:
+            self._flush()
             # An attempt is finished exactly when an entry names it, so commits
             # never have to touch the journal.
             rows = self._db.execute(
@@ -571,7 +728,9 @@ class Ledger:
 
     @property
     def size(self) -> int:
-        return self._tree.size
+        """Entries appended: taken under the lock, so never mid-way through an append."""
+        with self._lock:
+            return self._tree.size
 
     def root(self, size: int | None = None) -> bytes:
         with self._lock:
@@ -579,6 +738,7 @@ class Ledger:
 
     def _entries(self, where: str = "", params: Sequence[Any] = ()) -> list[Entry]:
         with self._lock:
+            self._flush()
             rows = self._db.execute(
                 f"SELECT seq, payload, signatures, leaf_hash FROM entries {where} ORDER BY seq",
                 list(params),
@@ -604,15 +764,12 @@ class Ledger:
     def entries(self, kind: str | None = None) -> list[Entry]:
         return self._entries("WHERE kind = ?", [kind]) if kind else self._entries()
 
-    def iter_export(self, batch: int = 10_000) -> Iterator[Entry]:
-        """Every entry in seq order, read in batches so an export streams."""
-        start = 0
-        while True:
-            chunk = self._entries("WHERE seq >= ? AND seq < ?", [start, start + batch])
-            if not chunk:
-                return
-            yield from chunk
-            start += batch
+    def iter_export(self, size: int | None = None, batch: int = 10_000) -> Iterator[Entry]:
+        """The first `size` entries (all, by default) in seq order, read in batches so an
+        export streams."""
+        end = self.size if size is None else size
+        for start in range(0, end, batch):
+            yield from self._entries("WHERE seq >= ? AND seq < ?", [start, min(start + batch, end)])
 
     def result_for_key(self, idempotency_key: str) -> Entry | None:
         found = self._entries("WHERE kind = 'result' AND idempotency_key = ?", [idempotency_key])
@@ -624,6 +781,7 @@ class Ledger:
 
     def latest(self, kind: str) -> Entry | None:
         with self._lock:
+            self._flush()
             row = self._db.execute("SELECT max(seq) FROM entries WHERE kind = ?", [kind]).fetchone()
         return None if row is None or row[0] is None else self.get(int(row[0]))
 
@@ -633,6 +791,7 @@ class Ledger:
         start = 0
         while True:
             with self._lock:
+                self._flush()
                 rows = self._db.execute(
                     f"SELECT seq, payload FROM entries WHERE {where} AND seq >= ? "
                     "ORDER BY seq LIMIT ?",
@@ -651,12 +810,14 @@ class Ledger:
         them for a batch); `frontier` fills them first.
         """
         with self._lock:
+            self._flush()
             return self._db.execute(sql, list(params)).fetchall()
 
     def frontier(self, ops: Iterable[Mapping[str, Any]] = ()) -> Frontier:
         """Running frontier totals of every result, from the query columns (no payload
         is parsed); `ops` are the `op` entries' bodies."""
         with self._lock:
+            self._flush()
             if self._filled_to < self._tree.size:
                 self._fill_frontier_columns(self._filled_to)
                 self._filled_to = self._tree.size
@@ -665,11 +826,24 @@ class Ledger:
     # -- checkpoints and proofs ----------------------------------------------------------
 
     def checkpoint_note(self) -> str:
-        return self.checkpoint_path.read_bytes().decode("utf-8")
-
-    def checkpoint_history(self) -> list[str]:
+        """The newest signed checkpoint (the note file may be up to a batch behind it)."""
         with self._lock:
-            rows = self._db.execute("SELECT note FROM checkpoints ORDER BY size").fetchall()
+            if self._note is None:
+                raise LedgerError("the ledger has no checkpoint yet")
+            return self._note
+
+    def checkpoint_age_s(self) -> float | None:
+        """Seconds since the newest checkpoint was signed (None before the first)."""
+        return None if self._note_time is None else max(0.0, time.time() - self._note_time)
+
+    def checkpoint_history(self, size: int | None = None) -> list[str]:
+        """Every checkpoint published, oldest first; up to a tree of `size` when given."""
+        with self._lock:
+            self._flush()
+            rows = self._db.execute(
+                "SELECT note FROM checkpoints WHERE size <= ? ORDER BY size",
+                [self.size if size is None else size],
+            ).fetchall()
         return [r[0] for r in rows]
 
     def checkpoint(self) -> Checkpoint:
@@ -716,6 +890,7 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             try:
+                self._flush()
                 self._fill_frontier_columns(self._filled_to)
             finally:
-                self._db.close()
+                self._close_files()

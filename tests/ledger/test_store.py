@@ -7,6 +7,7 @@ import pytest
 
 from jouled.errors import KeyFileError, LedgerIntegrityError
 from jouled.ledger import merkle
+from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.signing import load_or_create_key
 from jouled.ledger.store import Ledger
 from jouled.ledger.verify import verify_export
@@ -153,7 +154,10 @@ def test_a_truncated_wal_shows_as_a_ledger_behind_its_checkpoint(tmp_path: Path)
     import sys
     import textwrap
 
-    # Commit entries in a process that dies without closing, so they live only in the WAL.
+    from jouled.ledger.store import FLUSH_EVERY
+
+    # Commit entries in a process that dies without closing, so they live only in the WAL:
+    # the last append fills a batch, which moves the tail into DuckDB and empties it.
     script = textwrap.dedent(
         f"""
         import os, sys
@@ -161,8 +165,9 @@ def test_a_truncated_wal_shows_as_a_ledger_behind_its_checkpoint(tmp_path: Path)
         from test_store import open_ledger
         from pathlib import Path
         ledger = open_ledger(Path({str(tmp_path)!r}))
-        for i in range(5):
+        for i in range({FLUSH_EVERY}):
             ledger.append("result", {{"task_id": f"s/{{i}}"}})
+        assert ledger._tail.empty
         os._exit(0)
         """
     )
@@ -268,3 +273,20 @@ def test_frontier_columns_are_filled_in_batches_and_at_close(tmp_path: Path) -> 
     ledger.close()
     with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
         assert db.execute(unfilled).fetchone() == (0,)
+
+
+def test_an_export_is_of_one_tree_whatever_is_appended_while_it_streams(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    for i in range(3):
+        ledger.append("result", {"task_id": f"s/{i}"})
+    size = ledger.size
+    lines = ledger.iter_export(size)
+    first = next(lines)  # the export has started
+    for i in range(2):
+        ledger.append("result", {"task_id": f"s/later{i}"})
+    exported = [first.export_line(), *(e.export_line() for e in lines)]
+    history = ledger.checkpoint_history(size)
+    assert len(exported) == size == 4 and parse_note(history[-1])[0].size == size
+    assert verify_export(exported, [ledger.signer.public], history).entries == size
+    assert len(ledger.checkpoint_history()) == len(history) + 2
+    ledger.close()
