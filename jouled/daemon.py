@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -36,6 +35,7 @@ from jouled.documents import (
     ResultBody,
 )
 from jouled.errors import (
+    NO_SPACE,
     BusyError,
     CancelledError,
     DeniedError,
@@ -584,7 +584,7 @@ class Daemon:
 
     def _disk_full(self, err: BaseException) -> DiskFullError | None:
         """A full file system, however the copy reported it, as one clear error."""
-        full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = isinstance(err, OSError) and err.errno in NO_SPACE
         if isinstance(err, shutil.Error):
             full = "No space left" in str(err) or "quota exceeded" in str(err).lower()
         if not full:

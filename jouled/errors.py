@@ -8,7 +8,11 @@ are wrapped where they first appear (`raise ... from err`).
 
 from __future__ import annotations
 
+import errno
 from enum import StrEnum
+
+# The errnos of a file system with no room left (for anyone, or for this user).
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class Kind(StrEnum):
@@ -137,6 +141,12 @@ class MeterPermissionError(MeterError):
 
 class LedgerError(JouledError):
     pass
+
+
+class LedgerFullError(LedgerError):
+    """The data dir has no room for the ledger's next write; nothing recorded is lost."""
+
+    kind = Kind.RESOURCE_EXHAUSTED
 
 
 class LedgerIntegrityError(LedgerError):

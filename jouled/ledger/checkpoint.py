@@ -35,7 +35,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from jouled.errors import LedgerError, UsageError, VerificationError
+from jouled.errors import NO_SPACE, LedgerError, LedgerFullError, UsageError, VerificationError
 from jouled.ledger.merkle import HASH_SIZE
 from jouled.ledger.signing import Signer, raw_public
 
@@ -331,6 +331,8 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:
+        if err.errno in NO_SPACE:
+            raise LedgerFullError(f"the data dir ran out of space: cannot write {path}") from err
         raise LedgerError(f"cannot write {path}: {err.strerror}") from err
     tmp = Path(tmp_name)
     try:
@@ -345,4 +347,9 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as err:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if err.errno in NO_SPACE:
+            raise LedgerFullError(
+                f"the data dir ran out of space: cannot write {path}",
+                hint="free space on that file system",
+            ) from err
         raise LedgerError(f"cannot write {path}: {err.strerror}") from err

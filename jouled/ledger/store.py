@@ -3,12 +3,14 @@
 Each append signs a canonical payload chained to the previous leaf and a
 checkpoint of the new tree, writes both to the tail (`jouled.ledger.tail`)
 and `fdatasync`s it: the append is durable when it returns. The tail is
-moved into DuckDB in batches (every `FLUSH_EVERY` entries, before any read of
-the tables, at close, and at once for genesis and key rotations): the
-checkpoint note is replaced atomically outside DuckDB first, then the
-entries, their query columns and their checkpoints commit in one
-transaction, then the tail is emptied. Opening moves what a crash left in the
-tail into DuckDB before anything else, so every acknowledged entry is there.
+moved into DuckDB in batches (every `FLUSH_EVERY` entries, before a query
+over all entries such as the frontier's, at close, and at once for genesis
+and key rotations): the checkpoint note is replaced atomically outside
+DuckDB first, then the entries, their query columns and their checkpoints
+commit in one transaction, then the tail is emptied. Reads of entries add
+the tail's from memory and write nothing, so they keep answering on a full
+disk. Opening moves what a crash left in the tail into DuckDB before
+anything else, so every acknowledged entry is there.
 
 At open (and before each append) the stored entries are checked against the
 checkpoint note: a ledger behind or beside its checkpoint was truncated or
@@ -40,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from jouled.errors import (
     LedgerError,
+    LedgerFullError,
     LedgerIntegrityError,
     NotFoundError,
     UsageError,
@@ -136,6 +139,15 @@ def current_keyid(path: Path) -> str | None:
         return None
     body = json.loads(bytes(row[0]))["body"]
     return str(body.get("new_keyid") or body.get("keyid"))
+
+
+def _column(entry: Entry, name: str) -> Any:
+    """The query column `name` of an entry, as the store writes it."""
+    return query_values(entry.kind, entry.body)[NAMES.index(name)]
+
+
+def _seq_in(seqs: range) -> Callable[[Entry], bool]:
+    return lambda entry: entry.seq in seqs
 
 
 def _public(b64: str) -> Ed25519PublicKey:
@@ -634,7 +646,8 @@ class Ledger:
             self._db.execute("COMMIT")
         except duckdb.Error as err:
             self._db.execute("ROLLBACK")
-            raise LedgerError(
+            error = LedgerFullError if "No space left" in str(err) else LedgerError
+            raise error(
                 f"cannot move entries {records[0].entry.seq}..{records[-1].entry.seq} into "
                 f"{self.path}: {err}",
                 hint="they are safe in the ledger's tail and are moved at the next open",
@@ -714,7 +727,6 @@ class Ledger:
 
     def journal_pending(self) -> list[PendingAttempt]:
         with self._lock:
-            self._flush()
             # An attempt is finished exactly when an entry names it, so commits
             # never have to touch the journal.
             rows = self._db.execute(
@@ -722,7 +734,8 @@ class Ledger:
                 "WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.attempt_id = j.attempt_id) "
                 "ORDER BY accepted"
             ).fetchall()
-        return [PendingAttempt(a, k, t, json.loads(r)) for a, k, t, r in rows]
+            finished = {_column(r.entry, "attempt_id") for r in self._unflushed}
+        return [PendingAttempt(a, k, t, json.loads(r)) for a, k, t, r in rows if a not in finished]
 
     # -- reading -------------------------------------------------------------------------
 
@@ -736,13 +749,20 @@ class Ledger:
         with self._lock:
             return self._tree.root(size)
 
-    def _entries(self, where: str = "", params: Sequence[Any] = ()) -> list[Entry]:
+    def _entries(
+        self, where: str, params: Sequence[Any], keep: Callable[[Entry], bool]
+    ) -> list[Entry]:
+        """Entries matching `where` in DuckDB, then those in the tail that `keep` accepts.
+
+        Reads never move the tail into DuckDB: they keep working when the data
+        dir's disk is full. `keep` must say in Python what `where` says in SQL.
+        """
         with self._lock:
-            self._flush()
             rows = self._db.execute(
                 f"SELECT seq, payload, signatures, leaf_hash FROM entries {where} ORDER BY seq",
                 list(params),
             ).fetchall()
+            pending = [r.entry for r in self._unflushed if keep(r.entry)]
         return [
             Entry(
                 seq=seq,
@@ -751,10 +771,10 @@ class Ledger:
                 leaf_hash=bytes.fromhex(leaf),
             )
             for seq, payload, sigs, leaf in rows
-        ]
+        ] + pending
 
     def get(self, seq: int) -> Entry:
-        found = self._entries("WHERE seq = ?", [seq])
+        found = self._entries("WHERE seq = ?", [seq], lambda e: e.seq == seq)
         if not found:
             raise NotFoundError(
                 f"no ledger entry {seq}; the ledger holds entries 0..{self.size - 1}"
@@ -762,26 +782,41 @@ class Ledger:
         return found[0]
 
     def entries(self, kind: str | None = None) -> list[Entry]:
-        return self._entries("WHERE kind = ?", [kind]) if kind else self._entries()
+        if kind is None:
+            return self._entries("", [], lambda e: True)
+        return self._entries("WHERE kind = ?", [kind], lambda e: e.kind == kind)
 
     def iter_export(self, size: int | None = None, batch: int = 10_000) -> Iterator[Entry]:
         """The first `size` entries (all, by default) in seq order, read in batches so an
         export streams."""
         end = self.size if size is None else size
         for start in range(0, end, batch):
-            yield from self._entries("WHERE seq >= ? AND seq < ?", [start, min(start + batch, end)])
+            chunk = range(start, min(start + batch, end))
+            yield from self._entries(
+                "WHERE seq >= ? AND seq < ?", [chunk.start, chunk.stop], _seq_in(chunk)
+            )
 
     def result_for_key(self, idempotency_key: str) -> Entry | None:
-        found = self._entries("WHERE kind = 'result' AND idempotency_key = ?", [idempotency_key])
+        found = self._entries(
+            "WHERE kind = 'result' AND idempotency_key = ?",
+            [idempotency_key],
+            lambda e: e.kind == "result" and _column(e, "idempotency_key") == idempotency_key,
+        )
         return found[0] if found else None
 
     def baseline_for(self, task_digest: str) -> Entry | None:
-        found = self._entries("WHERE kind = 'baseline' AND task_digest = ?", [task_digest])
+        found = self._entries(
+            "WHERE kind = 'baseline' AND task_digest = ?",
+            [task_digest],
+            lambda e: e.kind == "baseline" and _column(e, "task_digest") == task_digest,
+        )
         return found[-1] if found else None
 
     def latest(self, kind: str) -> Entry | None:
         with self._lock:
-            self._flush()
+            for record in reversed(self._unflushed):
+                if record.entry.kind == kind:
+                    return record.entry
             row = self._db.execute("SELECT max(seq) FROM entries WHERE kind = ?", [kind]).fetchone()
         return None if row is None or row[0] is None else self.get(int(row[0]))
 
@@ -791,13 +826,21 @@ class Ledger:
         start = 0
         while True:
             with self._lock:
-                self._flush()
                 rows = self._db.execute(
                     f"SELECT seq, payload FROM entries WHERE {where} AND seq >= ? "
                     "ORDER BY seq LIMIT ?",
                     [*([suite] if suite else []), start, batch],
                 ).fetchall()
+                if not rows:  # then the tail's, which follow every stored entry
+                    pending = [
+                        r.entry.body
+                        for r in self._unflushed
+                        if r.entry.seq >= start
+                        and r.entry.kind == "result"
+                        and (not suite or _column(r.entry, "suite") == suite)
+                    ]
             if not rows:
+                yield from pending
                 return
             for _, payload in rows:
                 yield json.loads(bytes(payload))["body"]
@@ -839,12 +882,12 @@ class Ledger:
     def checkpoint_history(self, size: int | None = None) -> list[str]:
         """Every checkpoint published, oldest first; up to a tree of `size` when given."""
         with self._lock:
-            self._flush()
+            end = self._tree.size if size is None else size
             rows = self._db.execute(
-                "SELECT note FROM checkpoints WHERE size <= ? ORDER BY size",
-                [self.size if size is None else size],
+                "SELECT note FROM checkpoints WHERE size <= ? ORDER BY size", [end]
             ).fetchall()
-        return [r[0] for r in rows]
+            pending = [r.note for r in self._unflushed if r.note is not None and r.entry.seq < end]
+        return [r[0] for r in rows] + pending
 
     def checkpoint(self) -> Checkpoint:
         cp, _ = parse_note(self.checkpoint_note())

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from jouled.errors import LedgerError, LedgerIntegrityError
+from jouled.errors import NO_SPACE, LedgerError, LedgerFullError, LedgerIntegrityError
 from jouled.ledger.entry import Entry, parse_export_record
 
 
@@ -107,9 +107,14 @@ class Tail:
         except OSError as err:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._size)
+            if err.errno in NO_SPACE:
+                raise LedgerFullError(
+                    f"the data dir ran out of space: cannot write the ledger's tail {self.path}",
+                    hint="free space on that file system; nothing was recorded",
+                ) from err
             raise LedgerError(
                 f"cannot write the ledger's tail {self.path}: {err.strerror}",
-                hint="is the data dir's disk full or failing? nothing was recorded",
+                hint="is the data dir's disk failing? nothing was recorded",
             ) from err
         self._size += len(data)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from jouled.errors import LedgerError, UsageError, VerificationError
+from jouled.errors import LedgerError, LedgerFullError, UsageError, VerificationError
 from jouled.ledger import checkpoint as cp
 from jouled.ledger.checkpoint import (
     Checkpoint,
@@ -354,7 +354,7 @@ def test_failed_write_keeps_the_old_file_and_no_temp_files(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cp.os, "replace", refuse)
-    with pytest.raises(LedgerError, match="No space left on device"):
+    with pytest.raises(LedgerFullError, match="the data dir ran out of space: cannot write"):
         write_atomic(path, "new\n")
     assert path.read_text() == "old\n"
     assert os.listdir(tmp_path) == ["checkpoint.note"]

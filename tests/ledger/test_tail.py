@@ -9,6 +9,7 @@ import base64
 import errno
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from jouled.config import Config
 from jouled.daemon import open_ledger as open_daemon_ledger
-from jouled.errors import LedgerError, LedgerIntegrityError
+from jouled.errors import LedgerError, LedgerFullError, LedgerIntegrityError
 from jouled.ledger import keys
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.store import FLUSH_EVERY, current_keyid
@@ -153,18 +154,26 @@ def test_another_ledgers_tail_is_refused(tmp_path: Path) -> None:
         open_ledger(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("code", "error", "message"),
+    [
+        (errno.EIO, LedgerError, r"cannot write the ledger's tail .*: Input/output error"),
+        (errno.ENOSPC, LedgerFullError, r"ran out of space: cannot write the ledger's tail"),
+    ],
+)
 def test_a_failed_sync_records_nothing_and_the_ledger_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, error: type, message: str
 ) -> None:
     ledger = open_ledger(tmp_path)
     ledger.append("result", {"task_id": "s/a"})
 
     def failing(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr("jouled.ledger.tail.os.fdatasync", failing)
-    with pytest.raises(LedgerError, match=r"cannot write the ledger's tail .*Input/output error"):
+    with pytest.raises(error, match=message) as raised:
         ledger.append("result", {"task_id": "s/lost"})
+    assert raised.value.kind == error.kind
     assert ledger.size == 2
     monkeypatch.undo()
     assert ledger.append("result", {"task_id": "s/b"}).seq == 2
@@ -207,4 +216,29 @@ print(new.keyid)
     ledger = open_daemon_ledger(config)  # finishes the rotation the tail names
     assert ledger.signer.keyid == new_keyid and not paths.next.exists()
     assert ledger.append("result", {"task_id": "s/a"}).signatures[0].keyid == new_keyid
+    ledger.close()
+
+
+def test_reads_see_the_tail_without_moving_it(tmp_path: Path) -> None:
+    # Reads never write: they keep answering when the disk is too full to move the tail.
+    ledger = open_ledger(tmp_path)
+    ledger.journal_accept("a1", "k1", "s/t", {})
+    ledger.journal_accept("a2", "k2", "s/t", {})
+    result = ledger.append(
+        "result", {"task_id": "s/t", "suite": "s", "idempotency_key": "k1", "attempt_id": "a1"}
+    )
+    baseline = ledger.append("baseline", {"task_id": "s/t", "task_digest": "d1"})
+    assert not ledger._tail.empty and ledger.size == 3
+    assert ledger.get(1) == result and ledger.result_for_key("k1") == result
+    assert ledger.result_for_key("k2") is None
+    assert ledger.baseline_for("d1") == baseline and ledger.latest("baseline") == baseline
+    assert [e.seq for e in ledger.entries()] == [0, 1, 2]
+    assert [e.seq for e in ledger.entries("result")] == [1]
+    assert [e.seq for e in ledger.iter_export(batch=2)] == [0, 1, 2]
+    assert [b["idempotency_key"] for b in ledger.result_bodies("s")] == ["k1"]
+    assert list(ledger.result_bodies("other")) == []
+    assert [p.attempt_id for p in ledger.journal_pending()] == ["a2"]
+    assert [parse_note(n)[0].size for n in ledger.checkpoint_history()] == [1, 2, 3]
+    assert not ledger._tail.empty  # nothing was moved
+    assert parse_note((tmp_path / "checkpoint.note").read_bytes())[0].size == 1
     ledger.close()
