@@ -5,12 +5,13 @@ What is measured, side by side in one run (wall-clock, `time.perf_counter`):
 1. Durable append throughput. `Ledger.append` one entry at a time against
    `Ledger.append_many` in batches of 10 and 100, and `Ledger.append` from 16
    threads at once (the daemon's case: it may commit several callers'
-   entries in one transaction), on a fresh data dir. Every
-   call signs, extends the Merkle tree, commits to DuckDB (WAL synced) and
-   writes `checkpoint.note` with fsync of file and directory, so one call is
-   one durable unit. Bodies have the shape `jouled.pipeline.evaluate` writes. Each
-   attempt is entered in the journal first (untimed), as the daemon does, so
-   the journal update inside the append finds its row.
+   entries in one write), on a fresh data dir. Every call signs its
+   entries and a checkpoint, extends the Merkle tree and writes them to the
+   ledger's tail with one fdatasync, so one call is one durable unit; every
+   512 entries the tail moves into DuckDB (note replaced, one transaction),
+   inside the call that fills the batch. Bodies have the shape
+   `jouled.pipeline.evaluate` writes; each attempt is entered in the journal
+   first (untimed), as the daemon does.
 2. Verification of an N-entry export (default 1,000,000). The export is
    generated once with `make_entry` (signing on a process pool) and cached in
    bench/out/, then `verify_export` is timed reading it line by line from the
@@ -463,9 +464,23 @@ def bench_durability_floor(data: Path, note: str, repeats: int) -> list[tuple[st
         commit = repeat(commit_one, count)
     finally:
         db.close()
+    fd = os.open(data / "floor.tail", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+
+        def sync_one() -> None:
+            os.write(fd, b"x" * 2047 + b"\n")
+            os.fdatasync(fd)
+
+        tail_sync = repeat(sync_one, count)
+    finally:
+        os.close(fd)
     return [
-        ("`checkpoint.write_atomic` of a note (fsync file, rename, fsync dir)", note_write),
-        ("DuckDB commit of one small row (WAL sync)", commit),
+        ("`fdatasync` of a 2 KiB append to the tail (what one append waits for)", tail_sync),
+        (
+            "`checkpoint.write_atomic` of a note (fsync file, rename, fsync dir; per batch)",
+            note_write,
+        ),
+        ("DuckDB commit of one small row (WAL sync; per batch)", commit),
     ]
 
 
@@ -995,8 +1010,9 @@ def render(
 
     w("\n### 1. Durable appends\n")
     w(
-        "Each call signs, updates the tree, commits (DuckDB WAL synced) and writes "
-        "`checkpoint.note` (fsync of file and directory). `result` bodies as "
+        "Each call signs, updates the tree and syncs its entries to the ledger's tail "
+        "(one fdatasync); every 512 entries the call that fills the batch also replaces "
+        "`checkpoint.note` and commits the batch to DuckDB. `result` bodies as "
         "`jouled.pipeline.evaluate` writes them, each attempt journaled first (untimed). "
         "The range is the wall time of whole repeats.\n"
     )

@@ -55,6 +55,7 @@ from jouled.ledger.columns import (
     FRONTIER_COLUMNS,
     FRONTIER_NAMES,
     NAMES,
+    QUERY_COLUMNS,
     derived_select,
     mismatch_sql,
     query_values,
@@ -180,6 +181,28 @@ class _Background(Generic[T]):
         return self._value
 
 
+# The columns an append writes, as `_insert` passes them to DuckDB in one JSON text.
+_INSERT_TYPES = {
+    "seq": "BIGINT",
+    "kind": "VARCHAR",
+    "time": "VARCHAR",
+    "payload": "VARCHAR",
+    "signatures": "VARCHAR",
+    "leaf_hash": "VARCHAR",
+    **dict(QUERY_COLUMNS),
+}
+_INSERT_SQL = (
+    f"INSERT INTO entries ({', '.join(_INSERT_TYPES)}) SELECT "
+    + ", ".join("encode(r.payload)" if c == "payload" else f"r.{c}" for c in _INSERT_TYPES)
+    + f" FROM (SELECT unnest(from_json(?::JSON, '{json.dumps([_INSERT_TYPES])}')) AS r)"
+)
+
+_CHECKPOINTS_SQL = (
+    "INSERT INTO checkpoints (size, root, note, time) SELECT r.size, r.root, r.note, r.time "
+    """FROM (SELECT unnest(from_json(?::JSON, '[{"size": "BIGINT", "root": "VARCHAR", """
+    """"note": "VARCHAR", "time": "VARCHAR"}]')) AS r)"""
+)
+
 _RESTORE = "restore the data dir from a backup; never extend a damaged ledger"
 
 # Results whose frontier columns an append leaves for the next batch fill, at most.
@@ -286,19 +309,26 @@ class Ledger:
 
         Records DuckDB already holds (a crash after the commit, before the tail
         was emptied) must match what it holds; the rest must continue the chain
-        from its last entry. An incomplete last line was never acknowledged.
+        from its last entry, and the newest checkpoint among them must verify
+        with this daemon's key. A batch is acknowledged once written whole, its
+        last record carrying its checkpoint: an incomplete last line, and the
+        records of a batch whose checkpoint never made it, are dropped.
         """
         records, torn = read_records(self._tail.path)
-        if torn:
+        unsealed = 0
+        while records and records[-1].note is None:
+            records.pop()
+            unsealed += 1
+        if torn or unsealed:
             log.warning(
-                "dropped %d bytes of an incomplete record at the end of %s: a crash "
-                "interrupted an append that was never acknowledged",
-                torn,
+                "dropped the end of %s (%d whole records and %d bytes of an incomplete one): "
+                "a crash interrupted an append that was never acknowledged",
                 self._tail.path,
+                unsealed,
+                torn,
             )
         if not records:
-            if torn:
-                self._tail.clear()
+            self._tail.clear()
             return
         row = self._db.execute("SELECT count(*) FROM entries").fetchone()
         count = int(row[0]) if row else 0
@@ -337,6 +367,7 @@ class Ledger:
                 new.append(record)
             prev = entry.leaf_hash.hex()
         if new:
+            self._verify_tail_note(new[-1])
             if self._note_file_behind(new, fresh_ledger=count == 0):
                 self._write_note(new)
             self._commit(new)
@@ -477,6 +508,26 @@ class Ledger:
                 f"key ({expected[:16]})",
                 hint="restore the data dir's jouled.key; a new key must be introduced by "
                 "`jouled keys rotate`, never by replacing the file",
+            )
+
+    def _verify_tail_note(self, record: TailRecord) -> None:
+        """The tail's newest checkpoint must be this daemon's and commit to the records."""
+        keys = [self.signer.public] + ([self.retired.public] if self.retired else [])
+        assert record.note is not None
+        try:
+            cp, _ = parse_note(record.note)
+            verify_note(record.note, [(cp.origin, k) for k in keys])
+        except VerificationError as err:
+            raise LedgerIntegrityError(
+                f"{self._tail.path}: the checkpoint after entry {record.entry.seq} does not "
+                f"verify with this daemon's key: {err.message}",
+                hint=_RESTORE,
+            ) from err
+        if cp.size != record.entry.seq + 1:
+            raise LedgerIntegrityError(
+                f"{self._tail.path}: the checkpoint after entry {record.entry.seq} is of a "
+                f"tree of {cp.size}",
+                hint=_RESTORE,
             )
 
     def _write_note(self, records: Sequence[TailRecord]) -> None:
@@ -630,17 +681,23 @@ class Ledger:
     def _commit(self, records: Sequence[TailRecord]) -> None:
         """Insert the records' entries and checkpoints in one transaction."""
         fill = self._tree.size - self._filled_to >= FILL_EVERY
-        checkpoints: list[Any] = []
+        checkpoints = []
         for record in records:
             if record.note is not None:
                 cp, _ = parse_note(record.note)
-                checkpoints += [cp.size, cp.root.hex(), record.note, record.noted]
+                checkpoints.append(
+                    {
+                        "size": cp.size,
+                        "root": cp.root.hex(),
+                        "note": record.note,
+                        "time": record.noted,
+                    }
+                )
         try:
             self._db.execute("BEGIN TRANSACTION")
             self._insert([r.entry for r in records])
-            if checkpoints:
-                rows = ", ".join(["(?, ?, ?, ?)"] * (len(checkpoints) // 4))
-                self._db.execute(f"INSERT INTO checkpoints VALUES {rows}", checkpoints)
+            if checkpoints:  # one JSON text, as `_insert` passes entries
+                self._db.execute(_CHECKPOINTS_SQL, [json.dumps(checkpoints, ensure_ascii=False)])
             if fill:
                 self._fill_frontier_columns(self._filled_to)
             self._db.execute("COMMIT")
@@ -688,25 +745,29 @@ class Ledger:
             return entry
 
     def _insert(self, entries: Sequence[Entry]) -> None:
-        """One multi-row INSERT: a statement per row costs more than signing the row."""
-        row = f"({', '.join('?' * (6 + len(NAMES)))})"
-        params: list[Any] = []
+        """One INSERT of the whole batch, passed as one JSON text.
+
+        DuckDB binds a statement parameter at ~14 µs, so a multi-row VALUES of
+        512 entries and their 18 columns took ~120 ms; parsing one JSON text
+        of the same rows takes ~15 ms. The payload travels as its UTF-8 text
+        and is stored as those bytes again (`encode`).
+        """
+        rows = []
         for entry in entries:
             doc = entry.doc
-            sigs = json.dumps([{"keyid": s.keyid, "sig": s.sig} for s in entry.signatures])
-            params += [
-                entry.seq,
-                doc["kind"],
-                doc["time"],
-                entry.payload,
-                sigs,
-                entry.leaf_hash.hex(),
-                *query_values(doc["kind"], doc["body"]),
-            ]
-        columns = ", ".join(("seq", "kind", "time", "payload", "signatures", "leaf_hash", *NAMES))
-        self._db.execute(
-            f"INSERT INTO entries ({columns}) VALUES {', '.join([row] * len(entries))}", params
-        )
+            row = {
+                "seq": entry.seq,
+                "kind": doc["kind"],
+                "time": doc["time"],
+                "payload": entry.payload.decode("utf-8"),
+                "signatures": json.dumps(
+                    [{"keyid": s.keyid, "sig": s.sig} for s in entry.signatures]
+                ),
+                "leaf_hash": entry.leaf_hash.hex(),
+            }
+            row.update(zip(NAMES, query_values(doc["kind"], doc["body"]), strict=True))
+            rows.append(row)
+        self._db.execute(_INSERT_SQL, [json.dumps(rows, ensure_ascii=False)])
 
     # -- the attempt journal -------------------------------------------------------------
 

@@ -97,9 +97,45 @@ def test_a_torn_last_record_was_never_acknowledged_and_is_dropped(
     with caplog.at_level(logging.WARNING, logger="jouled.ledger.store"):
         ledger = open_ledger(tmp_path)
     assert ledger.size == 6
-    assert "incomplete record" in caplog.text and "never acknowledged" in caplog.text
+    assert "24 bytes of an incomplete one" in caplog.text and "never acknowledged" in caplog.text
     assert ledger.append("result", {"task_id": "s/next"}).seq == 6
     ledger.close()
+
+
+def test_a_batch_cut_short_before_its_checkpoint_was_never_acknowledged(tmp_path: Path) -> None:
+    crash_after(
+        tmp_path,
+        APPEND_FIVE
+        + """
+ledger.append_many([("result", {"task_id": f"s/batch{i}"}) for i in range(3)])
+""",
+    )
+    lines = tail(tmp_path).read_bytes().splitlines(keepends=True)
+    assert len(lines) == 8 and b'"note"' in lines[-1] and b'"note"' not in lines[-2]
+    tail(tmp_path).write_bytes(b"".join(lines[:-1]))  # the batch's sealing record is lost
+    ledger = open_ledger(tmp_path)
+    assert ledger.size == 6  # the five single appends; none of the batch
+    assert ledger.append("result", {"task_id": "s/next"}).seq == 6
+    ledger.close()
+
+
+def test_a_tail_checkpoint_not_signed_by_this_daemon_is_refused(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from jouled.ledger.checkpoint import sign_note
+    from jouled.ledger.signing import Signer
+
+    crash_after(tmp_path, APPEND_FIVE)
+    lines = tail(tmp_path).read_bytes().splitlines()
+    record = json.loads(lines[-1])
+    cp, _ = parse_note(record["note"])
+    record["note"] = sign_note(cp, [(cp.origin, Signer(Ed25519PrivateKey.generate()))])
+    lines[-1] = json.dumps(record).encode()
+    tail(tmp_path).write_bytes(b"\n".join(lines) + b"\n")
+    note_before = (tmp_path / "checkpoint.note").read_bytes()
+    with pytest.raises(LedgerIntegrityError, match="does not verify with this daemon's key"):
+        open_ledger(tmp_path)
+    assert (tmp_path / "checkpoint.note").read_bytes() == note_before  # left as it was
 
 
 def test_records_duckdb_already_holds_are_not_added_twice(tmp_path: Path) -> None:
@@ -162,7 +198,11 @@ def test_another_ledgers_tail_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_a_failed_sync_records_nothing_and_the_ledger_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, error: type, message: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    code: int,
+    error: type[LedgerError],
+    message: str,
 ) -> None:
     ledger = open_ledger(tmp_path)
     ledger.append("result", {"task_id": "s/a"})
