@@ -333,9 +333,9 @@ with tempfile.TemporaryDirectory(dir=sys.argv[2]) as tmp:
 print(json.dumps(count / elapsed))
 """
 
-# What one durable append cannot go below here: DuckDB's transaction for one entry and its
-# checkpoint row (the store's statements, this tree's schema), on the data dir's file
-# system and on tmpfs, where a sync costs nothing; and a bare fdatasync of a small write.
+# What one durable append waits for: a DuckDB transaction of one entry and its checkpoint
+# row (the earlier store's path, this tree's schema), against the fdatasync of a small write
+# (this tree's tail), on the data dir's file system and on tmpfs, where a sync costs nothing.
 FLOOR = """
 import json, os, statistics, sys, tempfile, time
 import duckdb
@@ -645,9 +645,9 @@ def render(
         )
     if "floor" in notes:
         w(
-            "What one durable append cannot go below here (medians of 300; the DuckDB "
-            "transaction is the store's: BEGIN, the entry's INSERT, its checkpoint row's, "
-            "COMMIT):\n"
+            "What one durable append waits for (medians of 300): a DuckDB transaction per "
+            "entry, as the earlier store made (BEGIN, the entry's INSERT, its checkpoint "
+            "row's, COMMIT), against the `fdatasync` of this tree's tail:\n"
         )
         w("| operation | median |")
         w("|---|---:|")
