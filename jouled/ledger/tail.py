@@ -119,9 +119,14 @@ class Tail:
         self._size += len(data)
 
     def clear(self) -> None:
-        """Empty the file: DuckDB now holds (and has synced) everything it held."""
+        """Empty the file: DuckDB now holds (and has synced) everything it held.
+
+        The truncation is synced too, so that no crash can leave the next
+        batch's records written over this one's in a file of the old size.
+        """
         try:
             os.ftruncate(self._fd, 0)
+            os.fdatasync(self._fd)
         except OSError as err:
             raise LedgerError(f"cannot empty {self.path}: {err.strerror}") from err
         self._size = 0
