@@ -49,9 +49,10 @@ from jouled.errors import (
     VerificationError,
 )
 from jouled.frontier import Frontier
-from jouled.ledger import merkle
+from jouled.ledger import merkle, seal
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
 from jouled.ledger.columns import (
+    ALL_NAMES,
     FRONTIER_COLUMNS,
     FRONTIER_NAMES,
     NAMES,
@@ -209,6 +210,8 @@ _RESTORE = "restore the data dir from a backup; never extend a damaged ledger"
 FILL_EVERY = 512
 # Entries the tail holds before they are moved into DuckDB, at most.
 FLUSH_EVERY = 512
+# Payloads hashed per query when opening: each batch is read as its payloads alone.
+REHASH_BATCH = 65_536
 # Kinds moved into DuckDB as soon as they are appended: what opening reads first.
 FLUSHED_AT_ONCE = ("genesis", "key_rotation")
 
@@ -264,6 +267,8 @@ class Ledger:
         self._note_time: float | None = None
         self._unflushed: list[TailRecord] = []
         self._filled_to = 0
+        # How opening vouched for the query columns: "sealed" or "derived" from the payloads.
+        self.columns_checked = ""
         try:
             self._tail = Tail(tail_path(path))
         except LedgerError:
@@ -435,7 +440,8 @@ class Ledger:
                 f"ledger {self.path}: entry {gap[0]} is missing (next stored is {gap[1]})",
                 hint="restore the data dir from a backup; never extend a gapped ledger",
             )
-        check = _Background(self._column_mismatch, self._db.cursor())
+        sealed = seal.take(seal.seal_path(self.path))
+        check = _Background(lambda cursor: self._check_columns(cursor, sealed), self._db.cursor())
         try:
             self._rehash(count)
         finally:
@@ -448,44 +454,73 @@ class Ledger:
                 hint="restore the data dir from a backup",
             )
 
-    def _rehash(self, count: int, batch: int = 50_000) -> None:
-        # Rows come back in the order they were stored, which appends keep in seq order;
-        # only a table stored otherwise pays for sorting its payloads.
-        if not self._rehash_in(
-            self._db.execute("SELECT seq, payload, leaf_hash FROM entries"), batch
-        ):
-            self._tree = merkle.MerkleTree()
-            ordered = self._db.execute("SELECT seq, payload, leaf_hash FROM entries ORDER BY seq")
-            self._rehash_in(ordered, batch)
+    def _rehash(self, count: int) -> None:
+        """Hash every payload into the tree, in seq order, checking it against its stored hash.
+
+        A batch of seqs is read as its payloads alone (in the order they were stored,
+        which appends keep in seq order) and its stored hashes as one string in seq
+        order; only a batch whose hashes differ is read again row by row, sorted, to
+        find the edited payload or to hash one stored out of order.
+        """
+        sha256 = hashlib.sha256
+        for start in range(0, count, REHASH_BATCH):
+            bounds = [start, start + REHASH_BATCH]
+            payloads = self._db.execute(
+                "SELECT payload FROM entries WHERE seq >= ? AND seq < ?", bounds
+            ).fetchall()
+            stored = self._db.execute(
+                "SELECT string_agg(leaf_hash, '' ORDER BY seq) FROM entries "
+                "WHERE seq >= ? AND seq < ?",
+                bounds,
+            ).fetchone()
+            leaves = [sha256(b"\x00" + payload).digest() for (payload,) in payloads]
+            if stored is None or b"".join(leaves).hex() != stored[0]:
+                leaves = self._rehash_sorted(start, bounds)
+            self._tree.extend(leaves)
         assert self._tree.size == count
 
-    def _rehash_in(self, cursor: duckdb.DuckDBPyConnection, batch: int) -> bool:
-        """Hash the cursor's rows into the tree; False as soon as they are out of seq order."""
-        sha256 = hashlib.sha256
-        start = 0
-        while rows := cursor.fetchmany(batch):
-            if [seq for seq, _, _ in rows] != list(range(start, start + len(rows))):
-                return False
-            leaves = [sha256(b"\x00" + payload).digest() for _, payload, _ in rows]
-            # One comparison per batch; the entry that differs is looked for only then.
-            if b"".join(leaves).hex() != "".join(stored for _, _, stored in rows):
-                for i, (leaf, (_, _, stored)) in enumerate(zip(leaves, rows, strict=True)):
-                    if leaf.hex() != stored:
-                        raise LedgerIntegrityError(
-                            f"ledger {self.path}: entry {start + i} does not match its leaf "
-                            "hash (its payload was edited)",
-                            hint="restore the data dir from a backup",
-                        )
-            self._tree.extend(leaves)
-            start += len(rows)
-        return True
+    def _rehash_sorted(self, start: int, bounds: list[int]) -> list[bytes]:
+        leaves: list[bytes] = []
+        rows = self._db.execute(
+            "SELECT payload, leaf_hash FROM entries WHERE seq >= ? AND seq < ? ORDER BY seq",
+            bounds,
+        ).fetchall()
+        for i, (payload, stored) in enumerate(rows):
+            leaf = hashlib.sha256(b"\x00" + payload).digest()
+            if leaf.hex() != stored:
+                raise LedgerIntegrityError(
+                    f"ledger {self.path}: entry {start + i} does not match its leaf hash (its "
+                    "payload was edited)",
+                    hint="restore the data dir from a backup",
+                )
+            leaves.append(leaf)
+        return leaves
+
+    def _check_columns(
+        self, cursor: duckdb.DuckDBPyConnection, sealed: dict[str, object] | None
+    ) -> tuple[int, str] | None:
+        """(seq, columns) of the first row whose columns disagree with its payload, or None.
+
+        The seal of the last clean stop, where it matches every row, vouches for
+        the columns without a payload parsed (`jouled.ledger.seal`); otherwise
+        each is derived again from its payload.
+        """
+        try:
+            if sealed is not None:
+                rows, row_digest = seal.digest(cursor, ALL_NAMES)
+                if seal.matches(sealed, self.signer, rows, row_digest):
+                    self.columns_checked = "sealed"
+                    log.info("the columns of %d entries are as sealed at the last clean stop", rows)
+                    return None
+                log.warning("the column seal does not match the ledger: checking every column")
+            self.columns_checked = "derived"
+            return self._column_mismatch(cursor)
+        finally:
+            cursor.close()
 
     @staticmethod
     def _column_mismatch(cursor: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
-        try:
-            row = cursor.execute(mismatch_sql("entries", "decode(payload)")).fetchone()
-        finally:
-            cursor.close()
+        row = cursor.execute(mismatch_sql("entries", "decode(payload)")).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
     def _adopt_history(self) -> None:
@@ -992,9 +1027,20 @@ class Ledger:
             }
 
     def close(self) -> None:
+        """Move the tail into DuckDB, fill the frontier columns and seal them, then close."""
         with self._lock:
             try:
                 self._flush()
                 self._fill_frontier_columns(self._filled_to)
+                self._seal_columns()
             finally:
                 self._close_files()
+
+    def _seal_columns(self) -> None:
+        try:
+            rows, row_digest = seal.digest(self._db, ALL_NAMES)
+            seal.write(seal.seal_path(self.path), self.signer, rows, row_digest)
+        except (LedgerError, duckdb.Error) as err:
+            log.warning(
+                "could not seal the ledger's columns (%s): the next start checks them all", err
+            )

@@ -6,9 +6,12 @@ import base64
 import json
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from jouled.patch import diff_trees
@@ -269,6 +272,27 @@ def test_sigterm_stops_cleanly_and_the_ledger_reopens(fresh_daemon: Daemon) -> N
         assert again.ledger_size() == size
     finally:
         assert again.stop() == 0
+
+
+def test_a_column_forged_between_runs_stops_the_next_start(fresh_daemon: Daemon) -> None:
+    fresh_daemon.client_json("run", "--suite", "smoke", "--solvers", "noop")
+    assert fresh_daemon.stop(signal.SIGTERM) == 0
+    data = fresh_daemon.data_dir
+    assert (data / "ledger.duckdb.seal").exists()  # the clean stop sealed the columns
+    # The attack: a failed attempt's `resolved` column flipped in DuckDB, seal left in place.
+    with duckdb.connect(str(data / "ledger.duckdb")) as db:
+        (seq,) = db.execute(
+            "SELECT min(seq) FROM entries WHERE kind = 'result' AND NOT resolved"
+        ).fetchall()[0]
+        db.execute(f"UPDATE entries SET resolved = true, status = 'resolved' WHERE seq = {seq}")
+        assert db.execute(f"SELECT resolved FROM entries WHERE seq = {seq}").fetchall() == [(True,)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jouled", "serve", "--data-dir", str(data), "--tasks", str(TASKS),
+         "--energy", "estimator", "--calibrate-seconds", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert f"entry {seq} column 'resolved' disagrees with its signed payload" in done.stderr
 
 
 def test_a_receipt_is_verifiable_alone(daemon: Daemon, tmp_path: Path) -> None:

@@ -109,6 +109,41 @@ def test_an_edited_payload_is_refused(tmp_path: Path) -> None:
         open_ledger(tmp_path)
 
 
+def _stored_backwards(path: Path) -> None:
+    """Rewrite the entries table with its rows stored in descending seq order."""
+    with duckdb.connect(str(path)) as db:
+        db.execute("CREATE TEMP TABLE backwards AS SELECT * FROM entries ORDER BY seq DESC")
+        db.execute("DELETE FROM entries")
+        db.execute("INSERT INTO entries SELECT * FROM backwards")
+        stored = [seq for (seq,) in db.execute("SELECT seq FROM entries").fetchall()]
+    assert stored == sorted(stored, reverse=True)
+
+
+def test_rows_stored_out_of_seq_order_rebuild_the_same_tree(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append_many([("result", {"task_id": f"s/t{i}"}) for i in range(7)])
+    root, size = ledger.root(), ledger.size
+    ledger.close()
+    _stored_backwards(tmp_path / "ledger.duckdb")
+    again = open_ledger(tmp_path)
+    assert (again.root(), again.size) == (root, size)
+    again.close()
+
+
+def test_an_edited_payload_stored_out_of_order_is_found(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.append_many([("result", {"task_id": f"s/t{i}", "resolved": False}) for i in range(7)])
+    ledger.close()
+    _stored_backwards(tmp_path / "ledger.duckdb")
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        db.execute(
+            "UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
+            " WHERE seq = 5"
+        )
+    with pytest.raises(LedgerIntegrityError, match="entry 5 does not match its leaf hash"):
+        open_ledger(tmp_path)
+
+
 def test_a_replaced_key_cannot_extend_the_ledger(tmp_path: Path) -> None:
     open_ledger(tmp_path).close()
     (tmp_path / "jouled.key").unlink()
