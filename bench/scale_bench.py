@@ -6,9 +6,12 @@ within every repeat, so load from elsewhere on the machine falls on both:
 1. Daemon start: `jouled serve` on a data dir holding an N-entry ledger, from
    the process start until its health service answers SERVING. Each tree gets
    the ledger its own store writes (the earlier one's schema, or this one's
-   with the frontier columns; migrating is timed once, apart). This tree's
-   start is also broken down in-process: opening (leaf rehash, column check,
-   tree) and the frontier rebuild.
+   with the frontier columns; migrating is timed once, apart). This tree
+   starts twice per repeat: after a clean stop, which sealed the query
+   columns, and with the seal removed, as after a crash, when every column is
+   compared with its payload. Both are also broken down in-process: opening
+   (leaf rehash, column check, tree), the frontier rebuild, and the close
+   that seals.
 2. `jb-client frontier --from-export FILE --json` over the N-entry export:
    with the Parquet snapshot `jb-client export` writes beside it, and (this
    tree) without one, from the payloads. The printed rows are compared.
@@ -179,8 +182,13 @@ def timed(name, fn):
             times[name] = times.get(name, 0) + time.perf_counter() - start
     return wrapper
 store.Ledger._rehash = timed("rehash payloads and build the tree", store.Ledger._rehash)
+store.Ledger._check_columns = timed(
+    "column check (DuckDB, beside the rehash)", store.Ledger._check_columns)
+store.seal.digest = timed("  the seal's digest", store.seal.digest)
 store.Ledger._column_mismatch = staticmethod(
-    timed("column check (DuckDB, beside the rehash)", store.Ledger._column_mismatch))
+    timed("  every column from its payload", store.Ledger._column_mismatch))
+if sys.argv[2] == "unsealed":
+    store.seal.seal_path(Path(sys.argv[1]) / "ledger.duckdb").unlink(missing_ok=True)
 store.Ledger._migrate = timed("columns present and filled", store.Ledger._migrate)
 start = time.perf_counter()
 ledger = lb.open_ledger(Path(sys.argv[1]), lb.bench_signer())
@@ -189,8 +197,14 @@ start = time.perf_counter()
 frontier = ledger.frontier(e.body for e in ledger.entries("op"))
 times["frontier rebuild (aggregate queries)"] = time.perf_counter() - start
 times["rows"] = len(frontier.rows())
-print(json.dumps(times))
+times["columns"] = ledger.columns_checked
+digest = times.pop("  the seal's digest", None)
+start = time.perf_counter()
 ledger.close()
+times["close (flush, fill, seal the columns)"] = time.perf_counter() - start
+if digest is not None:  # the close's digest is part of its own line
+    times["  the seal's digest"] = digest
+print(json.dumps(times))
 """
 
 
@@ -252,7 +266,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_daemon(tree: Tree, data: Path) -> float:
+def start_daemon(tree: Tree, data: Path, cpu_key: str = "") -> float:
     """Seconds from `jouled serve` starting to its health service answering SERVING."""
     argv = [
         sys.executable, "-m", "jouled", "serve", "--data-dir", str(data),
@@ -272,7 +286,7 @@ def start_daemon(tree: Tree, data: Path) -> float:
                 raise RuntimeError(f"{tree.name}: the daemon exited; see {log_path}")
             time.sleep(0.02)
         elapsed = time.perf_counter() - start
-        CPU_S.setdefault(tree.name, []).append(cpu_seconds(proc.pid))
+        CPU_S.setdefault(cpu_key or tree.name, []).append(cpu_seconds(proc.pid))
         return elapsed
     finally:
         proc.terminate()
@@ -421,6 +435,7 @@ def import_profile(tree: Tree, target: str, top: int = 8) -> list[tuple[str, flo
 @dataclass
 class Side:
     start: Runs = field(default_factory=Runs)
+    start_unsealed: Runs = field(default_factory=Runs)
     frontier: Runs = field(default_factory=Runs)
     frontier_payloads: Runs = field(default_factory=Runs)
     merkle: Runs = field(default_factory=Runs)
@@ -469,12 +484,21 @@ def main(argv: list[str] | None = None) -> None:
             (migrated / ".complete").write_text(json.dumps(notes["migrate_s"]))
         else:
             notes["migrate_s"] = json.loads((migrated / ".complete").read_text())
+        seal = dirs["after"] / "ledger.duckdb.seal"
+        if not seal.exists():
+            log("after: opening and closing the ledger once, which seals its columns")
+            after.python(OPEN, str(dirs["after"]))
         for rep in range(args.repeats):
             for tree in trees:
                 dt = start_daemon(tree, dirs[tree.name])
                 sides[tree.name].start.values.append(dt)
                 log(f"start {rep + 1}/{args.repeats} {tree.name}: {dt:.1f} s")
-        notes["parts"] = after.python(PARTS, str(dirs["after"]))
+            seal.unlink()  # as a crash leaves it; this start's clean stop seals again
+            dt = start_daemon(after, dirs["after"], cpu_key="after, no seal")
+            sides["after"].start_unsealed.values.append(dt)
+            log(f"start {rep + 1}/{args.repeats} after, no seal: {dt:.1f} s")
+        notes["parts"] = after.python(PARTS, str(dirs["after"]), "sealed")
+        notes["parts_unsealed"] = after.python(PARTS, str(dirs["after"]), "unsealed")
 
     if "export" not in skip:
         snapshot = lines.with_name(lines.name + ".parquet")
@@ -609,10 +633,15 @@ def render(
     def rate(x: float) -> str:
         return f"{x:,.0f}/s"
 
-    row("daemon start, N entries (< 10 s)", b.start, a.start, seconds, 10)
+    row("daemon start, N entries, after a clean stop (< 10 s)", b.start, a.start, seconds, 10)
     if CPU_S:
         row("  its CPU time, all threads (2 cores: wall ≥ CPU / 2)",
             Runs(CPU_S.get("before", [])), Runs(CPU_S.get("after", [])), seconds, 20)  # fmt: skip
+    row("  the same after a crash (no seal: every column checked)", b.start, a.start_unsealed,
+        seconds, 10)  # fmt: skip
+    if CPU_S:
+        row("  its CPU time, all threads", Runs(CPU_S.get("before", [])),
+            Runs(CPU_S.get("after, no seal", [])), seconds, 20)  # fmt: skip
     row("`frontier --from-export`, N results (< 2 s)", b.frontier, a.frontier, seconds, 2)
     row("  the same without a Parquet snapshot (payloads)", b.frontier, a.frontier_payloads,
         seconds, 2)  # fmt: skip
@@ -631,14 +660,21 @@ def render(
         )
     if "parts" in notes:
         w(
-            "Where this tree's start goes (in-process, one run; the column check runs on "
+            "Where this tree's start goes (in-process, one run each; the column check runs on "
             "DuckDB's threads while this thread rehashes, so the parts overlap):\n"
         )
-        w("| part | time |")
-        w("|---|---:|")
-        for name, value in notes["parts"].items():
-            if name != "rows":
-                w(f"| {name} | {seconds(value)} |")
+        w("| part | after a clean stop | no seal |")
+        w("|---|---:|---:|")
+        sealed, unsealed = notes["parts"], notes.get("parts_unsealed", {})
+        for name in dict.fromkeys([*sealed, *unsealed]):
+            if name in ("rows", "columns"):
+                continue
+            cells = [seconds(p[name]) if name in p else "-" for p in (sealed, unsealed)]
+            w(f"| {name} | {cells[0]} | {cells[1]} |")
+        w(
+            f"\nHow the columns were vouched for: {sealed.get('columns')} (clean stop), "
+            f"{unsealed.get('columns', '-')} (no seal)."
+        )
         w(
             f"\nMigrating the earlier ledger (adding the frontier columns and filling them "
             f"from {n:,} payloads) took {seconds(notes['migrate_s'])}, once.\n"
