@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from jouled.errors import KeyFileError, LedgerIntegrityError
-from jouled.ledger import merkle
+from jouled.ledger import merkle, store
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.signing import load_or_create_key
 from jouled.ledger.store import Ledger
@@ -96,15 +96,22 @@ def test_an_older_copy_of_the_ledger_is_refused(tmp_path: Path) -> None:
         open_ledger(tmp_path)
 
 
+def _flip_resolved_in_payload(path: Path, seq: int) -> None:
+    """Edit entry `seq`'s signed payload in DuckDB: `resolved` false becomes true."""
+    with duckdb.connect(str(path)) as db:
+        db.execute(
+            "UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
+            f" WHERE seq = {seq}"
+        )
+        (payload,) = db.execute(f"SELECT payload FROM entries WHERE seq = {seq}").fetchall()[0]
+    assert b'"resolved":true' in payload
+
+
 def test_an_edited_payload_is_refused(tmp_path: Path) -> None:
     ledger = open_ledger(tmp_path)
     ledger.append("result", {"task_id": "s/t", "resolved": False})
     ledger.close()
-    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
-        db.execute(
-            "UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
-            " WHERE seq = 1"
-        )
+    _flip_resolved_in_payload(tmp_path / "ledger.duckdb", 1)
     with pytest.raises(LedgerIntegrityError, match="entry 1 does not match its leaf hash"):
         open_ledger(tmp_path)
 
@@ -119,7 +126,10 @@ def _stored_backwards(path: Path) -> None:
     assert stored == sorted(stored, reverse=True)
 
 
-def test_rows_stored_out_of_seq_order_rebuild_the_same_tree(tmp_path: Path) -> None:
+def test_rows_stored_out_of_seq_order_rebuild_the_same_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "REHASH_BATCH", 3)  # several batches, the last one short
     ledger = open_ledger(tmp_path)
     ledger.append_many([("result", {"task_id": f"s/t{i}"}) for i in range(7)])
     root, size = ledger.root(), ledger.size
@@ -130,16 +140,15 @@ def test_rows_stored_out_of_seq_order_rebuild_the_same_tree(tmp_path: Path) -> N
     again.close()
 
 
-def test_an_edited_payload_stored_out_of_order_is_found(tmp_path: Path) -> None:
+def test_an_edited_payload_stored_out_of_order_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "REHASH_BATCH", 3)
     ledger = open_ledger(tmp_path)
     ledger.append_many([("result", {"task_id": f"s/t{i}", "resolved": False}) for i in range(7)])
     ledger.close()
     _stored_backwards(tmp_path / "ledger.duckdb")
-    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
-        db.execute(
-            "UPDATE entries SET payload = replace(payload::VARCHAR, 'false', 'true')::BLOB"
-            " WHERE seq = 5"
-        )
+    _flip_resolved_in_payload(tmp_path / "ledger.duckdb", 5)
     with pytest.raises(LedgerIntegrityError, match="entry 5 does not match its leaf hash"):
         open_ledger(tmp_path)
 
