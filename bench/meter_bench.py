@@ -569,7 +569,7 @@ def cell_small_counter(tmp: Path) -> Cell:
                 time.sleep(0.5)
                 b = m.snapshot()
                 pe = phase_energy(m.source, m.domains(), a, b, None)
-                if not pe.valid:
+                if not pe.valid or pe.gross_mj is None:
                     invalid += 1
                     continue
                 truth = 30 * (b.t_ns - a.t_ns) / 1e6
