@@ -81,6 +81,35 @@ class _Line(msgspec.Struct):
 _LINE = msgspec.json.Decoder(_Line)
 
 
+class _Sig(msgspec.Struct):
+    keyid: str
+    sig: str
+
+
+class _FastLine(msgspec.Struct):
+    """`_Line` as the short way reads it: signatures typed, so msgspec checks their shape."""
+
+    seq: int
+    payload: bytes
+    leaf_hash: str
+    signatures: list[_Sig]
+    payloadType: Any = None
+    payload_type: Any = None
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """A payload's top level after its body: exactly these four fields."""
+
+    kind: Any
+    prev: Any
+    seq: Any
+    time: Any
+
+
+_FAST_LINE = msgspec.json.Decoder(_FastLine)
+_FAST_ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
 def _entry(line: str | bytes) -> Entry:
     try:
         record = _LINE.decode(line)
@@ -109,7 +138,7 @@ def _entry(line: str | bytes) -> Entry:
 _ENVELOPE = frozenset({"kind", "prev", "seq", "time"})
 _TAIL = b'},"kind":"'
 _json = msgspec.json.Decoder()
-_sha256 = hashlib.sha256
+_LEAF_PREFIX = hashlib.sha256(b"\x00")  # copied per leaf: no copy of the payload
 
 
 def _envelope(payload: bytes) -> Any:
@@ -237,7 +266,7 @@ class _Scan:
         self.prev = leaf
         self._prev_hex = leaf.hex()
 
-    def fast(self, line: str | bytes, signatures: bool) -> bool:
+    def fast(self, line: str | bytes | memoryview, signatures: bool) -> bool:
         """Check the next line the short way, when it is a well-formed entry that passes.
 
         False, with nothing changed, for anything else: `take` then checks the
@@ -246,7 +275,7 @@ class _Scan:
         overhead of the long way costs as much as the hashing.
         """
         try:
-            rec = _LINE.decode(line)
+            rec = _FAST_LINE.decode(line)
         except msgspec.MsgspecError:
             return False
         new_type, old_type = rec.payloadType, rec.payload_type
@@ -255,43 +284,38 @@ class _Scan:
         elif old_type is not None and old_type != new_type:
             return False
         seq, stored = rec.seq, rec.leaf_hash
-        if new_type != PAYLOAD_TYPE or type(seq) is not int or type(stored) is not str:
+        if new_type != PAYLOAD_TYPE or type(seq) is not int:
             return False
         if seq != self.offset + len(self.leaves):
             return False
         payload = rec.payload
-        leaf = _sha256(b"\x00" + payload).digest()
+        hasher = _LEAF_PREFIX.copy()
+        hasher.update(payload)
+        leaf = hasher.digest()
         if leaf.hex() != stored or not payload.startswith(b'{"body":'):
             return False
         cut = payload.rfind(_TAIL)
         if cut <= 0:
             return False
         try:
-            env = _json.decode(b"{" + payload[cut + 2 :])
+            env = _FAST_ENVELOPE.decode(b"{" + payload[cut + 2 :])
         except msgspec.MsgspecError:
             return False
-        if type(env) is not dict or env.keys() != _ENVELOPE:
-            return False
-        kind = env["kind"]
-        if env["seq"] != seq or env["prev"] != self._prev_hex or type(kind) is not str:
+        kind = env.kind
+        if env.seq != seq or env.prev != self._prev_hex or type(kind) is not str:
             return False
         if kind == "genesis":
             return False  # its origin is read the long way
         sigs = rec.signatures
-        if type(sigs) is not list or not sigs:
+        if not sigs:
             return False
         trusted = False
         for sig in sigs:
-            if type(sig) is not dict:
-                return False
-            keyid, value = sig.get("keyid"), sig.get("sig")
-            if type(keyid) is not str or type(value) is not str:
-                return False
-            raw = self.trust.raw_key_for(keyid, seq)
+            raw = self.trust.raw_key_for(sig.keyid, seq)
             if raw is None:
                 continue
             trusted = True
-            if signatures and not verify_signature_raw(raw, payload, value):
+            if signatures and not verify_signature_raw(raw, payload, sig.sig):
                 return False
         if not trusted:
             return False
@@ -422,16 +446,20 @@ def _scan_range(path: str, start: int, end: int, spec: _TrustSpec, signatures: b
     with open(path, "rb") as fh:
         fh.seek(start)
         data = fh.read(end - start)  # whole lines: ranges start at line starts
-    lines = data.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()  # the newline ending the range's last line
-    for line in lines:
+    # Lines are views into the range, not copies; only one read the long way is copied.
+    view, pos, size = memoryview(data), 0, len(data)
+    while pos < size:
+        cut = data.find(b"\n", pos)
+        if cut < 0:
+            cut = size
+        line, pos = view[pos:cut], cut + 1
         part.lines += 1
         if part.failing is not None or (scan is not None and scan.fast(line, signatures)):
             continue
-        if not line.strip():
+        text = bytes(line)
+        if not text.strip():
             continue
-        rec = _record(line, part.lines, trust, signatures)
+        rec = _record(text, part.lines, trust, signatures)
         if scan is None:
             part.head = rec
             scan = _Scan(trust, Report(), offset=rec.seq + 1, prev=rec.leaf)

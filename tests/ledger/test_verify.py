@@ -3,6 +3,7 @@
 import base64
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -11,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jouled.errors import VerificationError
 from jouled.ledger.signing import Signer
-from jouled.ledger.verify import verify_export, verify_file
+from jouled.ledger.verify import Report, verify_export, verify_file
 
 from .test_store import open_ledger
 
@@ -244,3 +245,49 @@ def test_failures_inside_a_workers_range_match_the_sequential_scan(tmp_path: Pat
             verify_file(path, keys, [note], workers=2)
         assert sequential.value.seq == parallel.value.seq == seq
         assert str(sequential.value) == str(parallel.value)
+
+
+def _odd_signature(line: str, change: str) -> str:
+    record = json.loads(line)
+    sig = record["signatures"][0]
+    if change == "extra field":
+        sig["note"] = "ignored"
+    elif change == "numeric keyid":
+        sig["keyid"] = 7
+    elif change == "no sig":
+        del sig["sig"]
+    return json.dumps(record)
+
+
+@pytest.mark.parametrize("change", ["extra field", "numeric keyid", "no sig"])
+@pytest.mark.parametrize("layout", ["blank lines", "no final newline"])
+def test_a_worker_range_reads_like_the_sequential_scan(
+    tmp_path: Path, change: str, layout: str
+) -> None:
+    """Odd lines and odd signatures get the same verdict, whichever way they are read."""
+    ledger = open_ledger(tmp_path / "data")
+    ledger.append_many([("result", {"task_id": f"s/t{i}"}) for i in range(30)])
+    lines = [e.export_line() for e in ledger.iter_export()]
+    keys, note = [ledger.signer.public], ledger.checkpoint_note()
+    ledger.close()
+    lines[20] = _odd_signature(lines[20], change)
+    text = "\n".join(lines)
+    text = (
+        text.replace(lines[10] + "\n", lines[10] + "\n\n\n") + "\n"
+        if layout == "blank lines"
+        else text
+    )
+    path = tmp_path / "export.jsonl"
+    path.write_text(text)
+
+    def outcome(run: Callable[[], Report]) -> tuple[str, object]:
+        try:
+            return "ok", run().root
+        except VerificationError as err:
+            return str(err), err.seq
+
+    sequential = outcome(lambda: verify_export(text.split("\n"), keys, [note]))
+    with mock.patch("jouled.ledger.verify.CHUNK_BYTES", path.stat().st_size // 5):
+        parallel = outcome(lambda: verify_file(path, keys, [note], workers=2))
+    assert parallel == sequential
+    assert (sequential[0] == "ok") == (change == "extra field")
