@@ -422,7 +422,8 @@ class Ledger:
     def _load(self) -> None:
         """Rehash every stored payload into the tree, and check every query column.
 
-        The column check is one DuckDB query over the payloads; it runs on a
+        The column check is one DuckDB query over the payloads, or over the
+        columns alone where the last clean stop sealed them; it runs on a
         second cursor while this thread hashes (DuckDB works without the GIL),
         so the two passes share the start-up time instead of adding up.
         """
