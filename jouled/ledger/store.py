@@ -487,7 +487,7 @@ class Ledger:
             bounds,
         ).fetchall()
         for i, (payload, stored) in enumerate(rows):
-            leaf = hashlib.sha256(b"\x00" + payload).digest()
+            leaf = merkle.leaf_hash(payload)
             if leaf.hex() != stored:
                 raise LedgerIntegrityError(
                     f"ledger {self.path}: entry {start + i} does not match its leaf hash (its "
