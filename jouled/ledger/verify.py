@@ -137,7 +137,6 @@ def _entry(line: str | bytes) -> Entry:
 
 _ENVELOPE = frozenset({"kind", "prev", "seq", "time"})
 _TAIL = b'},"kind":"'
-_json = msgspec.json.Decoder()
 _LEAF_PREFIX = hashlib.sha256(b"\x00")  # copied per leaf: no copy of the payload
 
 
@@ -154,11 +153,9 @@ def _envelope(payload: bytes) -> Any:
         cut = payload.rfind(_TAIL)
         if cut > 0:
             try:
-                tail = _json.decode(b"{" + payload[cut + 2 :])
+                return msgspec.structs.asdict(_FAST_ENVELOPE.decode(b"{" + payload[cut + 2 :]))
             except msgspec.MsgspecError:
-                tail = None
-            if isinstance(tail, dict) and tail.keys() == _ENVELOPE:
-                return tail
+                pass
     return json.loads(payload)
 
 
