@@ -276,7 +276,7 @@ class Evaluator:
                 env={**runtime_env, **plan.env},
                 ro_dir=ro,
                 overlays={**read_only_tests(contract, tree, protected), **plan.overlays},
-                channel_in=plan.key,
+                channel_in=plan.setup,
                 channel_out=True,
                 read_only=runtime_paths,
             )

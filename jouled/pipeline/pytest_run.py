@@ -211,9 +211,14 @@ def _function_prefix(config: Path | None) -> str:
 
 @dataclass(frozen=True)
 class Canaries:
-    """Tests the patch could not know, planted for one run."""
+    """Tests the patch could not know, planted for one run.
 
-    files: tuple[str, ...]  # relative to the tree, passed to pytest explicitly
+    They are written like the tests beside them (no marker, no telling
+    name), handed to the runner on its setup descriptor (never on a command
+    line or in a file the run can read), and collected like any path.
+    """
+
+    files: tuple[str, ...]  # relative to the tree
     must_pass: tuple[str, ...]  # node ids
     must_fail: tuple[str, ...]
 
@@ -222,18 +227,65 @@ class Canaries:
         return frozenset((*self.must_pass, *self.must_fail))
 
 
-_CANARY = """\
-# A check planted by jouled for one run; it is not part of the task.
+# Words tests are named with; a canary's names are drawn from these and the tree's own.
+_WORDS = (
+    "basic", "empty", "single", "many", "order", "repeat", "default", "limits", "values",
+    "roundtrip", "mixed", "nested", "unicode", "large", "small", "zero", "negative", "copy",
+    "equality", "update", "reset", "merge", "split", "lookup", "insert", "remove", "sorted",
+    "parse", "format", "edge", "cases", "regression", "types", "length", "bounds", "keys",
+)
+
+# Shapes of a plain test: (passing body, failing body). Each holds for the values drawn.
+_SHAPES = (
+    (
+        "    values = [{a}, {b}, {c}]\n    assert sorted(values)[1] == {median}\n",
+        "    values = [{a}, {b}, {c}]\n    assert max(values) - min(values) == {wrong_span}\n",
+    ),
+    (
+        "    data = dict.fromkeys(range({n}), {a})\n    assert sum(data.values()) == {total}\n",
+        "    data = dict.fromkeys(range({n}), {a})\n    assert len(data) == {wrong_n}\n",
+    ),
+    (
+        "    text = \"{word}\" * {n}\n    assert text.count(\"{word}\") == {n}\n",
+        "    text = \"{word}\" * {n}\n    assert len(text) == {wrong_len}\n",
+    ),
+)
 
 
-def {passing}():
-    values = [{a}, {b}, {c}]
-    assert sorted(values)[1] == {median}
+def _words(tree: Path, directory: str) -> list[str]:
+    """Words from the names of the tests already in `directory`, then the stock ones."""
+    found: list[str] = []
+    for path in sorted((tree / directory).glob("test_*.py"))[:50]:
+        found += [w for w in path.stem.split("_")[1:] if w.isidentifier() and w.isascii()]
+    return list(dict.fromkeys([*found, *_WORDS]))
 
 
-def {failing}():
-    assert {a} * {b} == {wrong}, "planted to fail"
-"""
+def _name(words: Sequence[str], taken: set[str], parts: int = 2) -> str:
+    while True:
+        name = "_".join(secrets.choice(words) for _ in range(parts))
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def _canary_source(prefix: str, passing: str, failing: str) -> str:
+    good, bad = secrets.choice(_SHAPES)
+    a, b, c = (secrets.randbelow(900) + 100 for _ in range(3))
+    n = secrets.randbelow(7) + 3
+    word = secrets.choice(("ab", "xy", "key", "node", "row"))
+    values = {
+        "a": a, "b": b, "c": c, "n": n, "word": word,
+        "median": sorted([a, b, c])[1],
+        "wrong_span": max(a, b, c) - min(a, b, c) + 1 + secrets.randbelow(9),
+        "total": n * a,
+        "wrong_n": n + 1 + secrets.randbelow(5),
+        "wrong_len": len(word) * n + 1 + secrets.randbelow(5),
+    }
+    tests = [(passing, good), (failing, bad)]
+    secrets.SystemRandom().shuffle(tests)
+    return "\n\n".join(
+        f"def {prefix}{name}():\n" + body.format(**values) for name, body in tests
+    )
 
 
 def _canary_dirs(tree: Path, args: Sequence[str], expected: Sequence[str]) -> list[str]:
@@ -259,25 +311,17 @@ def plant_canaries(
     """Write one canary module into each of `dirs` (relative to the tree)."""
     files, must_pass, must_fail = [], [], []
     for d in dirs:
-        token = secrets.token_hex(6)
-        rel = f"{d}/test_{token}.py" if d else f"test_{token}.py"
-        passing, failing = f"{prefix}{secrets.token_hex(5)}", f"{prefix}{secrets.token_hex(5)}"
-        a, b, c = (secrets.randbelow(9000) + 1000 for _ in range(3))
-        (tree / rel).write_text(
-            _CANARY.format(
-                passing=passing,
-                failing=failing,
-                a=a,
-                b=b,
-                c=c,
-                median=sorted([a, b, c])[1],
-                wrong=a * b + 1 + secrets.randbelow(97),
-            )
-        )
+        words = _words(tree, d)
+        taken = {p.stem for p in (tree / d).glob("*.py")} if (tree / d).is_dir() else set()
+        stem = "test_" + _name(words, {t.removeprefix("test_") for t in taken})
+        rel = f"{d}/{stem}.py" if d else f"{stem}.py"
+        names: set[str] = set()
+        passing, failing = _name(words, names), _name(words, names)
+        (tree / rel).write_text(_canary_source(prefix, passing, failing))
         node = os.path.relpath(tree / rel, tree / rootdir).replace(os.sep, "/")
         files.append(rel)
-        must_pass.append(f"{node}::{passing}")
-        must_fail.append(f"{node}::{failing}")
+        must_pass.append(f"{node}::{prefix}{passing}")
+        must_fail.append(f"{node}::{prefix}{failing}")
     return Canaries(tuple(files), tuple(must_pass), tuple(must_fail))
 
 
@@ -304,6 +348,7 @@ class Plan:
     argv: list[str]
     env: dict[str, str]
     key: bytes  # authenticates the runner's channel
+    setup: bytes  # what the runner reads on fd 3: the key, then where it runs and the canaries
     overlays: dict[str, Path]  # tree-relative path -> read-only file shown over it
     canaries: Canaries
     config: str | None  # the configuration in force, relative to the tree
@@ -357,9 +402,8 @@ def plan(
     os.chmod(ro_dir, 0o755)
     prefix = _function_prefix(frozen if config else None)
     canaries = plant_canaries(tree, rootdir, _canary_dirs(tree, args, expected), prefix)
-    ours += ["-rA", *canaries.files]
-    listing = {"root": layout.workdir, "files": sorted({*protected, *canaries.files})}
-    (ro_dir / "protected.json").write_text(json.dumps(listing))
+    ours += ["-rA"]
+    (ro_dir / "protected.json").write_text(json.dumps(sorted(protected)))
     os.chmod(ro_dir / "protected.json", 0o644)
     if "--" in args:  # after "--" everything is a path, so ours go before it
         cut = args.index("--")
@@ -368,15 +412,24 @@ def plan(
         args = [*args, *ours]
     # -P (Python 3.11+) keeps the working directory off sys.path; older interpreters
     # get the same by the boot code dropping it before anything is imported.
+    # The runner is executed, never imported: no module name, nothing added to sys.path.
+    runner = f"{layout.ro}/jouled_pytest.py"
     boot = (
         "import sys; sys.path[:] = [p for p in sys.path if p]; "
-        f"sys.path.insert(0, {layout.ro!r}); import jouled_pytest; jouled_pytest.main()"
+        f"ns = {{'__name__': '__jouled__', '__file__': {runner!r}}}; "
+        f"exec(compile(open({runner!r}, 'rb').read(), {runner!r}, 'exec'), ns); "
+        "ns['main']()"
     )
     interpreter = python if test_cmd[0] in _PORTABLE_PYTHON or mode == "script" else test_cmd[0]
     safe_path = ["-P"] if python_version is None or python_version >= (3, 11) else []
     argv = [interpreter, *opts, "-s", *safe_path, "-c", boot, mode, *args]
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    return Plan(argv, env, secrets.token_bytes(32), overlays, canaries, config)
+    key = secrets.token_bytes(32)
+    document = json.dumps(
+        {"root": layout.workdir, "ro": layout.ro, "canaries": list(canaries.files)}
+    ).encode()
+    setup = key + len(document).to_bytes(4, "big") + document
+    return Plan(argv, env, key, setup, overlays, canaries, config)
 
 
 # -- the channel --------------------------------------------------------------------------
@@ -391,6 +444,8 @@ class Channel:
     finished: bool = False
     exit: int | None = None  # the exit status pytest reported at session finish
     forged: list[str] = field(default_factory=list)  # why records were refused
+    integrity: str = ""  # "monitor" (audit hooks) or "reduced", as the runner started
+    phases: set[tuple[str, str]] = field(default_factory=set)  # (id, when) reported
 
 
 def read_channel(data: bytes, key: bytes) -> Channel:
@@ -423,7 +478,11 @@ def _apply(channel: Channel, record: Mapping[str, object]) -> None:
     event = record.get("event")
     test_id = str(record.get("id", ""))
     if event == "start":
+        if channel.started:
+            channel.forged.append("a second session start")
         channel.started = True
+        level = record.get("integrity")
+        channel.integrity = level if isinstance(level, str) else ""
     elif event == "finish":
         channel.finished = True
         exit_code = record.get("exit")
@@ -434,6 +493,11 @@ def _apply(channel: Channel, record: Mapping[str, object]) -> None:
         record_outcome(channel.outcomes, test_id, ERROR)
     elif event == "test":
         when, outcome = record.get("when"), record.get("outcome")
+        phase = (test_id, str(when))
+        if phase in channel.phases:
+            # One test, one report per phase: a second one is somebody else's.
+            channel.forged.append(f"a second {when} report for {test_id}")
+        channel.phases.add(phase)
         if outcome == "skipped":
             record_outcome(channel.outcomes, test_id, SKIPPED)
         elif outcome == "failed":

@@ -140,7 +140,7 @@ def run_tree(
         env=plan.env,
         ro_dir=ro,
         overlays=plan.overlays,
-        channel_in=plan.key,
+        channel_in=plan.setup,
         channel_out=True,
     )
     return plan, result, read_channel(result.channel or b"", plan.key)
@@ -382,7 +382,7 @@ def test_an_interpreter_older_than_311_gets_the_tree_off_its_path_without_p(
     # The boot code's first statements drop the working directory ("") from sys.path.
     boot = old.argv[old.argv.index("-c") + 1]
     path = ["", "/usr/lib/python3.9", ""]
-    exec(boot.split("; sys.path.insert")[0].replace("import sys; ", ""), {"sys": FakeSys(path)})
+    exec(boot.split("; ns = ")[0].replace("import sys; ", ""), {"sys": FakeSys(path)})
     assert path == ["/usr/lib/python3.9"]
     new = pytest_run.plan(["pytest"], tree, ro, layout, python_version=(3, 12))
     assert new is not None and "-P" in new.argv
