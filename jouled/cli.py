@@ -130,6 +130,13 @@ def serve(
     min_isolation: Annotated[
         str, typer.Option(help="Refuse to grade below this sandbox level: bwrap or process.")
     ] = "bwrap",
+    min_integrity: Annotated[
+        str,
+        typer.Option(
+            help="Refuse to grade runs whose report integrity is below this: none, reduced "
+            "or monitor (docs/threat-model.md)."
+        ),
+    ] = "none",
     solvers: Annotated[
         Path | None, typer.Option(help="Agent CLIs to run as solvers (TOML; see deploy/).")
     ] = None,
@@ -178,6 +185,7 @@ def serve(
             grace_s=grace,
             insecure=insecure,
             min_isolation=min_isolation,
+            min_integrity=min_integrity,
             solvers_file=solvers,
             metrics_listen=metrics_listen,
         )

@@ -20,6 +20,11 @@ from jouled.errors import ConfigError
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")
 ATTRIBUTION_POLICIES = ("exclusive", "shared")
 ISOLATION_LEVELS = ("process", "bwrap")  # weakest first
+# How far a run's outcomes can be trusted against the code under test, weakest first:
+# "none", read from output the code writes; "reduced", the runner's authenticated report
+# with checks made from inside the process (Python < 3.8); "monitor", the report kept and
+# checked by an audit-hook integrity monitor (docs/threat-model.md).
+INTEGRITY_LEVELS = ("none", "reduced", "monitor")
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -101,6 +106,7 @@ class Config:
     grace_s: float = 30.0
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
     min_isolation: str = "bwrap"  # below this, the daemon refuses to grade
+    min_integrity: str = "none"  # ... and below this report integrity (INTEGRITY_LEVELS)
     solvers_file: Path | None = None  # agent CLIs the daemon may run as solvers (TOML)
     metrics_listen: str = ""  # "HOST:PORT" (or "PORT": loopback) of the metrics endpoint; "": none
 
@@ -133,6 +139,11 @@ class Config:
             raise ConfigError(
                 f"--min-isolation {self.min_isolation!r} is not one of "
                 f"{', '.join(ISOLATION_LEVELS)}"
+            )
+        if self.min_integrity not in INTEGRITY_LEVELS:
+            raise ConfigError(
+                f"--min-integrity {self.min_integrity!r} is not one of "
+                f"{', '.join(INTEGRITY_LEVELS)}"
             )
         for name, watts in (
             ("JOULED_ACTIVE_WATTS", self.active_watts),

@@ -250,7 +250,12 @@ class Daemon:
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
         self.evaluator = Evaluator(
-            self.metering, self, config.work_root, sandbox=self.sandbox, solvers=self.solvers
+            self.metering,
+            self,
+            config.work_root,
+            sandbox=self.sandbox,
+            solvers=self.solvers,
+            min_integrity=config.min_integrity,
         )
         # Kept current as results are signed, so serving it never rescans the ledger;
         # built from the ledger's query columns, which opening it checked against the payloads.

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from jouled import __version__
+from jouled.config import INTEGRITY_LEVELS
 from jouled.contracts.contract import Contract, Verdict, iter_tree
 from jouled.documents import BaselineBody, EnergyWindow, GradeCounts, ResultBody, Status
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
@@ -81,6 +82,7 @@ class CheckRun:
     exit: int | None  # the exit status graded: the planted must-fail canaries discounted
     forged: str = ""  # why the run's report cannot be genuine; "" when nothing says so
     canaries: int = 0  # canary tests planted
+    level: str = "none"  # report integrity (config.INTEGRITY_LEVELS)
 
 
 @dataclass
@@ -179,6 +181,17 @@ def read_only_tests(contract: Contract, tree: Path, protected: Sequence[str]) ->
     return overlays
 
 
+def integrity_level(plan: pytest_run.Plan | None, version: tuple[int, int] | None) -> str:
+    """How far a run's outcomes hold against the code under test (config.INTEGRITY_LEVELS).
+
+    Through the daemon's runner: "monitor" where the interpreter has audit hooks
+    (3.8+), "reduced" where it has not; any other command: "none".
+    """
+    if plan is None:
+        return "none"
+    return "monitor" if (version or sys.version_info[:2]) >= (3, 8) else "reduced"
+
+
 def default_limits(contract: Contract) -> Limits:
     memory = contract.grading.memory_bytes
     if memory is not None:
@@ -197,8 +210,10 @@ class Evaluator:
         sandbox: Sandbox | None = None,
         solvers: Solvers | None = None,
         environ: Mapping[str, str] | None = None,
+        min_integrity: str = "none",
     ) -> None:
         self.metering = metering
+        self.min_integrity = min_integrity
         self.sandbox = sandbox or Sandbox()
         self.solvers = solvers or Solvers()
         self._environ = dict(os.environ if environ is None else environ)
@@ -242,6 +257,8 @@ class Evaluator:
                     python_version=runtime.version_tuple if runtime is not None else None,
                 )
             limits = self._limits(contract)
+            level = integrity_level(plan, runtime.version_tuple if runtime is not None else None)
+            self._check_integrity(contract, level)
             if plan is None:
                 overlays = read_only_tests(contract, tree, protected)
                 if runtime is not None and image:
@@ -268,7 +285,7 @@ class Evaluator:
                 outcomes = parse(result.output)
                 report = ("rA" if policy.parse_output is None else "output") if outcomes else "none"
                 forged = exit_contradicts(result.exit_code, outcomes) if policy.parse_output else ""
-                return CheckRun(result, outcomes, report, result.exit_code, forged)
+                return CheckRun(result, outcomes, report, result.exit_code, forged, level=level)
             result = self.sandbox.run(
                 plan.argv,
                 tree,
@@ -293,6 +310,8 @@ class Evaluator:
             ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
             outcomes = policy.match_ids(outcomes, ids)
         forged = pytest_run.forgery(channel, plan.canaries, result.exit_code, expected)
+        if not forged and channel.started and channel.integrity != level:
+            forged = f"the runner reported integrity {channel.integrity!r} where {level!r} was due"
         graded = pytest_run.effective_exit(
             channel,
             plan.canaries,
@@ -306,7 +325,18 @@ class Evaluator:
             graded,
             forged,
             len(plan.canaries.ids),
+            level,
         )
+
+    def _check_integrity(self, contract: Contract, level: str) -> None:
+        """Refuse a run whose report integrity is below the daemon's --min-integrity."""
+        if INTEGRITY_LEVELS.index(level) < INTEGRITY_LEVELS.index(self.min_integrity):
+            raise SandboxError(
+                f"{contract.task_id} would be graded at report integrity {level!r}, below "
+                f"--min-integrity {self.min_integrity!r}",
+                hint="run it where its tests go through the daemon's pytest runner on Python "
+                "3.8 or newer, or lower --min-integrity (every result records its level)",
+            )
 
     # -- baseline --------------------------------------------------------------------------
 
@@ -470,7 +500,11 @@ class Evaluator:
             extra |= {
                 "output": _output_summary(check.result),
                 "isolation": dict(check.result.isolation),
-                "integrity": {"report": check.report, "canaries": check.canaries},
+                "integrity": {
+                    "report": check.report,
+                    "canaries": check.canaries,
+                    "level": check.level,
+                },
             }
             grade_info = grade(
                 check.outcomes,

@@ -196,7 +196,7 @@ class Origins:
         return not filename.startswith("<")
 
     def mark_dynamic(self, code: Any, who: str) -> None:
-        """Code the tree compiled itself (`exec`, `eval`, FunctionType): its functions are the tree's."""
+        """Code the tree compiled itself (exec, eval, FunctionType): its functions are its."""
         todo = [code]
         while todo and len(self.dynamic) < MAX_DYNAMIC:
             current = todo.pop()
@@ -284,7 +284,7 @@ _FUNC_CODE = _FunctionType.__code__.__get__  # type: ignore[attr-defined]
 _FUNC_CLOSURE = _FunctionType.__closure__.__get__  # type: ignore[attr-defined]
 _FUNC_GLOBALS = _FunctionType.__globals__.__get__  # type: ignore[attr-defined]
 _METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
-_TYPE_DICT = type.__dict__["__dict__"].__get__
+_TYPE_DICT: Any = type.__dict__["__dict__"].__get__
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
 _PLAIN |= {type(len), type([].append), type(sys), type(int.__add__), type(str.join)}
 
@@ -296,7 +296,7 @@ def _module_file(module: Any) -> str:
     return filename if type(filename) is str else ""
 
 
-_MODULE_DICT = type(sys).__dict__["__dict__"].__get__
+_MODULE_DICT: Any = type(sys).__dict__["__dict__"].__get__  # type: ignore[index]
 
 
 def _top(name: str) -> str:
@@ -366,13 +366,19 @@ class Snapshot:
             found = self.origins.from_tree(value)
             if found:
                 problems.append(f"{name}.{attr} holds code from {found}")
-            if name != "builtins" and isinstance(value, type) and id(value) not in self.classes:
-                if _TYPE_DICT(value).get("__module__") == name:
-                    self.classes.add(id(value))
-                    self._take_class(f"{name}.{attr}", value, problems)
+            if (
+                name != "builtins"
+                and isinstance(value, type)
+                and id(value) not in self.classes
+                and _TYPE_DICT(value).get("__module__") == name
+            ):
+                self.classes.add(id(value))
+                self._take_class(f"{name}.{attr}", value, problems)
         self.add(name, namespace)
 
-    def _take_class(self, label: str, cls: Any, problems: "list[str]", strict: bool = False) -> None:
+    def _take_class(
+        self, label: str, cls: Any, problems: "list[str]", strict: bool = False
+    ) -> None:
         namespace = _TYPE_DICT(cls)
         for attr, value in list(namespace.items()):
             found = self.origins.from_tree(value)
@@ -380,7 +386,9 @@ class Snapshot:
                 problems.append(f"{label}.{attr} holds code from {found}")
         self.add(label, namespace, strict)
 
-    def _take_test_module(self, name: str, module: Any, filename: str, problems: "list[str]") -> None:
+    def _take_test_module(
+        self, name: str, module: Any, filename: str, problems: "list[str]"
+    ) -> None:
         namespace = _MODULE_DICT(module)
         self._loader(f"test module {name}", namespace, problems)
         builtins_ = namespace.get("__builtins__")
@@ -408,7 +416,7 @@ class Snapshot:
             if now_ids == ids and len(namespace) == len(keys):
                 continue
             now_keys = tuple(namespace)
-            before = dict(zip(keys, ids))
+            before = dict(zip(keys, ids))  # noqa: B905 - Python 3.6 runs this too
             for attr in now_keys:
                 value = namespace.get(attr)
                 if before.get(attr) == id(value):
@@ -429,12 +437,14 @@ class Snapshot:
                     problems.append(f"{name}.{attr}, bound by the test module, was rebound")
         now = self._sys_ids()
         if now != self.sys_ids:
-            namespace = _MODULE_DICT(sys)
-            for name, before, after in zip(SYS_WATCHED, self.sys_ids, now):
-                if before != after:
-                    found = self.origins.from_tree(namespace.get(name))
+            current = _MODULE_DICT(sys)
+            for name, was, is_ in zip(SYS_WATCHED, self.sys_ids, now):  # noqa: B905
+                if was != is_:
+                    found = self.origins.from_tree(current.get(name))
                     if found or name == "modules":
-                        problems.append(f"sys.{name} was replaced{' by code from ' + found if found else ''}")
+                        problems.append(
+                            f"sys.{name} was replaced{' by code from ' + found if found else ''}"
+                        )
             self.sys_ids = now
 
 
@@ -506,7 +516,7 @@ def _attr(obj: Any, name: str) -> Any:
         namespace = None
     if isinstance(namespace, dict) and name in namespace:
         return namespace[name]
-    slot = None
+    slot: Any = None
     for klass in type(obj).__mro__:
         slot = _TYPE_DICT(klass).get(name)
         if slot is not None:
@@ -572,7 +582,9 @@ class Registry:
     def _impl(self, hook: str, impl: Any, problems: "list[str]") -> None:
         if id(impl) in self.known:
             return
-        found = self.origins.from_tree(type(impl)) or self.origins.from_tree(_attr(impl, "function"))
+        found = self.origins.from_tree(type(impl)) or self.origins.from_tree(
+            _attr(impl, "function")
+        )
         if found and hook in GUARDED_HOOKS:
             problems.append(f"an implementation of {hook} from {found} is registered")
             return
@@ -636,7 +648,7 @@ try:
     from _hashlib import hmac_digest as _HMAC  # type: ignore[attr-defined]
 except ImportError:  # Python < 3.7 or no OpenSSL
 
-    def _HMAC(key: bytes, msg: bytes, digest: str) -> bytes:
+    def _HMAC(key: Any, msg: Any, digest: str) -> bytes:  # type: ignore[misc]
         return hmac.new(key, msg, getattr(hashlib, digest)).digest()
 
 
@@ -668,7 +680,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
             plugin_codes.extend(codes)
 
     def record(body: str) -> None:
-        line = "%s,\"n\":%d}" % (body, state["n"])
+        line = f'{body},"n":{state["n"]:d}}}'
         state["n"] += 1
         data = line.encode()
         mac = hexlify(_HMAC(key, data, "sha256"))
@@ -680,7 +692,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
         if why in reported:
             return
         reported.add(why)
-        record('{"event":"tamper","id":%s,"why":%s' % (_encode(test_id), _encode(why[:500])))
+        record(f'{{"event":"tamper","id":{_encode(test_id)},"why":{_encode(why[:500])}')
 
     def caller(frame: Any) -> "tuple[str, bool]":
         """(file, whether it is the tree's) of the first frame outside the import system."""
@@ -743,7 +755,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
         kind = args[0]
         if kind == "start":
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
-            record('{"event":"start","pytest":%s,"integrity":"%s"' % (_encode(args[1]), level))
+            record(f'{{"event":"start","pytest":{_encode(args[1])},"integrity":"{level}"')
         elif kind == "arm":
             holder["registry"] = Registry(origins, args[1])
             problems: "list[str]" = []
@@ -775,15 +787,16 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
                 problems += item_problems(holder["item"], origins)
             for why in problems:
                 tamper(why, test_id)
+            flag = "true" if xfail else "false"
             record(
-                '{"event":"test","id":%s,"when":%s,"outcome":%s,"xfail":%s'
-                % (_encode(test_id), _encode(when), _encode(outcome), "true" if xfail else "false")
+                f'{{"event":"test","id":{_encode(test_id)},"when":{_encode(when)},'
+                f'"outcome":{_encode(outcome)},"xfail":{flag}'
             )
         elif kind == "collect":
             why = stack_problem(frame)
             if why:
                 tamper(why, args[1])
-            record('{"event":"collect","id":%s,"outcome":"error"' % _encode(args[1]))
+            record(f'{{"event":"collect","id":{_encode(args[1])},"outcome":"error"')
         elif kind == "finish":
             if state["finished"]:
                 tamper("the session finished twice")
@@ -795,7 +808,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
             for why in problems:
                 tamper(why)
             state["finished"] = True
-            record('{"event":"finish","exit":%d' % int(args[1]))
+            record(f'{{"event":"finish","exit":{int(args[1]):d}')
 
     def refuse(why: str) -> None:
         tamper(why)
@@ -813,7 +826,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
                 path = path.decode(errors="replace")
             if type(path) is not str:
                 return
-            if path.endswith("/mem") and path.startswith("/proc/") or path in MEMORY_FILES:
+            if (path.endswith("/mem") and path.startswith("/proc/")) or path in MEMORY_FILES:
                 refuse(f"{path} was opened")
             mode, flags = args[1], args[2] if len(args) > 2 else 0
             writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
@@ -839,7 +852,9 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
             ):
                 refuse("ctypes wrote or read memory by address")
             py_object = getattr(ctypes, "py_object", None)
-            if py_object is not None and any(a is py_object for a in (args[1] if len(args) > 1 else ())):
+            if py_object is not None and any(
+                a is py_object for a in (args[1] if len(args) > 1 else ())
+            ):
                 refuse("ctypes cast an address to a Python object")
         elif event in ("object.__setattr__", "object.__delattr__"):
             target, name = args[0], args[1]
@@ -885,7 +900,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
                 return
             try:
                 op(args, getframe(1))
-            except Exception as err:  # noqa: BLE001 - a failed check is tampering
+            except Exception as err:
                 tamper(f"the runner's check failed: {type(err).__name__}: {err}")
 
         return direct, register
@@ -912,7 +927,7 @@ def start(key: bytes, root: str, protected: "frozenset[str]", main_code: Any) ->
                 op(args, getframe(1))
             except Refused:
                 raise
-            except Exception as err:  # noqa: BLE001 - a failed check is tampering
+            except Exception as err:
                 tamper(f"the runner's check failed: {type(err).__name__}: {err}")
             finally:
                 state["busy"] = False

@@ -229,10 +229,42 @@ class Canaries:
 
 # Words tests are named with; a canary's names are drawn from these and the tree's own.
 _WORDS = (
-    "basic", "empty", "single", "many", "order", "repeat", "default", "limits", "values",
-    "roundtrip", "mixed", "nested", "unicode", "large", "small", "zero", "negative", "copy",
-    "equality", "update", "reset", "merge", "split", "lookup", "insert", "remove", "sorted",
-    "parse", "format", "edge", "cases", "regression", "types", "length", "bounds", "keys",
+    "basic",
+    "empty",
+    "single",
+    "many",
+    "order",
+    "repeat",
+    "default",
+    "limits",
+    "values",
+    "roundtrip",
+    "mixed",
+    "nested",
+    "unicode",
+    "large",
+    "small",
+    "zero",
+    "negative",
+    "copy",
+    "equality",
+    "update",
+    "reset",
+    "merge",
+    "split",
+    "lookup",
+    "insert",
+    "remove",
+    "sorted",
+    "parse",
+    "format",
+    "edge",
+    "cases",
+    "regression",
+    "types",
+    "length",
+    "bounds",
+    "keys",
 )
 
 # Shapes of a plain test: (passing body, failing body). Each holds for the values drawn.
@@ -246,8 +278,8 @@ _SHAPES = (
         "    data = dict.fromkeys(range({n}), {a})\n    assert len(data) == {wrong_n}\n",
     ),
     (
-        "    text = \"{word}\" * {n}\n    assert text.count(\"{word}\") == {n}\n",
-        "    text = \"{word}\" * {n}\n    assert len(text) == {wrong_len}\n",
+        '    text = "{word}" * {n}\n    assert text.count("{word}") == {n}\n',
+        '    text = "{word}" * {n}\n    assert len(text) == {wrong_len}\n',
     ),
 )
 
@@ -274,7 +306,11 @@ def _canary_source(prefix: str, passing: str, failing: str) -> str:
     n = secrets.randbelow(7) + 3
     word = secrets.choice(("ab", "xy", "key", "node", "row"))
     values = {
-        "a": a, "b": b, "c": c, "n": n, "word": word,
+        "a": a,
+        "b": b,
+        "c": c,
+        "n": n,
+        "word": word,
         "median": sorted([a, b, c])[1],
         "wrong_span": max(a, b, c) - min(a, b, c) + 1 + secrets.randbelow(9),
         "total": n * a,
@@ -283,9 +319,7 @@ def _canary_source(prefix: str, passing: str, failing: str) -> str:
     }
     tests = [(passing, good), (failing, bad)]
     secrets.SystemRandom().shuffle(tests)
-    return "\n\n".join(
-        f"def {prefix}{name}():\n" + body.format(**values) for name, body in tests
-    )
+    return "\n\n".join(f"def {prefix}{name}():\n" + body.format(**values) for name, body in tests)
 
 
 def _canary_dirs(tree: Path, args: Sequence[str], expected: Sequence[str]) -> list[str]:
