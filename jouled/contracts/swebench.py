@@ -993,6 +993,11 @@ def to_contract(
     )
 
 
+# Repositories whose official test command is a unittest runner the daemon's own
+# unittest runner can carry (Django's tests/runtests.py).
+UNITTEST_REPOS = frozenset({"django/django"})
+
+
 def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolicy:
     """Grading by the official rules: the repository's own log parser and resolution.
 
@@ -1007,6 +1012,7 @@ def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolic
         failing_exit_judged_by_ids=True,
         memory_bytes=MEMORY_BYTES,
         plain=plain,
+        runner="unittest" if record.repo in UNITTEST_REPOS else "",
         parse_output=partial(harness.outcomes, spec.parser),
         verdict=partial(harness.official_verdict, spec.parser),
     )

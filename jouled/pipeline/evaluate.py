@@ -29,7 +29,7 @@ from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
-from jouled.pipeline import container, guard, provenance, pytest_run
+from jouled.pipeline import container, guard, provenance, pytest_run, unittest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
@@ -244,7 +244,17 @@ class Evaluator:
             # A container image runs the command as it is, never through the runner.
             image = runtime.image if runtime is not None else ""
             plan = None
-            if not policy.plain and not image:
+            if policy.plain and policy.runner == "unittest" and not image:
+                plan = unittest_run.plan(
+                    contract.test_cmd,
+                    tree,
+                    ro,
+                    layout,
+                    pristine=contract.pristine,
+                    protected=protected,
+                    python=python,
+                )
+            elif not policy.plain and not image:
                 plan = pytest_run.plan(
                     contract.test_cmd,
                     tree,
@@ -305,6 +315,18 @@ class Evaluator:
                 hint="the run reported more than the daemon keeps; split the test command",
             )
         channel = pytest_run.read_channel(result.channel or b"", plan.key)
+        if policy.plain:  # the unittest runner: the log is graded, the channel holds it to account
+            parse = policy.parse_output or parse_ra
+            outcomes = parse(result.output)
+            forged = exit_contradicts(result.exit_code, outcomes) or unittest_run.disagreement(
+                outcomes, channel, result.exit_code
+            )
+            if not forged and channel.started and channel.integrity != level:
+                forged = (
+                    f"the runner reported integrity {channel.integrity!r} where {level!r} was due"
+                )
+            report = "output+channel" if channel.started else "output"
+            return CheckRun(result, outcomes, report, result.exit_code, forged, level=level)
         outcomes = pytest_run.without_canaries(channel.outcomes, plan.canaries)
         if policy.match_ids is not None:
             ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))

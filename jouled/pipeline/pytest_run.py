@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jouled.pipeline import runners
 from jouled.pipeline.sandbox import Layout
 from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED, record_outcome
 
@@ -64,7 +65,7 @@ MAX_CANARY_DIRS = 3
 # -- the command --------------------------------------------------------------------------
 
 
-def _is_python(program: str) -> bool:
+def is_python(program: str) -> bool:
     return (
         program == sys.executable or _PYTHON_NAME.fullmatch(os.path.basename(program)) is not None
     )
@@ -80,7 +81,7 @@ def split_pytest(test_cmd: Sequence[str]) -> tuple[str, list[str], list[str]] | 
         return None
     if os.path.basename(test_cmd[0]) in _PYTEST_SCRIPTS:
         return "script", [], list(test_cmd[1:])
-    if not _is_python(test_cmd[0]):
+    if not is_python(test_cmd[0]):
         return None
     opts: list[str] = []
     i = 1
@@ -414,7 +415,7 @@ def plan(
         return None
     mode, opts, args = split
     remove_bytecode(tree)
-    shutil.copyfile(RUNNER, ro_dir / "jouled_pytest.py")
+    runners.install(ro_dir, RUNNER)
     source = pristine or tree
     config = find_config(source, args)
     overlays: dict[str, Path] = {}
@@ -431,14 +432,11 @@ def plan(
         ours += ["-c", f"{layout.ro}/pytest.ini", "--rootdir", layout.workdir]
         ours += ["--confcutdir", layout.workdir]
         rootdir = ""
-    for path in ro_dir.rglob("*"):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    os.chmod(ro_dir, 0o755)
     prefix = _function_prefix(frozen if config else None)
     canaries = plant_canaries(tree, rootdir, _canary_dirs(tree, args, expected), prefix)
     ours += ["-rA"]
-    (ro_dir / "protected.json").write_text(json.dumps(sorted(protected)))
-    os.chmod(ro_dir / "protected.json", 0o644)
+    runners.write_trusted(ro_dir, protected, runners.unchanged_sources(tree, pristine))
+    runners.seal(ro_dir)
     if "--" in args:  # after "--" everything is a path, so ours go before it
         cut = args.index("--")
         args = [*args[:cut], *ours, *args[cut:]]
@@ -446,23 +444,12 @@ def plan(
         args = [*args, *ours]
     # -P (Python 3.11+) keeps the working directory off sys.path; older interpreters
     # get the same by the boot code dropping it before anything is imported.
-    # The runner is executed, never imported: no module name, nothing added to sys.path.
-    runner = f"{layout.ro}/jouled_pytest.py"
-    boot = (
-        "import sys; sys.path[:] = [p for p in sys.path if p]; "
-        f"ns = {{'__name__': '__jouled__', '__file__': {runner!r}}}; "
-        f"exec(compile(open({runner!r}, 'rb').read(), {runner!r}, 'exec'), ns); "
-        "ns['main']()"
-    )
+    boot = runners.boot(layout, RUNNER)
     interpreter = python if test_cmd[0] in _PORTABLE_PYTHON or mode == "script" else test_cmd[0]
     safe_path = ["-P"] if python_version is None or python_version >= (3, 11) else []
     argv = [interpreter, *opts, "-s", *safe_path, "-c", boot, mode, *args]
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    key = secrets.token_bytes(32)
-    document = json.dumps(
-        {"root": layout.workdir, "ro": layout.ro, "canaries": list(canaries.files)}
-    ).encode()
-    setup = key + len(document).to_bytes(4, "big") + document
+    key, setup = runners.setup(layout, canaries.files)
     return Plan(argv, env, key, setup, overlays, canaries, config)
 
 

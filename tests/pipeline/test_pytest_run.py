@@ -528,12 +528,13 @@ def test_forgery_truth_table(
     assert (verdict in found and bool(found)) if verdict else found == ""
 
 
-def test_the_runner_imports_on_interpreters_as_old_as_python_36() -> None:
+@pytest.mark.parametrize("name", ["jouled_monitor.py", "jouled_pytest.py", "jouled_unittest.py"])
+def test_the_runner_imports_on_interpreters_as_old_as_python_36(name: str) -> None:
     """Environments run it with their own interpreter: no syntax, no evaluated annotation
     (a subscripted builtin, a class old pytest releases do not export) newer than 3.6."""
     import ast
 
-    source = pytest_run.RUNNER.read_text()
+    source = pytest_run.RUNNER.with_name(name).read_text()
     tree = ast.parse(source, feature_version=(3, 6))
     futures = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert all(n.module != "__future__" for n in futures)  # annotations: 3.7+

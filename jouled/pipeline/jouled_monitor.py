@@ -1,0 +1,967 @@
+"""The integrity monitor of the daemon's test runners: runs in the sandbox, imports no jouled.
+
+The boot code of a graded run executes this file and then a runner's
+(`jouled_pytest.py`, `jouled_unittest.py`) into one namespace with `exec`:
+neither is ever a module (no name in `sys.modules`), and their directory is
+never on `sys.path`. The run's setup arrives on fd 3 (a 32-byte key, then
+where the tree is and the canary test files) and the descriptor is closed
+before any code of the tree runs. Records go to the daemon on fd 4, one line
+each, authenticated with the key.
+
+`start` installs the monitor (Python 3.8+: a PEP 578 audit hook, which cannot
+be removed once added) before the test framework is imported. It is the only
+holder of the key and the only writer of records. The runner reports through
+`sys.audit`; the monitor takes a record only from the runner's own code,
+called through code the patch did not write (every frame between the runner
+and its `main`), and only after checking that nothing the framework computes
+outcomes with was changed by such code:
+
+- the module globals and class attributes of pytest, pluggy, unittest and
+  the builtins, taken when the run arms and compared before every record (a
+  value may change only to one made by code the patch did not write);
+- the test modules: what their source binds stays bound, nothing their source
+  never binds comes from the patch, their builtins are Python's;
+- what the runner adds (`checks`, `item_check`): pytest's hook registry,
+  the running test's function and item.
+
+It refuses, and records as tampering, what a test suite does not need and a
+forger does: walking the object graph (`gc.get_objects`, `get_referrers`,
+`get_referents`), reading process memory (`/proc/*/mem`, `ctypes` by
+address), trace, profile and monitoring callbacks, new audit hooks, writing
+the code, defaults or class of a function or class the patch did not write,
+running code that claims a file the patch did not write unless the import
+system is loading that file, and writing bytecode. Anything refused or found
+is a `tamper` record, which the daemon signs as `tampered`.
+
+"Code the patch did not write" is code from outside the tree (the standard
+library, installed packages: read-only in the sandbox), from the protected
+files (pristine tests), or from tree files the patch left as they were
+(`trusted.json` lists them with their hashes; a file whose source no longer
+matches when it is compiled is the patch's from then on). Code the tree
+compiles itself (`exec`, `eval`) is the tree's.
+
+Without audit hooks (Python < 3.8) the runner's records are written by a
+closure after the same checks, which code in the process can defeat; the
+start record says which level applied (`monitor` or `reduced`).
+"""
+
+# No `from __future__ import annotations` (Python 3.7+), no walrus, no
+# `str.removeprefix`, and every annotation naming a generic is a string: the
+# environments of old SWE-bench instances (Python 3.6) run this file too.
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+from typing import Any
+
+SETUP_FD, REPORT_FD = 3, 4
+EVENT = "jouled.runner"
+KEY_BYTES = 32
+
+# Top-level packages whose code computes, carries or writes test outcomes.
+WATCHED = frozenset({"pytest", "_pytest", "pluggy", "unittest", "py", "iniconfig", "builtins"})
+# Packages of the tree's own whose test framework runs the tests (Django's): watched the
+# same way, their own files' code taken as their content.
+WATCHED_PREFIXES = ("django.test",)
+# Hooks on which no implementation from the tree may run: they make, change, run or
+# write reports (a wrapper anywhere in them could rewrite an outcome).
+# `sys` attributes pytest's reporting reads.
+SYS_WATCHED = (
+    "exc_info",
+    "exception",
+    "excepthook",
+    "exit",
+    "audit",
+    "addaudithook",
+    "settrace",
+    "setprofile",
+    "_getframe",
+    "modules",
+    "meta_path",
+    "path_hooks",
+)
+REFUSED = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys._current_frames",
+        "sys.addaudithook",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+        "ctypes.cdata",
+        "sys.monitoring.register_callback",
+    }
+)
+TRACING = frozenset(
+    {
+        "sys.settrace",
+        "sys.setprofile",
+        "sys._settraceallthreads",
+        "sys._setprofileallthreads",
+        "threading.settrace",
+        "threading.setprofile",
+        "threading.settrace_all_threads",
+        "threading.setprofile_all_threads",
+    }
+)
+MEMORY_FILES = ("/dev/mem", "/dev/kmem", "/proc/kcore")
+MAX_DYNAMIC = 200000  # code objects the tree compiled, remembered to judge its functions by
+SPECIAL_WRITES = frozenset(
+    {"__code__", "__defaults__", "__kwdefaults__", "__class__", "__bases__", "__globals__"}
+)
+
+
+class Refused(RuntimeError):
+    """What the monitor raises for an operation it refuses (a RuntimeError, as PEP 578 asks)."""
+
+
+# -- the setup ------------------------------------------------------------------------------
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def read_setup() -> "tuple[bytes, dict[str, Any]]":
+    """The run key and the setup document from fd 3, which is closed after."""
+    key = _read_exact(SETUP_FD, KEY_BYTES)
+    size = int.from_bytes(_read_exact(SETUP_FD, 4), "big")
+    body = _read_exact(SETUP_FD, size)
+    os.close(SETUP_FD)
+    if len(key) != KEY_BYTES or len(body) != size:
+        raise SystemExit("jouled runner: no run setup on fd 3")
+    return key, json.loads(body.decode())
+
+
+def load_trusted(ro: str, root: str, extra: "list[str]") -> "tuple[frozenset[str], dict[str, str]]":
+    """(protected files, tree files the patch left as they were -> sha256), as real paths.
+
+    `extra` are protected files not listed in the run's `trusted.json` (the canaries).
+    """
+    try:
+        with open(os.path.join(ro, "trusted.json")) as fh:
+            listing = json.load(fh)
+    except (OSError, ValueError):
+        listing = {}
+    real = os.path.realpath
+    protected = [*listing.get("protected", []), *extra]
+    unchanged = listing.get("unchanged", {})
+    return (
+        frozenset(real(os.path.join(root, rel)) for rel in protected),
+        {real(os.path.join(root, rel)): digest for rel, digest in unchanged.items()},
+    )
+
+
+# -- where code comes from ------------------------------------------------------------------
+
+
+class Origins:
+    """Whether code, functions and other values were made by code the patch can change."""
+
+    def __init__(self, root: str, protected: "frozenset[str]", unchanged: "dict[str, str]") -> None:
+        self.root = root
+        self.protected = protected
+        self.unchanged = unchanged
+        self._files: dict[str, bool] = {}
+        self.dynamic: dict[int, tuple[Any, str]] = {}
+        self.realpath = os.path.realpath
+        self._modules = sys.modules
+
+    def trusted_file(self, filename: str) -> bool:
+        """Code from `filename` is out of the patch's reach: outside the tree, or protected."""
+        cached = self._files.get(filename)
+        if cached is not None:
+            return cached
+        if filename.startswith("<"):
+            verdict = True  # generated code: judged by who made it (`code_from_tree`)
+        else:
+            path = self.realpath(filename)
+            inside = path == self.root or path.startswith(self.root + os.sep)
+            verdict = (not inside) or path in self.protected or path in self.unchanged
+        if len(self._files) < 100000:
+            self._files[filename] = verdict
+        return verdict
+
+    def compiled(self, filename: str, source: Any) -> None:
+        """A tree file the patch left as it was is compiled: is its source still that?"""
+        if filename.startswith("<"):
+            return
+        path = self.realpath(filename)
+        want = self.unchanged.get(path)
+        if want is None:
+            return
+        if type(source) not in (bytes, str):  # an AST (pytest's rewriting): read the file
+            try:
+                with open(path, "rb") as fh:
+                    source = fh.read()
+            except OSError:
+                source = b""
+        data = source.encode() if type(source) is str else source
+        if _SHA256(data).hexdigest() != want:
+            del self.unchanged[path]
+            self._files.pop(filename, None)
+            self._files.pop(path, None)
+
+    def same_source(self, filename: str, source: Any) -> bool:
+        """Whether `source` (bytes or text; anything else never) is the file's content."""
+        if type(source) not in (bytes, str):
+            return False
+        try:
+            with open(filename, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return False
+        if type(source) is bytes:
+            return source == data
+        return source == data.decode("utf-8", "replace") or source.encode() == data
+
+    def real_file(self, filename: str) -> bool:
+        return not filename.startswith("<")
+
+    def mark_dynamic(self, code: Any, who: str) -> None:
+        """Code the tree compiled itself (exec, eval, FunctionType): its functions are its."""
+        todo = [code]
+        while todo and len(self.dynamic) < MAX_DYNAMIC:
+            current = todo.pop()
+            self.dynamic[id(current)] = (current, who)
+            todo.extend(c for c in current.co_consts if type(c) is _CodeType)
+
+    def code_from_tree(self, code: Any) -> str:
+        filename = code.co_filename
+        if not self.trusted_file(filename):
+            return filename
+        if filename.startswith("<") and self.dynamic:
+            made = self.dynamic.get(id(code))
+            if made is not None and made[0] is code:
+                return f"{filename} (code made by {made[1]})"
+        return ""
+
+    def function_from_tree(self, fn: Any) -> str:
+        """The file of tree code behind a Python function, "" when it has none."""
+        found = self.code_from_tree(_FUNC_CODE(fn))
+        if found:
+            return found
+        closure = _FUNC_CLOSURE(fn)
+        for cell in closure or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:
+                continue
+            if type(inner) is _FunctionType:
+                found = self.code_from_tree(_FUNC_CODE(inner))
+                if found:
+                    return found
+        return ""
+
+    def from_tree(self, value: Any, depth: int = 0) -> str:
+        """Where tree code stands behind `value` (a file name), "" when nothing does.
+
+        Functions by their code (and the functions in their closure), methods
+        by their function, wrappers by what they wrap, classes by their methods
+        and module, other objects by their class. Exact type checks only: no
+        code of the value's own runs here.
+        """
+        kind = type(value)
+        if kind is _FunctionType:
+            return self.function_from_tree(value)
+        if depth > 3:
+            return ""
+        if kind is _MethodType:
+            return self.from_tree(_METHOD_FUNC(value), depth + 1)
+        if kind is classmethod or kind is staticmethod:
+            return self.from_tree(value.__func__, depth + 1)
+        if kind is property:
+            for part in (value.fget, value.fset, value.fdel):
+                found = self.from_tree(part, depth + 1) if part is not None else ""
+                if found:
+                    return found
+            return ""
+        if kind is _Partial:
+            return self.from_tree(value.func, depth + 1)
+        if isinstance(kind, type) and issubclass(kind, type):
+            return self.class_from_tree(value, depth)
+        if kind in _PLAIN:
+            return ""
+        return self.class_from_tree(kind, depth)
+
+    def class_from_tree(self, cls: Any, depth: int = 0) -> str:
+        namespace = _TYPE_DICT(cls)
+        module_name = namespace.get("__module__")
+        if type(module_name) is str:
+            module = self._modules.get(module_name)
+            filename = _module_file(module)
+            if filename and not self.trusted_file(filename):
+                return filename
+        for item in namespace.values():
+            if type(item) in (_FunctionType, classmethod, staticmethod, property):
+                found = self.from_tree(item, depth + 1)
+                if found:
+                    return found
+        return ""
+
+
+_FunctionType = type(read_setup)
+_MethodType = type(Origins(".", frozenset(), {}).trusted_file)
+_SHA256 = hashlib.sha256
+_Partial = type(__import__("functools").partial(int))
+_FUNC_CODE = _FunctionType.__code__.__get__  # type: ignore[attr-defined]
+_FUNC_CLOSURE = _FunctionType.__closure__.__get__  # type: ignore[attr-defined]
+_FUNC_GLOBALS = _FunctionType.__globals__.__get__  # type: ignore[attr-defined]
+_METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
+_TYPE_DICT: Any = type.__dict__["__dict__"].__get__
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
+_PLAIN |= {type(len), type([].append), type(sys), type(int.__add__), type(str.join)}
+
+
+def _module_file(module: Any) -> str:
+    if type(module) is not type(sys):
+        return ""
+    filename = _MODULE_DICT(module).get("__file__")
+    return filename if type(filename) is str else ""
+
+
+_MODULE_DICT: Any = type(sys).__dict__["__dict__"].__get__  # type: ignore[index]
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
+
+
+# -- what may not change --------------------------------------------------------------------
+
+
+class Snapshot:
+    """Namespaces outcomes depend on, by the identity of every value they held at arming.
+
+    `check` names what changed to a value tree code made; changes to values
+    made elsewhere (pytest setting its own state) are taken into the snapshot.
+    Protected test modules are held stricter: what their source binds must
+    stay bound, and a value from the tree under a name their source never
+    binds was put there by someone else.
+    """
+
+    def __init__(self, origins: Origins) -> None:
+        self.origins = origins
+        self.entries: list[list[Any]] = []  # [label, namespace, keys, ids, strict]
+        self.seen_modules: set[int] = set()
+        self.module_count = -1
+        self.classes: set[int] = set()
+        self.test_modules: dict[int, Any] = {}
+        self.sys_ids: tuple[int, ...] = ()
+
+    def add(self, label: str, namespace: Any, strict: bool = False) -> None:
+        keys, ids = tuple(namespace), tuple(map(id, namespace.values()))
+        self.entries.append([label, namespace, keys, ids, strict])
+
+    def arm(self, problems: "list[str]") -> None:
+        self.scan_modules(problems)
+        self.sys_ids = self._sys_ids()
+
+    def _sys_ids(self) -> "tuple[int, ...]":
+        namespace = _MODULE_DICT(sys)
+        return tuple(id(namespace.get(name)) for name in SYS_WATCHED)
+
+    def scan_modules(self, problems: "list[str]") -> None:
+        """Take in modules loaded since the last scan: watched ones and the test modules."""
+        modules = sys.modules
+        if len(modules) == self.module_count:
+            return
+        self.module_count = len(modules)
+        for name, module in list(modules.items()):
+            if id(module) in self.seen_modules or type(module) is not type(sys):
+                continue
+            self.seen_modules.add(id(module))
+            filename = _module_file(module)
+            if _top(name) in WATCHED:
+                self._take_module(name, module, problems)
+            elif name.startswith(WATCHED_PREFIXES):  # the tree's: it may import patched code
+                self._take_module(name, module, [])
+            elif filename and self.origins.realpath(filename) in self.origins.protected:
+                self._take_test_module(name, module, filename, problems)
+
+    def _loader(self, label: str, namespace: Any, problems: "list[str]") -> None:
+        loader = namespace.get("__loader__")
+        found = self.origins.from_tree(loader) if loader is not None else ""
+        if found:
+            problems.append(f"{label} was loaded by an import hook from {found}")
+
+    def _take_module(self, name: str, module: Any, problems: "list[str]") -> None:
+        namespace = _MODULE_DICT(module)
+        self._loader(f"module {name}", namespace, problems)
+        own = _module_file(module)
+        for attr, value in list(namespace.items()):
+            found = self.origins.from_tree(value)
+            if found and found != own:  # what a module's own file defines is its content
+                problems.append(f"{name}.{attr} holds code from {found}")
+            if (
+                name != "builtins"
+                and isinstance(value, type)
+                and id(value) not in self.classes
+                and _TYPE_DICT(value).get("__module__") == name
+            ):
+                self.classes.add(id(value))
+                self._take_class(f"{name}.{attr}", value, problems, own=own)
+        self.add(name, namespace)
+
+    def _take_class(
+        self, label: str, cls: Any, problems: "list[str]", strict: bool = False, own: str = ""
+    ) -> None:
+        namespace = _TYPE_DICT(cls)
+        for attr, value in list(namespace.items()):
+            found = self.origins.from_tree(value)
+            if found and found != own:
+                problems.append(f"{label}.{attr} holds code from {found}")
+        self.add(label, namespace, strict)
+
+    def _take_test_module(
+        self, name: str, module: Any, filename: str, problems: "list[str]"
+    ) -> None:
+        namespace = _MODULE_DICT(module)
+        self._loader(f"test module {name}", namespace, problems)
+        builtins_ = namespace.get("__builtins__")
+        if builtins_ is not _BUILTINS and builtins_ is not _MODULE_DICT(_BUILTINS):
+            problems.append(f"test module {name} runs with builtins other than Python's")
+        bound, star = source_names(filename)
+        own = {}
+        for attr, value in list(namespace.items()):
+            found = self.origins.from_tree(value)
+            if not found:
+                own[attr] = value
+            elif attr not in bound and not star and not attr.startswith("@"):
+                problems.append(
+                    f"test module {name} holds {attr} from {found}, which its source never binds"
+                )
+            if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
+                self._take_class(f"{name}.{attr}", value, problems, strict=True)
+        self.test_modules[id(module)] = (name, namespace, own)
+
+    def check(self, problems: "list[str]") -> None:
+        self.scan_modules(problems)
+        for entry in self.entries:
+            label, namespace, keys, ids, strict = entry
+            now_ids = tuple(map(id, namespace.values()))
+            if now_ids == ids and len(namespace) == len(keys):
+                continue
+            now_keys = tuple(namespace)
+            before = dict(zip(keys, ids))  # noqa: B905 - Python 3.6 runs this too
+            for attr in now_keys:
+                value = namespace.get(attr)
+                if before.get(attr) == id(value):
+                    continue
+                found = self.origins.from_tree(value)
+                if found:
+                    problems.append(f"{label}.{attr} was replaced by code from {found}")
+                elif strict and attr in before:
+                    problems.append(f"{label}.{attr} was replaced")
+            if strict:
+                gone = [attr for attr in keys if attr not in namespace]
+                if gone:
+                    problems.append(f"{label}.{gone[0]} was deleted")
+            entry[2], entry[3] = now_keys, now_ids
+        for name, namespace, own in self.test_modules.values():
+            for attr, value in own.items():
+                if namespace.get(attr, _MISSING) is not value:
+                    problems.append(f"{name}.{attr}, bound by the test module, was rebound")
+        now = self._sys_ids()
+        if now != self.sys_ids:
+            current = _MODULE_DICT(sys)
+            for name, was, is_ in zip(SYS_WATCHED, self.sys_ids, now):  # noqa: B905
+                if was != is_:
+                    found = self.origins.from_tree(current.get(name))
+                    if found or name == "modules":
+                        problems.append(
+                            f"sys.{name} was replaced{' by code from ' + found if found else ''}"
+                        )
+            self.sys_ids = now
+
+
+_MISSING = object()
+_BUILTINS = sys.modules["builtins"]
+
+
+def source_names(filename: str) -> "tuple[frozenset[str], bool]":
+    """The names a module's source binds at its top level (or declares global), and
+    whether it star-imports (which binds names the source does not spell)."""
+    try:
+        with open(filename, "rb") as fh:
+            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset(), True
+    names: set[str] = set()
+    star = False
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        kind = type(node).__name__
+        if kind in ("Import", "ImportFrom"):
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                names.add((alias.asname or alias.name).partition(".")[0])
+        elif kind in ("FunctionDef", "AsyncFunctionDef", "ClassDef"):
+            names.add(node.name)
+            todo.extend(_globals_in(node))
+        elif kind == "Global":
+            names.update(node.names)
+        elif kind == "Name":
+            names.add(node.id)
+        else:
+            for field in getattr(node, "_fields", ()):
+                value = getattr(node, field, None)
+                if isinstance(value, list):
+                    todo.extend(v for v in value if hasattr(v, "_fields"))
+                elif hasattr(value, "_fields"):
+                    todo.append(value)
+    return frozenset(names), star
+
+
+def _globals_in(node: Any) -> "list[Any]":
+    """The `global` statements anywhere inside a function or class body."""
+    found, todo = [], [node]
+    while todo:
+        current = todo.pop()
+        if type(current).__name__ == "Global":
+            found.append(current)
+        for field in getattr(current, "_fields", ()):
+            value = getattr(current, field, None)
+            if isinstance(value, list):
+                todo.extend(v for v in value if hasattr(v, "_fields"))
+            elif hasattr(value, "_fields"):
+                todo.append(value)
+    return found
+
+
+_COMPILE = compile
+_ONLY_AST = 0x400
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """An instance attribute, from `__dict__` or a slot, without running class code of obj's."""
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        namespace = None
+    if isinstance(namespace, dict) and name in namespace:
+        return namespace[name]
+    slot: Any = None
+    for klass in type(obj).__mro__:
+        slot = _TYPE_DICT(klass).get(name)
+        if slot is not None:
+            break
+    if type(slot).__name__ == "member_descriptor":
+        try:
+            return slot.__get__(obj, type(obj))
+        except AttributeError:
+            return None
+    return None
+
+
+def function_problems(function: Any, origins: "Origins", file: str = "") -> "list[str]":
+    """Why a test's function no longer runs the code its file defines; [] when nothing says so.
+
+    Every layer (decorators followed through `__wrapped__`) must be code the
+    patch did not write, and at least one a Python function: an object that
+    merely passes for a test is the tree's stand-in.
+    """
+    problems: list[str] = []
+    seen, python_layers, start = 0, 0, function
+    while function is not None and seen < 100:
+        seen += 1
+        inner = function
+        if type(inner) is _MethodType:
+            inner = _METHOD_FUNC(inner)
+        if type(inner) is _FunctionType:
+            python_layers += 1
+            found = origins.function_from_tree(inner)
+            if found:
+                problems.append(f"the test runs code from {found}, which the patch can change")
+                break
+        elif type(inner) is not _Partial and not hasattr(inner, "__wrapped__"):
+            found = origins.from_tree(inner)
+            if found:
+                problems.append(f"the test is an object from {found}")
+                break
+        function = getattr(function, "__wrapped__", None)
+    if python_layers == 0 and callable(start):
+        problems.append(f"the test is a {type(start).__name__}, not a function of its file")
+    return problems
+
+
+# -- the monitor ----------------------------------------------------------------------------
+
+
+def _word(value: Any) -> str:
+    text = value if type(value) is str else "runner"
+    return text if text.isidentifier() else "runner"
+
+
+def _encode(value: Any) -> str:
+    return _ENCODE(value if type(value) is str else str.__str__(str(value)))
+
+
+try:
+    from _json import encode_basestring_ascii as _ENCODE  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - CPython always has it
+    _ENCODE = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+try:
+    from _hashlib import hmac_digest as _HMAC  # type: ignore[attr-defined]
+except ImportError:  # Python < 3.7 or no OpenSSL
+
+    def _HMAC(key: Any, msg: Any, digest: str) -> bytes:  # type: ignore[misc]
+        return hmac.new(key, msg, getattr(hashlib, digest)).digest()
+
+
+def start(
+    key: bytes,
+    origins: "Origins",
+    main_code: Any,
+    checks: Any = None,
+    item_check: Any = None,
+) -> Any:
+    """Install the monitor; returns (the function the plugin reports with, `register`).
+
+    With audit hooks the reporting function is `sys.audit` itself and the key
+    lives only in the hook's closure; without, it is a closure that writes
+    records after the same checks. `register(codes)` names the plugin's
+    functions, the only code whose records are taken; it takes effect once.
+    """
+    os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
+    write, getframe, hexlify = os.write, sys._getframe, bytes.hex
+    realpath = os.path.realpath
+    snapshot = Snapshot(origins)
+    state: dict[str, Any] = {
+        "n": 0,
+        "busy": False,
+        "inner": False,
+        "armed": False,
+        "finished": False,
+    }
+    holder: dict[str, Any] = {"registry": None, "item": None}
+    reported: set[str] = set()
+    plugin_codes: list[Any] = []
+
+    def register(codes: "tuple[Any, ...]") -> None:
+        if not plugin_codes:
+            plugin_codes.extend(codes)
+
+    def record(body: str) -> None:
+        line = f'{body},"n":{state["n"]:d}}}'
+        state["n"] += 1
+        data = line.encode()
+        mac = hexlify(_HMAC(key, data, "sha256"))
+        out = data + b" " + mac.encode() + b"\n"
+        while out:
+            out = out[write(REPORT_FD, out) :]
+
+    def tamper(why: str, test_id: str = "") -> None:
+        if why in reported:
+            return
+        reported.add(why)
+        record(f'{{"event":"tamper","id":{_encode(test_id)},"why":{_encode(why[:500])}')
+
+    def caller(frame: Any) -> "tuple[str, bool]":
+        """(file, whether it is the tree's) of the first frame outside the import system."""
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen "):
+            frame = frame.f_back
+        if frame is None:
+            return "<none>", False
+        code = frame.f_code
+        found = origins.code_from_tree(code)
+        return (found or code.co_filename), bool(found)
+
+    def caller_file(frame: Any) -> str:
+        return caller(frame)[0]
+
+    def stack_problem(frame: Any) -> str:
+        """Code from the tree between the plugin and the runner's main: a forger's wrapper."""
+        depth = 0
+        while frame is not None and depth < 400:
+            code = frame.f_code
+            if code is main_code:
+                return ""
+            found = origins.code_from_tree(code)
+            if found:
+                return f"code from {found} stands between pytest and its report"
+            frame = frame.f_back
+            depth += 1
+        return "the report was not made by pytest under this runner"
+
+    def importing(frame: Any) -> bool:
+        """Whether the import system's own loader (a frozen `get_code`) is on the way here."""
+        depth = 0
+        while frame is not None and depth < 8:
+            code = frame.f_code
+            if code.co_name == "get_code" and code.co_filename.startswith("<frozen "):
+                return True
+            if not code.co_filename.startswith("<frozen "):
+                return False
+            frame = frame.f_back
+            depth += 1
+        return False
+
+    def integrity() -> "list[str]":
+        problems: list[str] = []
+        snapshot.check(problems)
+        registry = holder["registry"]
+        if registry is not None:
+            registry.check(problems)
+        if sys.__dict__.get("modules") is not modules:
+            problems.append("sys.modules was replaced")
+        return problems
+
+    modules = sys.modules
+
+    def op(args: "tuple[Any, ...]", frame: Any) -> None:
+        if frame is None or not any(frame.f_code is c for c in plugin_codes):
+            tamper(f"a runner record was asked for by {caller_file(frame)}")
+            return
+        kind = args[0]
+        if kind == "start":  # ("start", framework, its version)
+            level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
+            record(f'{{"event":"start","{_word(args[1])}":{_encode(args[2])},"integrity":"{level}"')
+        elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
+            if checks is not None:
+                holder["registry"] = checks(origins, args[1])
+            problems: list[str] = []
+            snapshot.arm(problems)
+            if holder["registry"] is not None:
+                holder["registry"].check(problems)
+            state["armed"] = True
+            for why in problems:
+                tamper(why)
+        elif kind == "session":  # ("session", an object whose attributes `checks` watches)
+            if holder["registry"] is not None:
+                holder["registry"].add_object("Session", args[1])
+        elif kind == "collected":
+            for why in integrity():
+                tamper(why)
+        elif kind == "item":
+            holder["item"] = args[1]
+            found = item_check(args[1], origins) if item_check is not None else []
+            for why in found + integrity():
+                tamper(why, args[2])
+        elif kind == "test":
+            _, test_id, when, outcome, xfail, report = args
+            problems = integrity()
+            found = origins.from_tree(type(report))
+            if found:
+                problems.append(f"the report is an instance of a class from {found}")
+            why = stack_problem(frame)
+            if why:
+                problems.append(why)
+            if when == "call" and holder["item"] is not None and item_check is not None:
+                problems += item_check(holder["item"], origins)
+            for why in problems:
+                tamper(why, test_id)
+            flag = "true" if xfail else "false"
+            record(
+                f'{{"event":"test","id":{_encode(test_id)},"when":{_encode(when)},'
+                f'"outcome":{_encode(outcome)},"xfail":{flag}'
+            )
+        elif kind == "collect":
+            why = stack_problem(frame)
+            if why:
+                tamper(why, args[1])
+            record(f'{{"event":"collect","id":{_encode(args[1])},"outcome":"error"')
+        elif kind == "finish":
+            if state["finished"]:
+                tamper("the session finished twice")
+                return
+            problems = integrity()
+            why = stack_problem(frame)
+            if why:
+                problems.append(why)
+            for why in problems:
+                tamper(why)
+            state["finished"] = True
+            record(f'{{"event":"finish","exit":{int(args[1]):d}')
+
+    def refuse(why: str) -> None:
+        tamper(why)
+        raise Refused(f"jouled: refused while grading: {why}")
+
+    def policy(event: str, args: "tuple[Any, ...]") -> None:
+        if event in REFUSED:
+            refuse(f"{event} was called from {caller_file(getframe(2))}")
+        elif event in TRACING:
+            if args and args[0] is not None:
+                refuse(f"{event} installed a callback from {caller_file(getframe(2))}")
+        elif event == "open":
+            path = args[0]
+            if type(path) is bytes:
+                path = path.decode(errors="replace")
+            if type(path) is not str:
+                return
+            if (path.endswith("/mem") and path.startswith("/proc/")) or path in MEMORY_FILES:
+                refuse(f"{path} was opened")
+            mode, flags = args[1], args[2] if len(args) > 2 else 0
+            writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
+                type(flags) is int and flags & (os.O_WRONLY | os.O_RDWR)
+            )
+            if writing and path.endswith((".pyc", ".pyo")):
+                refuse(f"bytecode was written to {path}")
+        elif event in ("os.rename", "os.link", "os.symlink"):
+            target = args[1] if len(args) > 1 else ""
+            if type(target) is str and target.endswith((".pyc", ".pyo")):
+                refuse(f"bytecode was placed at {target}")
+        elif event == "ctypes.dlsym":
+            name = args[1] if len(args) > 1 else ""
+            if type(name) is str and name.startswith(("Py", "_Py")):
+                refuse(f"ctypes looked up the interpreter's {name}")
+        elif event == "ctypes.call_function":
+            ctypes = sys.modules.get("ctypes")
+            pointer = args[0] if args else None
+            if ctypes is not None and pointer in (
+                getattr(ctypes, "_memmove_addr", None),
+                getattr(ctypes, "_memset_addr", None),
+                getattr(ctypes, "_string_at_addr", None),
+            ):
+                refuse("ctypes wrote or read memory by address")
+            py_object = getattr(ctypes, "py_object", None)
+            if py_object is not None and any(
+                a is py_object for a in (args[1] if len(args) > 1 else ())
+            ):
+                refuse("ctypes cast an address to a Python object")
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            target, name = args[0], args[1]
+            if name not in SPECIAL_WRITES and not state["armed"]:
+                return
+            if name in ("__module__", "__name__", "__qualname__") and not isinstance(target, type):
+                return
+            kind = type(target)
+            if kind is _FunctionType:
+                if name in SPECIAL_WRITES and not origins.function_from_tree(target):
+                    who, tree = caller(getframe(2))
+                    if tree:
+                        refuse(f"{name} of {target.__qualname__} was written by {who}")
+            elif isinstance(target, type):
+                if state["armed"]:  # before, pytest's own imports build classes this way
+                    module = _TYPE_DICT(target).get("__module__")
+                    if type(module) is str and _top(module) in WATCHED:
+                        refuse(f"{name} of class {module}.{target.__qualname__} was written")
+            elif name == "__class__" and len(args) > 2:
+                found = origins.from_tree(args[2])
+                if found and not origins.from_tree(kind):
+                    refuse(f"an object of {kind.__name__} was given a class from {found}")
+        elif event == "compile":
+            # Code is judged by its file name: the tree may not compile code under the
+            # name of a file the patch did not write unless it is that file's source.
+            if len(args) < 2 or type(args[1]) is not str:
+                return
+            filename, source = args[1], args[0]
+            if not origins.real_file(filename):
+                return
+            origins.compiled(filename, source)
+            if not origins.trusted_file(filename):
+                return
+            who, tree = caller(getframe(2))
+            if tree and not origins.same_source(filename, source):
+                refuse(f"code compiled by {who} claims to be {filename}")
+        elif event == "code.__new__":
+            filename = args[1] if len(args) > 1 else ""
+            if type(filename) is str and origins.real_file(filename):
+                who, tree = caller(getframe(2))
+                if tree and origins.trusted_file(filename):
+                    refuse(f"a code object made by {who} claims to be {filename}")
+        elif event in ("marshal.loads", "marshal.load"):
+            who, tree = caller(getframe(2))
+            if tree and not importing(getframe(2)):
+                refuse(f"code was unmarshalled by {who}")
+        elif event == "exec" or event == "function.__new__":
+            code = args[0] if args else None
+            if type(code) is not _CodeType:
+                return
+            filename = code.co_filename
+            who, tree = caller(getframe(2))
+            if not origins.real_file(filename):
+                if tree:
+                    origins.mark_dynamic(code, who)
+            elif event == "function.__new__" and origins.trusted_file(filename) and tree:
+                refuse(f"a function of {filename} was remade by {who}")
+
+    if not hasattr(sys, "addaudithook"):  # Python < 3.8: the plugin writes, checked here
+        state["armed"] = False
+
+        def direct(event: str, *args: Any) -> None:
+            if event != EVENT:
+                return
+            try:
+                op(args, getframe(1))
+            except Exception as err:
+                tamper(f"the runner's check failed: {type(err).__name__}: {err}")
+
+        return direct, register
+
+    own_file = start.__code__.co_filename
+
+    def hook(event: str, args: "tuple[Any, ...]") -> None:
+        if state["busy"]:
+            # Code running while the monitor checks is code the check called: a value
+            # of the tree's (a property, a __getattr__). It may not look around.
+            if event in INTROSPECTION and not state["inner"]:
+                state["inner"] = True
+                try:
+                    frame = getframe(1)
+                    if frame.f_code.co_filename != own_file:
+                        tamper(f"{event} by {frame.f_code.co_filename} during the runner's check")
+                        raise Refused("jouled: introspection during the runner's check")
+                finally:
+                    state["inner"] = False
+            return
+        if event == EVENT:
+            state["busy"] = True
+            try:
+                op(args, getframe(1))
+            except Refused:
+                raise
+            except Exception as err:
+                tamper(f"the runner's check failed: {type(err).__name__}: {err}")
+            finally:
+                state["busy"] = False
+            return
+        if event in WANTED:
+            state["busy"] = True
+            try:
+                policy(event, args)
+            finally:
+                state["busy"] = False
+
+    sys.addaudithook(hook)
+    return sys.audit, register
+
+
+_CodeType = type(start.__code__)
+INTROSPECTION = frozenset(
+    {"sys._getframe", "sys._getframemodulename", "sys._current_frames", "object.__getattr__"}
+    | REFUSED
+)
+WANTED = frozenset(
+    {
+        *REFUSED,
+        *TRACING,
+        "open",
+        "os.rename",
+        "os.link",
+        "os.symlink",
+        "ctypes.dlsym",
+        "ctypes.call_function",
+        "object.__setattr__",
+        "object.__delattr__",
+        "exec",
+        "compile",
+        "code.__new__",
+        "marshal.loads",
+        "marshal.load",
+        "function.__new__",
+    }
+)

@@ -1,0 +1,140 @@
+"""The daemon's unittest runner: runs in the sandbox after the monitor, imports no jouled.
+
+The boot code executes the monitor and then this file into one namespace
+(`jouled_monitor.py` describes how, and what the monitor checks) and calls
+`main`, which runs a test script (Django's `tests/runtests.py`) or
+`python -m unittest` exactly as the interpreter would: same `sys.argv`,
+`sys.path[0]` the script's directory (or the working directory for `-m`),
+`__main__` as its name.
+
+Before any of it runs, the result methods of `unittest.result.TestResult`
+(which every unittest result class calls, Django's included) are wrapped to
+hand each outcome to the monitor through `sys.audit`, and `startTest` to have
+the running test's function checked. The monitor watches unittest's and
+`django.test`'s namespaces from then on. The run's log still carries the
+verdict of record (the repository's own parser reads it); the daemon holds
+it against these authenticated outcomes, and a log that reports a test
+passing which the runner saw fail is a forgery.
+"""
+
+import os
+import runpy
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
+    from jouled.pipeline.jouled_monitor import (
+        EVENT,
+        Origins,
+        function_problems,
+        load_trusted,
+        read_setup,
+        start,
+    )
+
+# unittest result method -> (outcome, expected failure) recorded for its test
+OUTCOMES = {
+    "addSuccess": ("passed", False),
+    "addFailure": ("failed", False),
+    "addError": ("failed", False),
+    "addSkip": ("skipped", False),
+    "addExpectedFailure": ("skipped", True),
+    "addUnexpectedSuccess": ("failed", False),
+}
+
+
+def test_problems(test: Any, origins: "Origins") -> "list[str]":
+    """Why a unittest test no longer runs the method its class defines; [] when nothing says so."""
+    name = getattr(test, "_testMethodName", None)
+    if type(name) is not str:
+        return []  # a setUpClass/module error holder: no method of its own
+    found = origins.from_tree(type(test))
+    if found:
+        return [f"the test is an instance of a class from {found}"]
+    method = getattr(type(test), name, None)
+    if method is None:
+        return [f"the test's method {name} is gone"]
+    problems = function_problems(method, origins)
+    namespace = getattr(test, "__dict__", {})
+    if name in namespace:
+        problems.append(f"the test's method {name} was replaced on the instance")
+    return problems
+
+
+def test_id(test: Any) -> str:
+    """unittest's own id of a test ("package.module.Class.method")."""
+    try:
+        value = test.id()
+    except Exception:  # an error holder or a broken test: its text instead
+        value = str(test)
+    return value if type(value) is str else str(value)
+
+
+def install_reporter(audit: Any) -> "tuple[Any, ...]":
+    """Wrap TestResult's result methods; returns the wrappers' code (the monitor's callers)."""
+    import unittest.result
+
+    result_class = unittest.result.TestResult
+    codes = []
+
+    def wrap(method_name: str, outcome: str, xfail: bool) -> Any:
+        original = result_class.__dict__[method_name]
+
+        def reporter(self: Any, test: Any, *args: Any) -> Any:
+            audit(EVENT, "test", test_id(test), "call", outcome, xfail, test)
+            return original(self, test, *args)
+
+        reporter.__name__ = reporter.__qualname__ = method_name
+        return reporter
+
+    for method_name, (outcome, xfail) in OUTCOMES.items():
+        wrapper = wrap(method_name, outcome, xfail)
+        setattr(result_class, method_name, wrapper)
+        codes.append(wrapper.__code__)
+    original_start = result_class.__dict__["startTest"]
+    original_subtest = result_class.__dict__["addSubTest"]
+    failed_subtests = [0]
+
+    def startTest(self: Any, test: Any) -> Any:
+        audit(EVENT, "item", test, test_id(test))
+        return original_start(self, test)
+
+    def addSubTest(self: Any, test: Any, subtest: Any, err: Any) -> Any:
+        if err is not None:
+            failed_subtests[0] += 1
+            when = f"subtest-{failed_subtests[0]}"
+            audit(EVENT, "test", test_id(test), when, "failed", False, test)
+        return original_subtest(self, test, subtest, err)
+
+    result_class.startTest = startTest
+    result_class.addSubTest = addSubTest
+    return (*codes, startTest.__code__, addSubTest.__code__)
+
+
+def main() -> None:
+    mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    key, setup = read_setup()
+    root = os.path.realpath(setup["root"])
+    protected, unchanged = load_trusted(setup["ro"], root, list(setup.get("canaries", [])))
+    origins = Origins(root, protected, unchanged)
+    audit, register = start(key, origins, main.__code__, None, test_problems)
+    del key
+    codes = install_reporter(audit)
+    register((*codes, main.__code__))
+    audit(EVENT, "start", "unittest", sys.version.split()[0])
+    audit(EVENT, "arm", None)
+    code: Any = 0
+    try:
+        if mode == "module":
+            sys.argv = [target, *args]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+    status = code if type(code) is int else (0 if code is None else 1)
+    audit(EVENT, "finish", status)
+    sys.exit(code)

@@ -1,0 +1,112 @@
+"""What every run through one of the daemon's runners is given: the files, the boot, the setup.
+
+A runner run sees, read-only at the layout's `ro` directory, the integrity
+monitor (`jouled_monitor.py`), the runner (`jouled_pytest.py` or
+`jouled_unittest.py`) and `trusted.json`: the tree's protected files and the
+tree's source files the patch left as they were, with their hashes, which the
+monitor takes as code the patch did not write. Its boot code executes the
+monitor and the runner into one namespace (neither is ever importable) and
+calls `main`. The run's key and the canary files travel on fd 3 (`setup`),
+never on a command line or in a file the run can read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from jouled.pipeline.sandbox import Layout
+
+HERE = Path(__file__).parent
+MONITOR = HERE / "jouled_monitor.py"
+KEY_BYTES = 32
+_CACHE_LIMIT = 64
+_pristine_cache: dict[tuple[str, int], dict[str, str]] = {}
+_cache_lock = threading.Lock()
+
+
+def install(ro_dir: Path, runner: Path) -> None:
+    """Copy the monitor and `runner` into the run's read-only directory."""
+    shutil.copyfile(MONITOR, ro_dir / MONITOR.name)
+    shutil.copyfile(runner, ro_dir / runner.name)
+
+
+def boot(layout: Layout, runner: Path) -> str:
+    """`python -c` code that executes the monitor and the runner, then the runner's main."""
+    files = [f"{layout.ro}/{MONITOR.name}", f"{layout.ro}/{runner.name}"]
+    return (
+        "import sys; sys.path[:] = [p for p in sys.path if p]; "
+        "ns = {'__name__': '__jouled__'}; "
+        f"[exec(compile(open(f, 'rb').read(), f, 'exec'), ns) for f in {files!r}]; "
+        "ns['main']()"
+    )
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sources(tree: Path) -> Iterable[tuple[str, Path]]:
+    for top, dirs, files in os.walk(tree):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+        for name in files:
+            if name.endswith(".py"):
+                path = Path(top, name)
+                if not path.is_symlink():
+                    yield path.relative_to(tree).as_posix(), path
+
+
+def pristine_sources(pristine: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every Python source of a pristine tree (cached)."""
+    stat = pristine.stat()
+    key = (str(pristine.resolve()), stat.st_mtime_ns)
+    with _cache_lock:
+        cached = _pristine_cache.get(key)
+    if cached is not None:
+        return cached
+    found = {rel: _digest(path) for rel, path in _sources(pristine)}
+    with _cache_lock:
+        if len(_pristine_cache) >= _CACHE_LIMIT:
+            _pristine_cache.pop(next(iter(_pristine_cache)))
+        _pristine_cache[key] = found
+    return found
+
+
+def unchanged_sources(tree: Path, pristine: Path | None) -> dict[str, str]:
+    """The tree's Python sources whose bytes are the pristine tree's: rel -> sha256."""
+    if pristine is None or not pristine.is_dir():
+        return {}
+    before = pristine_sources(pristine)
+    unchanged: dict[str, str] = {}
+    for rel, path in _sources(tree):
+        want = before.get(rel)
+        if want is not None and _digest(path) == want:
+            unchanged[rel] = want
+    return unchanged
+
+
+def write_trusted(ro_dir: Path, protected: Iterable[str], unchanged: Mapping[str, str]) -> None:
+    listing = {"protected": sorted(set(protected)), "unchanged": dict(sorted(unchanged.items()))}
+    (ro_dir / "trusted.json").write_text(json.dumps(listing))
+
+
+def seal(ro_dir: Path) -> None:
+    """Make the read-only directory's files readable by the sandbox's unprivileged user."""
+    for path in ro_dir.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(ro_dir, 0o755)
+
+
+def setup(layout: Layout, canaries: Iterable[str], **extra: object) -> tuple[bytes, bytes]:
+    """(the run's key, what the runner reads on fd 3: the key, then its setup document)."""
+    key = secrets.token_bytes(KEY_BYTES)
+    document = json.dumps(
+        {"root": layout.workdir, "ro": layout.ro, "canaries": list(canaries), **extra}
+    ).encode()
+    return key, key + len(document).to_bytes(4, "big") + document

@@ -1,0 +1,104 @@
+"""How the daemon runs a unittest-style test command (Django's `tests/runtests.py`).
+
+The command runs as it is, through the daemon's unittest runner
+(`jouled_unittest.py`, after the integrity monitor): the same script, arguments
+and `__main__`, with every unittest outcome also reported on the runner's
+authenticated channel. The verdict of record is still the repository's own,
+read from the log; `disagreement` holds the log against the channel, so a
+patch that prints `... ok` lines for tests that failed, or makes the runner's
+own printing lie, is caught.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from jouled.pipeline import runners
+from jouled.pipeline.pytest_run import Canaries, Channel, Plan, is_python
+from jouled.pipeline.sandbox import Layout
+from jouled.pipeline.testreport import PASSED
+
+RUNNER = Path(__file__).with_name("jouled_unittest.py")
+_PORTABLE_PYTHON = frozenset({"python", "python3"})
+# Django's (and unittest's) way of naming a test in its log: "test_x (pkg.mod.Class)", or
+# from Python 3.11 on "test_x (pkg.mod.Class.test_x)"; a docstring may follow.
+_LOG_ID = re.compile(r"^(?P<name>\w+) \((?P<where>[\w.]+)\)")
+
+
+def split_unittest(test_cmd: Sequence[str]) -> tuple[str, str, list[str], str | None] | None:
+    """(mode, target, args, interpreter) of a unittest-style command; None for anything else.
+
+    `[python] path/script.py ARGS` is mode "script"; `python -m unittest ARGS`
+    is mode "module". The interpreter is None where the command names none.
+    """
+    if not test_cmd:
+        return None
+    first = test_cmd[0]
+    if first.endswith(".py"):
+        return "script", first, list(test_cmd[1:]), None
+    if not is_python(first) or len(test_cmd) < 2:
+        return None
+    if test_cmd[1] == "-m" and len(test_cmd) > 2 and test_cmd[2] == "unittest":
+        return "module", "unittest", list(test_cmd[3:]), first
+    if test_cmd[1].endswith(".py"):
+        return "script", test_cmd[1], list(test_cmd[2:]), first
+    return None
+
+
+def plan(
+    test_cmd: Sequence[str],
+    tree: Path,
+    ro_dir: Path,
+    layout: Layout,
+    pristine: Path | None = None,
+    protected: Sequence[str] = (),
+    python: str = sys.executable,
+) -> Plan | None:
+    """Prepare `ro_dir` for one run of a unittest-style command; None when it is not one."""
+    split = split_unittest(test_cmd)
+    if split is None:
+        return None
+    mode, target, args, named = split
+    runners.install(ro_dir, RUNNER)
+    runners.write_trusted(ro_dir, protected, runners.unchanged_sources(tree, pristine))
+    runners.seal(ro_dir)
+    interpreter = python if named is None or named in _PORTABLE_PYTHON else named
+    argv = [interpreter, "-c", runners.boot(layout, RUNNER), mode, target, *args]
+    key, setup = runners.setup(layout, ())
+    return Plan(argv, {}, key, setup, {}, Canaries((), (), ()), None)
+
+
+def unittest_id(log_id: str) -> str | None:
+    """The unittest id ("pkg.mod.Class.test_x") of a test as its log names it, when it can tell."""
+    match = _LOG_ID.match(log_id)
+    if match is None:
+        return None
+    name, where = match.group("name"), match.group("where")
+    return where if where.endswith(f".{name}") else f"{where}.{name}"
+
+
+def disagreement(log: Mapping[str, str], channel: Channel, exit_code: int | None) -> str:
+    """Why the log cannot describe the run the runner saw; "" when nothing says so.
+
+    A test the log reports passed must have passed on the channel; a run
+    that exited 0 must have been seen through to its end.
+    """
+    if channel.forged:
+        return f"its report channel carried {channel.forged[0]}"
+    if not channel.started:
+        return "the runner never started" if log else ""
+    if exit_code == 0 and not channel.finished:
+        return "the process exited 0 but the runner never finished"
+    for log_id, outcome in log.items():
+        if outcome != PASSED:
+            continue
+        uid = unittest_id(log_id)
+        if uid is None:
+            continue
+        seen = channel.outcomes.get(uid)
+        if seen != PASSED:
+            return f"the log reports {log_id} passed but the runner saw it {seen or 'not run'}"
+    return ""
