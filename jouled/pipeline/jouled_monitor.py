@@ -171,8 +171,8 @@ class Origins:
         self.root = root
         self.protected = protected
         self.unchanged = unchanged
-        self._files: dict[str, bool] = {}
-        self.dynamic: dict[int, tuple[Any, str]] = {}
+        self._files: "dict[str, bool]" = {}
+        self.dynamic: "dict[int, tuple[Any, str]]" = {}
         self.realpath = os.path.realpath
         self._modules = sys.modules
 
@@ -351,12 +351,12 @@ class Snapshot:
 
     def __init__(self, origins: Origins) -> None:
         self.origins = origins
-        self.entries: list[list[Any]] = []  # [label, namespace, keys, ids, strict]
-        self.seen_modules: set[int] = set()
+        self.entries: "list[list[Any]]" = []  # [label, namespace, keys, ids, strict]
+        self.seen_modules: "set[int]" = set()
         self.module_count = -1
-        self.classes: set[int] = set()
-        self.test_modules: dict[int, Any] = {}
-        self.sys_ids: tuple[int, ...] = ()
+        self.classes: "set[int]" = set()
+        self.test_modules: "dict[int, Any]" = {}
+        self.sys_ids: "tuple[int, ...]" = ()
 
     def add(self, label: str, namespace: Any, strict: bool = False) -> None:
         keys, ids = tuple(namespace), tuple(map(id, namespace.values()))
@@ -496,7 +496,7 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
             tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
     except (OSError, SyntaxError, ValueError):
         return frozenset(), True
-    names: set[str] = set()
+    names: "set[str]" = set()
     star = False
     todo = list(tree.body)
     while todo:
@@ -572,7 +572,7 @@ def function_problems(function: Any, origins: "Origins", file: str = "") -> "lis
     patch did not write, and at least one a Python function: an object that
     merely passes for a test is the tree's stand-in.
     """
-    problems: list[str] = []
+    problems: "list[str]" = []
     seen, python_layers, start = 0, 0, function
     while function is not None and seen < 100:
         seen += 1
@@ -637,18 +637,17 @@ def start(
     """
     os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
     write, getframe, hexlify = os.write, sys._getframe, bytes.hex
-    realpath = os.path.realpath
     snapshot = Snapshot(origins)
-    state: dict[str, Any] = {
+    state: "dict[str, Any]" = {
         "n": 0,
         "busy": False,
         "inner": False,
         "armed": False,
         "finished": False,
     }
-    holder: dict[str, Any] = {"registry": None, "item": None}
-    reported: set[str] = set()
-    plugin_codes: list[Any] = []
+    holder: "dict[str, Any]" = {"registry": None, "item": None}
+    reported: "set[str]" = set()
+    plugin_codes: "list[Any]" = []
 
     def register(codes: "tuple[Any, ...]") -> None:
         if not plugin_codes:
@@ -710,7 +709,7 @@ def start(
         return False
 
     def integrity() -> "list[str]":
-        problems: list[str] = []
+        problems: "list[str]" = []
         snapshot.check(problems)
         registry = holder["registry"]
         if registry is not None:
@@ -732,7 +731,7 @@ def start(
         elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
             if checks is not None:
                 holder["registry"] = checks(origins, args[1])
-            problems: list[str] = []
+            problems: "list[str]" = []
             snapshot.arm(problems)
             if holder["registry"] is not None:
                 holder["registry"].check(problems)

@@ -106,8 +106,8 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
             audit(EVENT, "test", test_id(test), when, "failed", False, test)
         return original_subtest(self, test, subtest, err)
 
-    result_class.startTest = startTest
-    result_class.addSubTest = addSubTest
+    setattr(result_class, "startTest", startTest)  # noqa: B010
+    setattr(result_class, "addSubTest", addSubTest)  # noqa: B010
     return (*codes, startTest.__code__, addSubTest.__code__)
 
 

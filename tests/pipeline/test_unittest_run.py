@@ -1,0 +1,170 @@
+"""The unittest runner: Django-style scripts run under the integrity monitor, on every
+interpreter this host has (the environments of old SWE-bench instances run it too)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jouled.pipeline import unittest_run
+from jouled.pipeline.evaluate import integrity_level
+from jouled.pipeline.pytest_run import Channel, read_channel
+from jouled.pipeline.sandbox import Limits, Sandbox
+from jouled.pipeline.testreport import FAILED, PASSED, parse_ra
+
+RUNTESTS = """\
+import sys
+import unittest
+
+if __name__ == "__main__":
+    suite = unittest.defaultTestLoader.loadTestsFromNames(sys.argv[1:])
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
+"""
+TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        self.assertEqual(lib.double(3), 6)
+"""
+LIB = "def double(x):\n    return x * 2 if x != 3 else 7\n"
+# The library makes unittest's text result report failures as successes.
+FORGERY = """
+import unittest as _unittest
+_unittest.TextTestResult.addFailure = lambda self, test, err: self.addSuccess(test)
+"""
+EXPECTED = {"tests.test_t.T.test_ok": PASSED, "tests.test_t.T.test_bug": FAILED}
+
+
+def interpreters() -> list[str]:
+    """This interpreter and every other CPython 3.6+ found here (pyenv, PATH)."""
+    found = {os.path.realpath(sys.executable): sys.executable}
+    candidates = glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3"))
+    candidates += [shutil.which(f"python3.{n}") or "" for n in range(6, 15)]
+    for path in candidates:
+        real = os.path.realpath(path) if path else ""
+        if real and "/shims/" not in real and os.access(real, os.X_OK):
+            found.setdefault(real, real)  # a shim dispatches elsewhere: only real ones
+    return sorted(found.values())
+
+
+def version_of(python: str) -> tuple[int, int]:
+    out = subprocess.run(
+        [python, "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    major, minor = out.stdout.split()
+    return int(major), int(minor)
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="unittest-runner-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run(scratch: Path, python: str, forged: bool = False) -> tuple[Channel, str, int | None]:
+    pristine, tree = scratch / "pristine", scratch / "tree"
+    for root in (pristine, tree):
+        (root / "tests").mkdir(parents=True)
+        (root / "tests" / "__init__.py").write_text("")
+        (root / "tests" / "runtests.py").write_text(RUNTESTS)
+        (root / "tests" / "test_t.py").write_text(TESTS)
+        (root / "lib.py").write_text(LIB)
+    if forged:
+        (tree / "lib.py").write_text(LIB + FORGERY)
+    ro = scratch / "ro"
+    ro.mkdir()
+    box = Sandbox()
+    layout = box.layout(tree, ro)
+    protected = ["tests/test_t.py", "tests/runtests.py", "tests/__init__.py"]
+    cmd = [python, "tests/runtests.py", "tests.test_t"]
+    plan = unittest_run.plan(cmd, tree, ro, layout, pristine, protected, python)
+    assert plan is not None
+    home = Path(os.path.realpath(python)).parents[1]
+    result = box.run(
+        plan.argv,
+        tree,
+        limits=Limits(timeout_s=120),
+        env={"PYTHONPATH": layout.workdir},
+        ro_dir=ro,
+        channel_in=plan.setup,
+        channel_out=True,
+        read_only=[home] if not str(home).startswith(("/usr", "/opt")) else [],
+    )
+    return read_channel(result.channel or b"", plan.key), result.output, result.exit_code
+
+
+def test_commands_it_carries() -> None:
+    split = unittest_run.split_unittest
+    assert split(["./tests/runtests.py", "--parallel", "1", "a.b"]) == (
+        "script",
+        "./tests/runtests.py",
+        ["--parallel", "1", "a.b"],
+        None,
+    )
+    assert split(["python", "-m", "unittest", "t"]) == ("module", "unittest", ["t"], "python")
+    assert split(["python3.9", "runtests.py"]) == ("script", "runtests.py", [], "python3.9")
+    assert split(["bin/test", "x"]) is None
+    assert split(["python", "-m", "pytest"]) is None
+
+
+@pytest.mark.parametrize(
+    ("log_id", "uid"),
+    [
+        ("test_x (a.b.C)", "a.b.C.test_x"),
+        ("test_x (a.b.C.test_x)", "a.b.C.test_x"),
+        ("test_x (a.b.C)\nDoc line.", "a.b.C.test_x"),
+        ("tests/test_a.py::test_x", None),
+    ],
+)
+def test_log_ids_map_to_unittest_ids(log_id: str, uid: str | None) -> None:
+    assert unittest_run.unittest_id(log_id) == uid
+
+
+def test_a_log_pass_the_runner_did_not_see_is_a_disagreement() -> None:
+    channel = Channel(dict(EXPECTED), True, True, 1)
+    agree = {"test_ok (tests.test_t.T)": PASSED, "test_bug (tests.test_t.T)": FAILED}
+    assert unittest_run.disagreement(agree, channel, 1) == ""
+    lying = {**agree, "test_bug (tests.test_t.T)": PASSED}
+    assert "test_bug" in unittest_run.disagreement(lying, channel, 0)
+    unfinished = Channel(dict(EXPECTED), True, False, None)
+    assert "never finished" in unittest_run.disagreement(agree, unfinished, 0)
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_the_runner_reports_under_every_interpreter_here(scratch: Path, python: str) -> None:
+    channel, output, exit_code = run(scratch, python)
+    assert channel.started and channel.finished and not channel.forged, (channel, output)
+    assert channel.integrity == integrity_level(object(), version_of(python))  # type: ignore[arg-type]
+    assert {k: v for k, v in channel.outcomes.items() if k in EXPECTED} == EXPECTED, output
+    assert exit_code == 1 and channel.exit == 1
+
+
+def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> None:
+    channel, output, exit_code = run(scratch, sys.executable, forged=True)
+    # The forgery ran: the text runner printed "ok" for the failing test and exited 0.
+    assert "test_bug (tests.test_t.T" in output and "FAIL" not in output, output
+    assert exit_code == 0
+    log = {"test_bug (tests.test_t.T)": PASSED, "test_ok (tests.test_t.T)": PASSED}
+    why = unittest_run.disagreement(log, channel, exit_code)
+    assert "TextTestResult.addFailure was replaced" in why, why
+    assert parse_ra(output) == {}  # nothing a pytest summary parser could be fooled by
