@@ -10,7 +10,11 @@ lands on all three alike, on one bundled task's fixed tree:
   as it was, not kept in the package;
 - bwrap: what the daemon runs now for that command: the bwrap sandbox, the
   daemon's pytest runner with the pristine configuration, read-only tests,
-  canaries and the authenticated report channel (`Evaluator.run_check`).
+  canaries and the authenticated report channel, under the integrity monitor
+  (`Evaluator.run_check`);
+- bwrap, no monitor: the same, with the pytest runner as it was before the
+  integrity monitor (loaded from the git history, RUNNER_BEFORE below), so the
+  monitor's own cost is the difference between the two columns.
 
 Each configuration is also timed on a no-op command (`python -c pass`) to
 show the launch cost alone. Prints a Markdown section; medians over repeats.
@@ -19,7 +23,9 @@ show the launch cost alone. Prints a Markdown section; medians over repeats.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import json
 import os
 import platform
 import shutil
@@ -36,6 +42,7 @@ from jouled.contracts.task import load_task
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
+from jouled.pipeline import pytest_run
 from jouled.pipeline.evaluate import Evaluator, prepare_tree, seed
 from jouled.pipeline.pytest_run import plain_argv
 from jouled.pipeline.sandbox import Limits, Sandbox, sandbox_level
@@ -46,6 +53,8 @@ TASK_DIR = REPO / "tasks" / "smoke" / "lrucache"
 # The last commit whose launcher (then jouled/sandbox.py, with jouled/testreport.py
 # for its pytest command) ran every attempt.
 REFERENCE = "5886ce9"
+# The last commit whose pytest runner ran without the integrity monitor.
+RUNNER_BEFORE = "1c26758"
 
 
 def _from_git(path: str, name: str) -> ModuleType:
@@ -61,6 +70,36 @@ def _from_git(path: str, name: str) -> ModuleType:
     sys.modules[name] = module
     exec(compile(source, f"{REFERENCE}:{path}", "exec"), module.__dict__)
     return module
+
+
+def without_monitor(ro_marker: str = "jouled_pytest.py") -> Callable[..., object]:
+    """`pytest_run.plan` as it ran before the monitor: the old runner, imported from the
+    read-only directory, its key alone on fd 3, its canaries on the command line."""
+    old_runner = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{RUNNER_BEFORE}:jouled/pipeline/jouled_pytest.py"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    current = pytest_run.plan
+
+    def plan(test_cmd, tree, ro_dir, layout, expected=(), **kw):  # type: ignore[no-untyped-def]
+        made = current(test_cmd, tree, ro_dir, layout, expected, **kw)
+        assert made is not None
+        (ro_dir / ro_marker).write_bytes(old_runner)
+        trusted = json.loads((ro_dir / "trusted.json").read_text())
+        files = sorted({*trusted["protected"], *made.canaries.files})
+        (ro_dir / "protected.json").write_text(json.dumps({"root": layout.workdir, "files": files}))
+        os.chmod(ro_dir / "protected.json", 0o644)
+        argv = list(made.argv)
+        at = argv.index("-c") + 1
+        argv[at] = (
+            "import sys; sys.path[:] = [p for p in sys.path if p]; "
+            f"sys.path.insert(0, {layout.ro!r}); import jouled_pytest; jouled_pytest.main()"
+        )
+        argv += list(made.canaries.files)
+        return dataclasses.replace(made, argv=argv, setup=made.key)
+
+    return plan
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -118,13 +157,26 @@ def main() -> int:
         if test:
             check = evaluator.run_check(contract, t, ids)
             assert check.exit == 0 and not check.forged, check.result.output
+            assert check.level == "monitor"
         else:
             assert box.run(noop, t, limits=limits).exit_code == 0
+
+    old_plan = without_monitor()
+
+    def unmonitored() -> None:
+        t = tree("unmonitored")
+        current, pytest_run.plan = pytest_run.plan, old_plan  # type: ignore[assignment]
+        try:
+            check = evaluator.run_check(contract, t, ids)
+        finally:
+            pytest_run.plan = current  # type: ignore[assignment]
+        assert check.exit == 0, check.result.output
 
     runs: dict[str, Callable[[], None]] = {
         "bare tests": lambda: bare(bare_argv),
         "launcher tests": lambda: launcher(True),
         "bwrap tests": lambda: bwrapped(True),
+        "unmonitored tests": unmonitored,
         "bare no-op": lambda: bare(noop),
         "launcher no-op": lambda: launcher(False),
         "bwrap no-op": lambda: bwrapped(False),
@@ -159,6 +211,13 @@ def main() -> int:
         print(f"| {what} | " + " | ".join(cells) + " |")
     over_bare = med["bwrap tests"] - med["bare tests"]
     over_launcher = med["bwrap tests"] - med["launcher tests"]
+    monitor = med["bwrap tests"] - med["unmonitored tests"]
+    unmonitored_cell = f"{med['unmonitored tests']:.1f} ({spread('unmonitored tests')})"
+    print(f"| tests, runner before the monitor | | | {unmonitored_cell} |")
+    print(
+        f"\nThe integrity monitor: {monitor:+.1f} ms per attempt, "
+        f"{100 * monitor / med['bare tests']:+.1f}% of the bare test run."
+    )
     print(
         f"\nbwrap over bare: {over_bare:+.1f} ms per attempt "
         f"({med['bwrap tests'] / med['bare tests']:.2f}x); over the previous launcher: "

@@ -173,6 +173,7 @@ class Origins:
         self.unchanged = unchanged
         self._files: "dict[str, bool]" = {}
         self.dynamic: "dict[int, tuple[Any, str]]" = {}
+        self._classes: "dict[int, tuple[Any, str]]" = {}
         self.realpath = os.path.realpath
         self._modules = sys.modules
 
@@ -294,6 +295,16 @@ class Origins:
         return self.class_from_tree(kind, depth)
 
     def class_from_tree(self, cls: Any, depth: int = 0) -> str:
+        """A class by its module and methods; remembered (watched classes are snapshotted)."""
+        known = self._classes.get(id(cls))
+        if known is not None and known[0] is cls:
+            return known[1]
+        found = self._class_from_tree(cls, depth)
+        if len(self._classes) < 100000:
+            self._classes[id(cls)] = (cls, found)
+        return found
+
+    def _class_from_tree(self, cls: Any, depth: int = 0) -> str:
         namespace = _TYPE_DICT(cls)
         module_name = namespace.get("__module__")
         if type(module_name) is str:
@@ -352,23 +363,30 @@ class Snapshot:
     def __init__(self, origins: Origins) -> None:
         self.origins = origins
         self.entries: "list[list[Any]]" = []  # [label, namespace, keys, ids, strict]
-        self.seen_modules: "set[int]" = set()
+        self.seen_modules: "dict[str, Any]" = {}
         self.module_count = -1
-        self.classes: "set[int]" = set()
-        self.test_modules: "dict[int, Any]" = {}
-        self.sys_ids: "tuple[int, ...]" = ()
+        self.classes: "dict[tuple[str, str], Any]" = {}
+        self.test_modules: "dict[str, Any]" = {}
+        self.sys_values: "list[Any]" = []
+        self.last: "list[Any]" = []
+        self.deep = True
+        self.offsets: "list[int]" = []
+        self.entries_seen = 0
 
     def add(self, label: str, namespace: Any, strict: bool = False) -> None:
-        keys, ids = tuple(namespace), tuple(map(id, namespace.values()))
-        self.entries.append([label, namespace, keys, ids, strict])
+        self.entries.append([label, namespace, list(namespace), list(namespace.values()), strict])
 
-    def arm(self, problems: "list[str]") -> None:
+    def arm(self, problems: "list[str]", deep: bool) -> None:
+        """Take the watched namespaces as they are; `deep`: also judge every value in them
+        (needed only when code of the tree ran before this: a plugin the configuration loads)."""
+        self.deep = deep
         self.scan_modules(problems)
-        self.sys_ids = self._sys_ids()
+        self.deep = True
+        self.sys_values = self._sys_values()
 
-    def _sys_ids(self) -> "tuple[int, ...]":
+    def _sys_values(self) -> "list[Any]":
         namespace = _MODULE_DICT(sys)
-        return tuple(id(namespace.get(name)) for name in SYS_WATCHED)
+        return [namespace.get(name) for name in SYS_WATCHED]
 
     def scan_modules(self, problems: "list[str]") -> None:
         """Take in modules loaded since the last scan: watched ones and the test modules."""
@@ -377,9 +395,9 @@ class Snapshot:
             return
         self.module_count = len(modules)
         for name, module in list(modules.items()):
-            if id(module) in self.seen_modules or type(module) is not type(sys):
+            if self.seen_modules.get(name) is module or type(module) is not type(sys):
                 continue
-            self.seen_modules.add(id(module))
+            self.seen_modules[name] = module
             filename = _module_file(module)
             if _top(name) in WATCHED:
                 self._take_module(name, module, problems)
@@ -399,16 +417,16 @@ class Snapshot:
         self._loader(f"module {name}", namespace, problems)
         own = _module_file(module)
         for attr, value in list(namespace.items()):
-            found = self.origins.from_tree(value)
+            found = self.origins.from_tree(value) if self.deep else ""
             if found and found != own:  # what a module's own file defines is its content
                 problems.append(f"{name}.{attr} holds code from {found}")
             if (
                 name != "builtins"
                 and isinstance(value, type)
-                and id(value) not in self.classes
+                and self.classes.get((name, attr)) is not value
                 and _TYPE_DICT(value).get("__module__") == name
             ):
-                self.classes.add(id(value))
+                self.classes[(name, attr)] = value
                 self._take_class(f"{name}.{attr}", value, problems, own=own)
         self.add(name, namespace)
 
@@ -416,7 +434,7 @@ class Snapshot:
         self, label: str, cls: Any, problems: "list[str]", strict: bool = False, own: str = ""
     ) -> None:
         namespace = _TYPE_DICT(cls)
-        for attr, value in list(namespace.items()):
+        for attr, value in list(namespace.items()) if self.deep or strict else ():
             found = self.origins.from_tree(value)
             if found and found != own:
                 problems.append(f"{label}.{attr} holds code from {found}")
@@ -442,20 +460,51 @@ class Snapshot:
                 )
             if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
                 self._take_class(f"{name}.{attr}", value, problems, strict=True)
-        self.test_modules[id(module)] = (name, namespace, own)
+        self.test_modules[name] = (name, namespace, own)
+
+    def fingerprint(self) -> "list[Any]":
+        """Every watched value and each namespace's size, in a few passes of C code (no
+        `id`: it is audited); names are compared when a namespace changed."""
+        namespaces = [entry[1] for entry in self.entries]
+        sizes = list(map(len, namespaces))
+        self.offsets = list(_accumulate([0, *sizes]))
+        namespaces += [entry[1] for entry in self.test_modules.values()]
+        values = list(_chain(map(_VALUES, namespaces)))
+        values += map(len, namespaces)
+        sys_namespace = _MODULE_DICT(sys)
+        values += [sys_namespace.get(name) for name in SYS_WATCHED]
+        return values
 
     def check(self, problems: "list[str]") -> None:
         self.scan_modules(problems)
-        for entry in self.entries:
-            label, namespace, keys, ids, strict = entry
-            now_ids = tuple(map(id, namespace.values()))
-            if now_ids == ids and len(namespace) == len(keys):
+        now = self.fingerprint()
+        if same(now, self.last):
+            return
+        changed = None
+        if len(now) == len(self.last) and len(self.entries) == self.entries_seen:
+            # The namespaces whose values moved (their sizes are equal, or `now` would not
+            # be as long): found by position, in C, so pytest's own per-test state (the
+            # assertion plugin's hooks, set and reset around every test) costs little.
+            moved = _compress(_COUNT(), map(_NOT_IS, now, self.last))
+            changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
+        self._full(problems, changed)
+        self.last = self.fingerprint()
+        self.entries_seen = len(self.entries)
+
+    def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> None:
+        entries = self.entries
+        if changed is not None:
+            entries = [entries[i] for i in changed if 0 <= i < len(entries)]
+        for entry in entries:
+            label, namespace, keys, values, strict = entry
+            now_values = list(namespace.values())
+            if same(now_values, values) and len(namespace) == len(keys):
                 continue
-            now_keys = tuple(namespace)
-            before = dict(zip(keys, ids))  # noqa: B905 - Python 3.6 runs this too
+            now_keys = list(namespace)
+            before = dict(zip(keys, values))  # noqa: B905 - Python 3.6 runs this too
             for attr in now_keys:
                 value = namespace.get(attr)
-                if before.get(attr) == id(value):
+                if before.get(attr, _MISSING) is value:
                     continue
                 found = self.origins.from_tree(value)
                 if found:
@@ -466,25 +515,38 @@ class Snapshot:
                 gone = [attr for attr in keys if attr not in namespace]
                 if gone:
                     problems.append(f"{label}.{gone[0]} was deleted")
-            entry[2], entry[3] = now_keys, now_ids
+            entry[2], entry[3] = now_keys, now_values
         for name, namespace, own in self.test_modules.values():
             for attr, value in own.items():
                 if namespace.get(attr, _MISSING) is not value:
                     problems.append(f"{name}.{attr}, bound by the test module, was rebound")
-        now = self._sys_ids()
-        if now != self.sys_ids:
+        now = self._sys_values()
+        if not same(now, self.sys_values):
             current = _MODULE_DICT(sys)
-            for name, was, is_ in zip(SYS_WATCHED, self.sys_ids, now):  # noqa: B905
-                if was != is_:
+            for name, was, is_ in zip(SYS_WATCHED, self.sys_values, now):  # noqa: B905
+                if was is not is_:
                     found = self.origins.from_tree(current.get(name))
                     if found or name == "modules":
                         problems.append(
                             f"sys.{name} was replaced{' by code from ' + found if found else ''}"
                         )
-            self.sys_ids = now
+            self.sys_values = now
 
 
 _MISSING = object()
+_chain = __import__("itertools").chain.from_iterable
+_IS = __import__("operator").is_
+_NOT_IS = __import__("operator").is_not
+_compress = __import__("itertools").compress
+_COUNT = __import__("itertools").count
+_accumulate = __import__("itertools").accumulate
+_bisect = __import__("bisect").bisect_right
+
+
+def same(now: "list[Any]", before: "list[Any]") -> bool:
+    """Whether two lists hold the very same objects (identity only: no `__eq__` of theirs runs)."""
+    return len(now) == len(before) and all(map(_IS, now, before))
+_VALUES = __import__("operator").methodcaller("values")
 _BUILTINS = sys.modules["builtins"]
 
 
@@ -643,9 +705,10 @@ def start(
         "busy": False,
         "inner": False,
         "armed": False,
+        "early": False,  # code of the tree ran before arming
         "finished": False,
     }
-    holder: "dict[str, Any]" = {"registry": None, "item": None}
+    holder: "dict[str, Any]" = {"registry": None, "item": None, "observed": None, "ran": None}
     reported: "set[str]" = set()
     plugin_codes: "list[Any]" = []
 
@@ -732,7 +795,7 @@ def start(
             if checks is not None:
                 holder["registry"] = checks(origins, args[1])
             problems: "list[str]" = []
-            snapshot.arm(problems)
+            snapshot.arm(problems, deep=state["early"])
             if holder["registry"] is not None:
                 holder["registry"].check(problems)
             state["armed"] = True
@@ -744,14 +807,27 @@ def start(
         elif kind == "collected":
             for why in integrity():
                 tamper(why)
-        elif kind == "item":
+        elif kind == "item":  # ("item", the test about to run, its id, whether it is observed)
             holder["item"] = args[1]
-            found = item_check(args[1], origins) if item_check is not None else []
-            for why in found + integrity():
+            holder["observed"] = args[2] if len(args) > 3 and args[3] else None
+            holder["ran"] = None
+            # The call's report is checked whole right after; here, the test itself.
+            for why in item_check(args[1], origins) if item_check is not None else []:
                 tamper(why, args[2])
+        elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
+            if args[1] == holder["observed"] and holder["ran"] is None:
+                holder["ran"] = args[2]
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
-            problems = integrity()
+            # Every call report is checked whole; setup and teardown reports by where
+            # they come from (a change that stays is found at the next call or the end).
+            problems = integrity() if when == "call" else []
+            if when == "call" and outcome == "passed" and test_id == holder["observed"]:
+                ran = holder["ran"]
+                if ran is None:
+                    problems.append("the report says passed but the test's function never ran")
+                elif ran:
+                    problems.append(f"the report says passed but the test raised {ran}")
             found = origins.from_tree(type(report))
             if found:
                 problems.append(f"the report is an instance of a class from {found}")
@@ -873,20 +949,25 @@ def start(
                 if tree and origins.trusted_file(filename):
                     refuse(f"a code object made by {who} claims to be {filename}")
         elif event in ("marshal.loads", "marshal.load"):
-            who, tree = caller(getframe(2))
-            if tree and not importing(getframe(2)):
-                refuse(f"code was unmarshalled by {who}")
+            if not importing(getframe(2)):
+                who, tree = caller(getframe(2))
+                if tree:
+                    refuse(f"code was unmarshalled by {who}")
         elif event == "exec" or event == "function.__new__":
             code = args[0] if args else None
             if type(code) is not _CodeType:
                 return
             filename = code.co_filename
-            who, tree = caller(getframe(2))
+            if not state["armed"] and not state["early"] and not origins.trusted_file(filename):
+                state["early"] = True
             if not origins.real_file(filename):
+                who, tree = caller(getframe(2))
                 if tree:
                     origins.mark_dynamic(code, who)
-            elif event == "function.__new__" and origins.trusted_file(filename) and tree:
-                refuse(f"a function of {filename} was remade by {who}")
+            elif event == "function.__new__" and origins.trusted_file(filename):
+                who, tree = caller(getframe(2))
+                if tree:
+                    refuse(f"a function of {filename} was remade by {who}")
 
     if not hasattr(sys, "addaudithook"):  # Python < 3.8: the plugin writes, checked here
         state["armed"] = False
@@ -904,10 +985,13 @@ def start(
     own_file = start.__code__.co_filename
 
     def hook(event: str, args: "tuple[Any, ...]") -> None:
+        if event not in HANDLED:  # most events (builtins.id, os.*, import...): nothing to do
+            return
         if state["busy"]:
             # Code running while the monitor checks is code the check called: a value
             # of the tree's (a property, a __getattr__). It may not look around.
-            if event in INTROSPECTION and not state["inner"]:
+            frames = event != "object.__getattr__" or (len(args) > 1 and args[1] in FRAME_ATTRS)
+            if frames and event in INTROSPECTION and not state["inner"]:
                 state["inner"] = True
                 try:
                     frame = getframe(1)
@@ -940,6 +1024,7 @@ def start(
 
 
 _CodeType = type(start.__code__)
+FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
 INTROSPECTION = frozenset(
     {"sys._getframe", "sys._getframemodulename", "sys._current_frames", "object.__getattr__"}
     | REFUSED
@@ -964,3 +1049,4 @@ WANTED = frozenset(
         "function.__new__",
     }
 )
+HANDLED = WANTED | INTROSPECTION | {EVENT}

@@ -15,18 +15,23 @@ their own functions) and the running item (no method replaced by the patch's
 code; its test function is the one its file defines).
 """
 
+import functools as _functools
+import inspect as _inspect
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
     from jouled.pipeline.jouled_monitor import (
+        _VALUES,
         EVENT,
         Origins,
         _attr,
+        _chain,
         function_problems,
         load_trusted,
         read_setup,
+        same,
         start,
     )
 
@@ -55,28 +60,57 @@ class Registry:
         self.config = config
         self.pm = _attr(config, "pluginmanager")
         self.relay = _attr(self.pm, "hook") if self.pm is not None else None
-        self.known: "set[int]" = set()
+        self.known: "dict[str, list[Any]]" = {}
         self.objects: "list[list[Any]]" = []
+        self.last: "list[Any]" = []
+        self.callers: "list[Any]" = []
+        self.lists: "list[Any]" = []  # the callers' lists of implementations
         for obj in (self.config, self.pm, self.relay):
             if obj is not None:
                 self.add_object(type(obj).__name__, obj)
 
     def add_object(self, label: str, obj: Any) -> None:
         namespace = object.__getattribute__(obj, "__dict__")
-        self.objects.append([label, namespace, ()])
+        self.objects.append([label, namespace, []])
+
+    def fingerprint(self) -> "list[Any]":
+        """Everything checked below, in a few passes of C code (no `id`: it is audited)."""
+        relay = object.__getattribute__(self.relay, "__dict__")
+        callers = list(relay.values())
+        if not same(callers, self.callers):
+            self.callers = callers
+            self.lists = [
+                impls
+                for caller in callers
+                for attr in ("_hookimpls", "_wrappers", "_nonwrappers")
+                for impls in (_attr(caller, attr),)
+                if type(impls) is list
+            ]
+        values = list(_chain(map(_VALUES, [entry[1] for entry in self.objects])))
+        values += callers
+        values += _chain(self.lists)
+        values += map(_HOOKEXEC, callers)
+        values += (_attr(self.config, "pluginmanager"), _attr(self.pm, "hook"))
+        return values
 
     def check(self, problems: "list[str]") -> None:
         if self.pm is None or self.relay is None:
             problems.append("pytest's plugin manager is missing")
             return
+        if same(self.fingerprint(), self.last):
+            return
+        self._full(problems)
+        self.last = self.fingerprint()
+
+    def _full(self, problems: "list[str]") -> None:
         if _attr(self.config, "pluginmanager") is not self.pm:
             problems.append("config.pluginmanager was replaced")
         if _attr(self.pm, "hook") is not self.relay:
             problems.append("the plugin manager's hook relay was replaced")
         for entry in self.objects:
-            label, namespace, ids = entry
-            now = tuple(map(id, namespace.values()))
-            if now == ids:
+            label, namespace, values = entry
+            now = list(namespace.values())
+            if same(now, values):
                 continue
             for attr, value in list(namespace.items()):
                 found = self.origins.from_tree(value)
@@ -98,7 +132,7 @@ class Registry:
                 problems.append(f"hook {name} calls its implementations through code from {found}")
 
     def _impl(self, hook: str, impl: Any, problems: "list[str]") -> None:
-        if id(impl) in self.known:
+        if any(seen is impl for seen in self.known.get(hook, ())):
             return
         found = self.origins.from_tree(type(impl)) or self.origins.from_tree(
             _attr(impl, "function")
@@ -106,7 +140,10 @@ class Registry:
         if found and hook in GUARDED_HOOKS:
             problems.append(f"an implementation of {hook} from {found} is registered")
             return
-        self.known.add(id(impl))
+        self.known.setdefault(hook, []).append(impl)
+
+
+_HOOKEXEC = __import__("operator").attrgetter("_hookexec")
 
 
 def item_problems(item: Any, origins: "Origins") -> "list[str]":
@@ -155,7 +192,10 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_call(self, item: Any) -> None:
-            audit(EVENT, "item", item, item.nodeid)
+            observed = observe(item)
+            audit(EVENT, "item", item, item.nodeid, observed is not None)
+            if observed is not None:
+                item.obj = observed
 
         def pytest_runtest_logreport(self, report: Any) -> None:
             audit(
@@ -171,12 +211,45 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
         def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
             audit(EVENT, "finish", int(exitstatus))
 
+    def observe(item: Any) -> Any:
+        """The test function of a plain pytest item, wrapped to tell the monitor how it ended.
+
+        A report may then say `passed` only for a test whose function ran and
+        returned: however pytest's reporting was changed, and changed back, on
+        the way from the call to the report.
+        """
+        kind = type(item)
+        if kind.__name__ != "Function" or kind.__module__ != "_pytest.python":
+            return None  # unittest cases, doctests, other plugins' items: their own ways
+        function = item.__dict__.get("_obj")
+        if function is None or _inspect.iscoroutinefunction(function):
+            return None
+        nodeid = item.nodeid
+
+        @_functools.wraps(function)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = function(*args, **kwargs)
+            except BaseException as raised:
+                audit(EVENT, "ran", nodeid, type(raised).__name__)
+                raise
+            audit(EVENT, "ran", nodeid, "")
+            return result
+
+        return observed
+
     return Reporter()
 
 
-def plugin_codes(plugin: Any) -> "tuple[Any, ...]":
-    cls = type(plugin)
-    return tuple(cls.__dict__[name].__code__ for name in cls.__dict__ if name.startswith("pytest_"))
+def plugin_codes() -> "tuple[Any, ...]":
+    """Every function `make_plugin` defines: the only code whose records the monitor takes."""
+    found, todo = [], list(make_plugin.__code__.co_consts)
+    while todo:
+        const = todo.pop()
+        if type(const) is type(make_plugin.__code__):
+            found.append(const)
+            todo.extend(const.co_consts)
+    return tuple(found)
 
 
 def main() -> None:
@@ -191,7 +264,7 @@ def main() -> None:
     import pytest
 
     plugin = make_plugin(audit, pytest)
-    register(plugin_codes(plugin))
+    register(plugin_codes())
     if mode == "module":
         sys.path.insert(0, os.getcwd())
     sys.argv = [sys.argv[0], *args]
