@@ -176,6 +176,21 @@ class Origins:
         self._classes: "dict[int, tuple[Any, str]]" = {}
         self.realpath = os.path.realpath
         self._modules = sys.modules
+        # The interpreter's own directories (read-only in the sandbox, outside the tree):
+        # names under them need no realpath (no link there can lead into the tree).
+        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+        self.installed = tuple(
+            real.rstrip(os.sep) + os.sep
+            for real in (os.path.realpath(p) for p in prefixes if p)
+            if not self.inside(real)
+        )
+
+    def inside(self, path: str) -> bool:
+        return path == self.root or path.startswith(self.root + os.sep)
+
+    def outside(self, filename: str) -> bool:
+        """Whether `filename` is surely outside the tree without resolving it."""
+        return filename.startswith(self.installed)
 
     def trusted_file(self, filename: str) -> bool:
         """Code from `filename` is out of the patch's reach: outside the tree, or protected."""
@@ -184,6 +199,8 @@ class Origins:
             return cached
         if filename.startswith("<"):
             verdict = True  # generated code: judged by who made it (`code_from_tree`)
+        elif self.outside(filename):
+            verdict = True
         else:
             path = self.realpath(filename)
             inside = path == self.root or path.startswith(self.root + os.sep)
@@ -403,7 +420,11 @@ class Snapshot:
                 self._take_module(name, module, problems)
             elif name.startswith(WATCHED_PREFIXES):  # the tree's: it may import patched code
                 self._take_module(name, module, [])
-            elif filename and self.origins.realpath(filename) in self.origins.protected:
+            elif (
+                filename
+                and not self.origins.outside(filename)
+                and self.origins.realpath(filename) in self.origins.protected
+            ):
                 self._take_test_module(name, module, filename, problems)
 
     def _loader(self, label: str, namespace: Any, problems: "list[str]") -> None:
