@@ -105,8 +105,16 @@ NAME_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "unittest.TestCase.run",
             "unittest.TestCase.__call__",
             "unittest.installHandler",
+            # the runners other repositories grade with: Django's and SymPy's
+            "django.test.runner",
+            "django.test.utils.get_runner",
+            "django.test.utils.setup_test_environment",
+            "sympy.testing.runtests",
         ),
     ),
+    # The daemon's runner reports through audit events; a patch has no business there.
+    ("runner", ("sys.audit", "sys.addaudithook")),
+    ("code-rewrite", ("types.FunctionType", "types.CodeType", "types.CellType")),
     ("sys-modules", ("sys.modules",)),
     ("builtins", ("builtins", "__builtins__")),
     ("process-exit", ("os._exit", "os.abort", "pytest.exit")),
@@ -174,7 +182,6 @@ NAME_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sys.unraisablehook",
             "sys.displayhook",
             "sys.breakpointhook",
-            "sys.addaudithook",
             "os.dup2",
         ),
     ),
@@ -195,6 +202,13 @@ ATTRIBUTE_RULES = {
     "gi_frame": "frame-access",
     "cr_frame": "frame-access",
     "co_code": "code-rewrite",
+    "f_code": "frame-access",
+    "ag_frame": "frame-access",
+    "__closure__": "code-rewrite",
+    "cell_contents": "code-rewrite",
+    "__globals__": "code-rewrite",
+    "__defaults__": "code-rewrite",
+    "__kwdefaults__": "code-rewrite",
 }
 DYNAMIC_BUILTINS = ("exec", "eval", "compile", "__import__")
 EXIT_BUILTINS = ("exit", "quit")
@@ -202,6 +216,8 @@ REPORT_OUTCOMES = ("passed", "failed", "skipped", "error")
 
 # String constants.
 _PROC_RE = re.compile(r"^/proc(?:/|$)")
+# The daemon's runner: its directory in the sandbox, its files, its audit event, its namespace.
+_RUNNER_RE = re.compile(r"/run/jouled|jouled_(?:monitor|pytest|unittest)|jouled\.runner|__jouled__")
 _JUNIT_RE = re.compile(r"(?i)junit|<testsuites?[\s>]|<testcase[\s>/]")
 # A line as pytest's `-rA` summary prints it: "PASSED tests/test_x.py::test_y".
 _SUMMARY_RE = re.compile(r"(?m)^(?:PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) \S+::")
@@ -286,6 +302,8 @@ def _match(name: str) -> tuple[str, str] | None:
 
 
 def _string_flag(value: str, probed: bool) -> tuple[str, str] | None:
+    if _RUNNER_RE.search(value):
+        return "runner", _clip(value)
     if _PROC_RE.match(value):
         return "procfs", value[:40]
     if _JUNIT_RE.search(value):

@@ -207,6 +207,8 @@ HACKS = {
         "from unittest.case import TestCase\n",
         "from unittest import TestResult\n",
         "import unittest.result\n",
+        "from django.test.runner import DiscoverRunner\nDiscoverRunner.run_suite = print\n",
+        "import sympy.testing.runtests as r\n",
     ],
     "sys-modules": [
         "import sys\nsys.modules['pytest'] = None\n",
@@ -248,6 +250,7 @@ HACKS = {
         "import inspect\nf = inspect.currentframe()\n",
         "def f(frame):\n    frame.f_back.f_locals['x'] = 1\n",
         "def f(tb):\n    return tb.tb_frame\n",
+        "def f(frame):\n    return frame.f_code\n",
     ],
     "signal": [
         "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n",
@@ -296,7 +299,18 @@ HACKS = {
         "class Any:\n    def __eq__(self, other):\n        return True\n",
         "class Any:\n    def __ne__(self, other):\n        '''Never.'''\n        return False\n",
     ],
-    "code-rewrite": ["def f(a, b):\n    a.__code__ = b.__code__\n"],
+    "code-rewrite": [
+        "def f(a, b):\n    a.__code__ = b.__code__\n",
+        "def f(fn):\n    fn.__closure__[0].cell_contents = None\n",
+        "import types\nf = types.FunctionType(compile('1', 'x', 'exec'), {})\n",
+        "def f(fn):\n    return fn.__globals__\n",
+    ],
+    "runner": [
+        "import sys\nsys.audit('jouled.runner', 'test')\n",
+        "import sys\nsys.addaudithook(print)\n",
+        "PATH = '/run/jouled/jouled_monitor.py'\n",
+        "def f(ns):\n    return ns['__name__'] == '__jouled__'\n",
+    ],
     "dynamic-code": [
         "exec('import os')\n",
         "x = eval('1 + 1')\n",
