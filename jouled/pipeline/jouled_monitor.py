@@ -567,6 +567,8 @@ _bisect = __import__("bisect").bisect_right
 def same(now: "list[Any]", before: "list[Any]") -> bool:
     """Whether two lists hold the very same objects (identity only: no `__eq__` of theirs runs)."""
     return len(now) == len(before) and all(map(_IS, now, before))
+
+
 _VALUES = __import__("operator").methodcaller("values")
 _BUILTINS = sys.modules["builtins"]
 
@@ -706,7 +708,7 @@ except ImportError:  # Python < 3.7 or no OpenSSL
 
 def start(
     key: bytes,
-    origins: "Origins",
+    setup: "dict[str, Any]",
     main_code: Any,
     checks: Any = None,
     item_check: Any = None,
@@ -717,8 +719,37 @@ def start(
     lives only in the hook's closure; without, it is a closure that writes
     records after the same checks. `register(codes)` names the plugin's
     functions, the only code whose records are taken; it takes effect once.
+
+    What the checks trust lives only in this function's closures. The runner's
+    own namespace (its functions and classes: reachable from any of them),
+    its classes' attributes and the builtins are compared, before anything
+    else, with what they were here, using only functions bound here.
     """
     os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
+    root = os.path.realpath(setup["root"])
+    protected, unchanged = load_trusted(setup["ro"], root, list(setup.get("canaries", [])))
+    origins = Origins(root, protected, unchanged)
+    runner = globals()
+    own = [runner]
+    own += [
+        _TYPE_DICT(value)
+        for value in list(runner.values())
+        if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == runner["__name__"]
+    ]
+    own_values = [list(namespace.values()) for namespace in own]
+    builtins_namespace = _MODULE_DICT(_BUILTINS)
+    builtin_names = OWN_BUILTINS
+    builtins_values = [builtins_namespace.get(name) for name in builtin_names]
+    _list, _all, _map, _len, _is, _zip = list, all, map, len, _IS, zip
+
+    def own_changed() -> bool:
+        for namespace, before in _zip(own, own_values):
+            now = _list(namespace.values())
+            if _len(now) != _len(before) or not _all(_map(_is, now, before)):
+                return True
+        now = _list(_map(builtins_namespace.get, builtin_names))
+        return not _all(_map(_is, now, builtins_values))
+
     write, getframe, hexlify = os.write, sys._getframe, bytes.hex
     snapshot = Snapshot(origins)
     state: "dict[str, Any]" = {
@@ -793,6 +824,8 @@ def start(
         return False
 
     def integrity() -> "list[str]":
+        if own_changed():
+            return ["the runner's own code or the builtins were changed"]
         problems: "list[str]" = []
         snapshot.check(problems)
         registry = holder["registry"]
@@ -1071,3 +1104,31 @@ WANTED = frozenset(
     }
 )
 HANDLED = WANTED | INTROSPECTION | {EVENT}
+# The builtins the monitor's own code calls: they may not change under it.
+OWN_BUILTINS = (
+    "all",
+    "any",
+    "bytes",
+    "callable",
+    "compile",
+    "dict",
+    "frozenset",
+    "getattr",
+    "hasattr",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "list",
+    "map",
+    "next",
+    "object",
+    "open",
+    "set",
+    "sorted",
+    "str",
+    "tuple",
+    "type",
+    "zip",
+)

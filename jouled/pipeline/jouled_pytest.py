@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
         _attr,
         _chain,
         function_problems,
-        load_trusted,
         read_setup,
         same,
         start,
@@ -255,11 +254,8 @@ def plugin_codes() -> "tuple[Any, ...]":
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
     key, setup = read_setup()
-    root = os.path.realpath(setup["root"])
-    canaries = list(setup.get("canaries", []))
-    protected, unchanged = load_trusted(setup["ro"], root, canaries)
-    origins = Origins(root, protected, unchanged)
-    audit, register = start(key, origins, main.__code__, Registry, item_problems)
+    # Nothing the checks rely on stays in this frame, which code of the tree can read.
+    audit, register = start(key, setup, main.__code__, Registry, item_problems)
     del key
     import pytest
 
@@ -269,5 +265,5 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
     sys.argv = [sys.argv[0], *args]
     # The canaries are collected like any path argument, but are on no command line.
-    code = pytest.main([*args, *canaries], plugins=[plugin])
+    code = pytest.main([*args, *setup.pop("canaries", [])], plugins=[plugin])
     sys.exit(int(code))

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
         EVENT,
         Origins,
         function_problems,
-        load_trusted,
         read_setup,
         start,
     )
@@ -114,10 +113,8 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
 def main() -> None:
     mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     key, setup = read_setup()
-    root = os.path.realpath(setup["root"])
-    protected, unchanged = load_trusted(setup["ro"], root, list(setup.get("canaries", [])))
-    origins = Origins(root, protected, unchanged)
-    audit, register = start(key, origins, main.__code__, None, test_problems)
+    # Nothing the checks rely on stays in this frame, which code of the tree can read.
+    audit, register = start(key, setup, main.__code__, None, test_problems)
     del key
     codes = install_reporter(audit)
     register((*codes, main.__code__))

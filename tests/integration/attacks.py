@@ -1351,3 +1351,52 @@ atexit.register(lambda: emit("flips", "info", str(len(library.get("_jb_flips", [
 
 def plain_forgery(visible: Iterable[str]) -> str:
     return PLAIN_FORGERY.replace("__JB_VISIBLE__", repr(tuple(visible)))
+
+
+# The report factory wrapped so that it puts the original back as soon as it has made
+# a forged report, and wraps again the next time the library is called: nothing stays
+# changed for a snapshot to find.
+FORGE_SELF_RESTORING = r"""
+from _pytest.reports import TestReport
+original = TestReport.__dict__["from_item_and_call"]
+
+def install():
+    def forged(cls, item, call):
+        TestReport.from_item_and_call = original  # gone before anyone looks
+        return flip(original.__func__(cls, item, call))
+    TestReport.from_item_and_call = classmethod(forged)
+
+library = sys._getframe(2).f_globals
+def arm(cls):
+    init = cls.__init__
+    def __init__(self, *args, **kwargs):
+        install()
+        init(self, *args, **kwargs)
+    cls.__init__ = __init__
+for value in list(library.values()):
+    if isinstance(value, type) and value.__module__.startswith(library["__name__"]):
+        arm(value)
+emit("forge", "OK", "self-restoring")
+"""
+
+# The runner's own namespace, reached through a function of its plugin: the helpers its
+# checks call are replaced by ones that find nothing, then the report factory is forged.
+FORGE_RUNNER_GLOBALS = r"""
+def patch():
+    config = find_config()
+    runner = [p for p in config.pluginmanager.get_plugins()
+              if "pytest_runtest_logreport" in type(p).__dict__
+              and not type(p).__module__.startswith(("_pytest", "pytest"))]
+    namespace = type(runner[0]).__dict__["pytest_runtest_logreport"].__globals__
+    names = [n for n in ("same", "function_problems", "item_problems") if n in namespace]
+    namespace["same"] = lambda now, before: True
+    namespace["function_problems"] = lambda *args, **kwargs: []
+    namespace["item_problems"] = lambda *args, **kwargs: []
+    from _pytest.reports import TestReport
+    original = TestReport.from_item_and_call.__func__
+    forged = lambda cls, item, call: flip(original(cls, item, call))
+    TestReport.from_item_and_call = classmethod(forged)
+    return ",".join(names)
+
+attempt("forge", patch)
+"""

@@ -43,6 +43,10 @@ FORGERS = {
     "item-runtest": A.FORGE_ITEMS,
     # the runner's own plugin: its key looked for, passing reports handed to it directly
     "runner-plugin": A.FORGE_RUNNER,
+    # the report factory forged and put back before any check, again at each library call
+    "self-restoring": A.FORGE_SELF_RESTORING,
+    # the runner's own helpers replaced through its plugin's globals
+    "runner-globals": A.FORGE_RUNNER_GLOBALS,
 }
 TASKS = {"visible": A.LRUCACHE, "hidden": A.SEMVER}
 PLAIN = "plain"
@@ -141,6 +145,8 @@ def test_an_in_process_forgery_is_tampered(forgeries: Run, name: str) -> None:
     body = json.loads(base64.b64decode(out.receipt["entry"]["payload"]))["body"]
     assert body["integrity"]["forged"], f"a tampered result names what was found\n{out.why()}"
     assert body["integrity"]["level"] == "monitor", body["integrity"]
+    if name.startswith("self-restoring"):  # nothing stays changed: the function's own word
+        assert "but the test raised" in body["integrity"]["forged"], body["integrity"]
 
 
 @pytest.mark.parametrize("name", [f"fix-{kind}" for kind in TASKS])
