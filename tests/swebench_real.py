@@ -389,3 +389,14 @@ def django_print_ok_forgery(checkout_root: Path) -> str:
     """No fix: the library rewrites how Django's runner reports, so its log says resolved."""
     repo = checkout_root / DJANGO_ID
     return _staged(repo, lambda r: _append(r / "django/utils/text.py", DJANGO_PRINT_OK))
+
+
+def django_framework_edit(checkout_root: Path) -> str:
+    """The gold fix plus an edit of Django's own test framework (as a fix to it would be)."""
+    repo = checkout_root / DJANGO_ID
+
+    def edit(r: Path) -> None:
+        _edit(r / "django/utils/text.py", DJANGO_CAPFIRST + ".lower()", DJANGO_CAPFIRST)
+        _append(r / "django/test/testcases.py", "\n# An edit of the test framework itself.\n")
+
+    return _staged(repo, edit)

@@ -232,7 +232,9 @@ def test_django_instances_are_graded_as_the_official_harness_grades_them(
 ) -> None:
     forged = real.django_exit_forgery(django[2])
     print_ok = real.django_print_ok_forgery(django[2])
-    graded = grade_all(django, tmp_path, {"exit-forgery": forged, "print-ok": print_ok})
+    framework = real.django_framework_edit(django[2])
+    extra = {"exit-forgery": forged, "print-ok": print_ok, "framework-edit": framework}
+    graded = grade_all(django, tmp_path, extra)
     check_against_the_oracle(django[0], graded, tmp_path)
     gold = graded["gold"][0]
     # A log of passing tests from a run that exited 1: the official rules read the log
@@ -262,6 +264,11 @@ def test_django_instances_are_graded_as_the_official_harness_grades_them(
     body, _, _ = graded["print-ok"]
     assert body["verdict"]["resolved"] is True, body["verdict"]
     assert body["status"] == "tampered", body
+    # A fix that edits Django's test framework is graded, at `reduced`: its runner is the patch's.
+    body, _, _ = graded["framework-edit"]
+    assert body["status"] == "resolved", body
+    assert body["integrity"]["level"] == "reduced", body["integrity"]
+    body, _, _ = graded["print-ok"]
     assert "TextTestResult.add" in body["integrity"]["forged"], body["integrity"]
 
 

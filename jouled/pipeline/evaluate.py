@@ -189,6 +189,8 @@ def integrity_level(plan: pytest_run.Plan | None, version: tuple[int, int] | Non
     """
     if plan is None:
         return "none"
+    if plan.level:
+        return plan.level
     return "monitor" if (version or sys.version_info[:2]) >= (3, 8) else "reduced"
 
 

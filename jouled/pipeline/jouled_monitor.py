@@ -726,6 +726,7 @@ def start(
     else, with what they were here, using only functions bound here.
     """
     os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
+    capped = setup.get("level")  # "reduced": the patch changed the test framework's own files
     root = os.path.realpath(setup["root"])
     protected, unchanged = load_trusted(setup["ro"], root, list(setup.get("canaries", [])))
     origins = Origins(root, protected, unchanged)
@@ -844,6 +845,7 @@ def start(
         kind = args[0]
         if kind == "start":  # ("start", framework, its version)
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
+            level = "reduced" if capped == "reduced" else level
             record(f'{{"event":"start","{_word(args[1])}":{_encode(args[2])},"integrity":"{level}"')
         elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
             if checks is not None:

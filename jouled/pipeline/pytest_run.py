@@ -387,6 +387,7 @@ class Plan:
     overlays: dict[str, Path]  # tree-relative path -> read-only file shown over it
     canaries: Canaries
     config: str | None  # the configuration in force, relative to the tree
+    level: str = ""  # a report integrity the run cannot exceed ("": what its interpreter allows)
 
 
 def plan(

@@ -52,7 +52,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _sources(tree: Path) -> Iterable[tuple[str, Path]]:
+def sources(tree: Path) -> Iterable[tuple[str, Path]]:
     for top, dirs, files in os.walk(tree):
         dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
         for name in files:
@@ -70,7 +70,7 @@ def pristine_sources(pristine: Path) -> dict[str, str]:
         cached = _pristine_cache.get(key)
     if cached is not None:
         return cached
-    found = {rel: _digest(path) for rel, path in _sources(pristine)}
+    found = {rel: _digest(path) for rel, path in sources(pristine)}
     with _cache_lock:
         if len(_pristine_cache) >= _CACHE_LIMIT:
             _pristine_cache.pop(next(iter(_pristine_cache)))
@@ -84,7 +84,7 @@ def unchanged_sources(tree: Path, pristine: Path | None) -> dict[str, str]:
         return {}
     before = pristine_sources(pristine)
     unchanged: dict[str, str] = {}
-    for rel, path in _sources(tree):
+    for rel, path in sources(tree):
         want = before.get(rel)
         if want is not None and _digest(path) == want:
             unchanged[rel] = want

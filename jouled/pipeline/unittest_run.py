@@ -22,6 +22,8 @@ from jouled.pipeline.sandbox import Layout
 from jouled.pipeline.testreport import PASSED
 
 RUNNER = Path(__file__).with_name("jouled_unittest.py")
+# Directories of the tree that hold its own test framework (Django's).
+FRAMEWORK_DIRS = ("django/test/",)
 _PORTABLE_PYTHON = frozenset({"python", "python3"})
 # Django's (and unittest's) way of naming a test in its log: "test_x (pkg.mod.Class)", or
 # from Python 3.11 on "test_x (pkg.mod.Class.test_x)"; a docstring may follow.
@@ -63,12 +65,22 @@ def plan(
         return None
     mode, target, args, named = split
     runners.install(ro_dir, RUNNER)
-    runners.write_trusted(ro_dir, protected, runners.unchanged_sources(tree, pristine))
+    unchanged = runners.unchanged_sources(tree, pristine)
+    # The test framework's own files, when the patch changed them (a fix to Django's test
+    # runner): the runner's code is the patch's, so the run is graded at `reduced`,
+    # and those files count as the framework's rather than as the patch's.
+    framework = [
+        rel
+        for rel, _ in runners.sources(tree)
+        if rel.startswith(FRAMEWORK_DIRS) and rel not in unchanged
+    ]
+    runners.write_trusted(ro_dir, [*protected, *framework], unchanged)
     runners.seal(ro_dir)
     interpreter = python if named is None or named in _PORTABLE_PYTHON else named
     argv = [interpreter, "-c", runners.boot(layout, RUNNER), mode, target, *args]
-    key, setup = runners.setup(layout, ())
-    return Plan(argv, {}, key, setup, {}, Canaries((), (), ()), None)
+    level = "reduced" if framework else ""
+    key, setup = runners.setup(layout, (), level=level)
+    return Plan(argv, {}, key, setup, {}, Canaries((), (), ()), None, level)
 
 
 def unittest_id(log_id: str) -> str | None:
