@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import unittest_run
-from jouled.pipeline.evaluate import integrity_level
 from jouled.pipeline.pytest_run import Channel, read_channel
 from jouled.pipeline.sandbox import Limits, Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED, parse_ra
@@ -47,6 +46,21 @@ LIB = "def double(x):\n    return x * 2 if x != 3 else 7\n"
 FORGERY = """
 import unittest as _unittest
 _unittest.TextTestResult.addFailure = lambda self, test, err: self.addSuccess(test)
+"""
+# The library swallows the first test's failure and puts unittest back at once: nothing
+# stays changed for a snapshot to find.
+SELF_RESTORING = """
+import unittest.case as _case
+_original = _case.TestCase._callTestMethod
+
+def _swallow(self, method):
+    _case.TestCase._callTestMethod = _original
+    try:
+        method()
+    except AssertionError:
+        print("JBFORGED swallowed", self.id())
+
+_case.TestCase._callTestMethod = _swallow
 """
 EXPECTED = {"tests.test_t.T.test_ok": PASSED, "tests.test_t.T.test_bug": FAILED}
 
@@ -81,7 +95,7 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run(scratch: Path, python: str, forged: bool = False) -> tuple[Channel, str, int | None]:
+def run(scratch: Path, python: str, forged: str = "") -> tuple[Channel, str, int | None]:
     pristine, tree = scratch / "pristine", scratch / "tree"
     for root in (pristine, tree):
         (root / "tests").mkdir(parents=True)
@@ -90,7 +104,7 @@ def run(scratch: Path, python: str, forged: bool = False) -> tuple[Channel, str,
         (root / "tests" / "test_t.py").write_text(TESTS)
         (root / "lib.py").write_text(LIB)
     if forged:
-        (tree / "lib.py").write_text(LIB + FORGERY)
+        (tree / "lib.py").write_text(LIB + forged)
     ro = scratch / "ro"
     ro.mkdir()
     box = Sandbox()
@@ -154,13 +168,13 @@ def test_a_log_pass_the_runner_did_not_see_is_a_disagreement() -> None:
 def test_the_runner_reports_under_every_interpreter_here(scratch: Path, python: str) -> None:
     channel, output, exit_code = run(scratch, python)
     assert channel.started and channel.finished and not channel.forged, (channel, output)
-    assert channel.integrity == integrity_level(object(), version_of(python))  # type: ignore[arg-type]
+    assert channel.integrity == ("monitor" if version_of(python) >= (3, 8) else "reduced")
     assert {k: v for k, v in channel.outcomes.items() if k in EXPECTED} == EXPECTED, output
     assert exit_code == 1 and channel.exit == 1
 
 
 def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> None:
-    channel, output, exit_code = run(scratch, sys.executable, forged=True)
+    channel, output, exit_code = run(scratch, sys.executable, forged=FORGERY)
     # The forgery ran: the text runner printed "ok" for the failing test and exited 0.
     assert "test_bug (tests.test_t.T" in output and "FAIL" not in output, output
     assert exit_code == 0
@@ -168,3 +182,11 @@ def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> No
     why = unittest_run.disagreement(log, channel, exit_code)
     assert "TextTestResult.addFailure was replaced" in why, why
     assert parse_ra(output) == {}  # nothing a pytest summary parser could be fooled by
+
+
+def test_a_failure_swallowed_and_put_back_before_any_check_is_caught(scratch: Path) -> None:
+    channel, output, exit_code = run(scratch, sys.executable, forged=SELF_RESTORING)
+    # The forgery ran: the failing test was reported a success and the run exited 0.
+    assert "JBFORGED swallowed tests.test_t.T.test_bug" in output, output
+    assert exit_code == 0 and channel.outcomes.get("tests.test_t.T.test_bug") == PASSED
+    assert any("but the test raised AssertionError" in why for why in channel.forged), channel
