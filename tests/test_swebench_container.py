@@ -102,7 +102,7 @@ def test_an_instance_whose_image_is_here_is_graded_in_it(
     assert gold["status"] == "resolved", gold
     assert gold["verdict"]["status"] == "RESOLVED_FULL"
     assert gold["isolation"]["level"] == "container" and gold["isolation"]["image"] == IMAGE
-    assert gold["integrity"] == {"report": "output", "canaries": 0}
+    assert gold["integrity"] == {"report": "output", "canaries": 0, "level": "none"}
     assert gold["energy"]["grade"]["wall_ms"] >= 0  # metered like any run
     assert ev.evaluate(Attempt(contract, None, "noop"))["status"] == "unresolved"
     run = next(c for c in calls(engine) if c[0] == "run")
