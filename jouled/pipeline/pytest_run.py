@@ -416,7 +416,7 @@ def plan(
         return None
     mode, opts, args = split
     remove_bytecode(tree)
-    runners.install(ro_dir, RUNNER)
+    runners.install(ro_dir, RUNNER, layout)
     source = pristine or tree
     config = find_config(source, args)
     overlays: dict[str, Path] = {}

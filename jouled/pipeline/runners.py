@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 import secrets
 import shutil
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -28,22 +30,48 @@ MONITOR = HERE / "jouled_monitor.py"
 KEY_BYTES = 32
 _CACHE_LIMIT = 64
 _pristine_cache: dict[tuple[str, int], dict[str, str]] = {}
+_code_cache: dict[tuple[str, int, str], bytes] = {}
 _cache_lock = threading.Lock()
 
 
-def install(ro_dir: Path, runner: Path) -> None:
-    """Copy the monitor and `runner` into the run's read-only directory."""
-    shutil.copyfile(MONITOR, ro_dir / MONITOR.name)
-    shutil.copyfile(runner, ro_dir / runner.name)
+def install(ro_dir: Path, runner: Path, layout: Layout) -> None:
+    """Copy the monitor and `runner` into the run's read-only directory, each with its code
+    compiled for this interpreter (`NAME.<cache tag>.code`): an environment's interpreter
+    of another version compiles the source instead."""
+    for source in (MONITOR, runner):
+        shutil.copyfile(source, ro_dir / source.name)
+        code = _compiled(source, f"{layout.ro}/{source.name}")
+        (ro_dir / f"{source.name}.{sys.implementation.cache_tag}.code").write_bytes(code)
+
+
+def _compiled(source: Path, filename: str) -> bytes:
+    """The marshalled code of `source` as the sandbox names it (cached per file version)."""
+    key = (str(source), source.stat().st_mtime_ns, filename)
+    with _cache_lock:
+        cached = _code_cache.get(key)
+    if cached is None:
+        code = compile(source.read_bytes(), filename, "exec", dont_inherit=True)
+        cached = marshal.dumps(code)
+        with _cache_lock:
+            _code_cache[key] = cached
+    return cached
 
 
 def boot(layout: Layout, runner: Path) -> str:
-    """`python -c` code that executes the monitor and the runner, then the runner's main."""
+    """`python -c` code that executes the monitor and the runner, then the runner's main.
+
+    Each file's code is taken from its `.code` twin when that was compiled for this
+    interpreter (marshal's format is the interpreter's), else compiled from source.
+    """
     files = [f"{layout.ro}/{MONITOR.name}", f"{layout.ro}/{runner.name}"]
     return (
-        "import sys; sys.path[:] = [p for p in sys.path if p]; "
+        "import sys, os, marshal; sys.path[:] = [p for p in sys.path if p]; "
         "ns = {'__name__': '__jouled__'}; "
-        f"[exec(compile(open(f, 'rb').read(), f, 'exec'), ns) for f in {files!r}]; "
+        "tag = getattr(sys.implementation, 'cache_tag', None); "
+        "load = lambda f: marshal.loads(open(f + '.' + tag + '.code', 'rb').read()) "
+        "if tag and os.path.exists(f + '.' + tag + '.code') "
+        "else compile(open(f, 'rb').read(), f, 'exec'); "
+        f"[exec(load(f), ns) for f in {files!r}]; "
         "ns['main']()"
     )
 

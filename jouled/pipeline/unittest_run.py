@@ -64,7 +64,7 @@ def plan(
     if split is None:
         return None
     mode, target, args, named = split
-    runners.install(ro_dir, RUNNER)
+    runners.install(ro_dir, RUNNER, layout)
     unchanged = runners.unchanged_sources(tree, pristine)
     # The test framework's own files, when the patch changed them (a fix to Django's test
     # runner): the runner's code is the patch's, so the run is graded at `reduced`,

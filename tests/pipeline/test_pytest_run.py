@@ -382,7 +382,7 @@ def test_an_interpreter_older_than_311_gets_the_tree_off_its_path_without_p(
     # The boot code's first statements drop the working directory ("") from sys.path.
     boot = old.argv[old.argv.index("-c") + 1]
     path = ["", "/usr/lib/python3.9", ""]
-    exec(boot.split("; ns = ")[0].replace("import sys; ", ""), {"sys": FakeSys(path)})
+    exec(boot.split("; ns = ")[0].replace("import sys, os, marshal; ", ""), {"sys": FakeSys(path)})
     assert path == ["/usr/lib/python3.9"]
     new = pytest_run.plan(["pytest"], tree, ro, layout, python_version=(3, 12))
     assert new is not None and "-P" in new.argv
