@@ -185,6 +185,9 @@ class Origins:
             if not self.inside(real)
         )
 
+    def is_protected(self, filename: str) -> bool:
+        return not self.outside(filename) and self.realpath(filename) in self.protected
+
     def inside(self, path: str) -> bool:
         return path == self.root or path.startswith(self.root + os.sep)
 
@@ -386,6 +389,7 @@ class Snapshot:
         self.test_modules: "dict[str, Any]" = {}
         self.sys_values: "list[Any]" = []
         self.last: "list[Any]" = []
+        self.fresh: "list[tuple[str, Any, str]]" = []  # test modules not yet compared
         self.deep = True
         self.offsets: "list[int]" = []
         self.entries_seen = 0
@@ -482,6 +486,7 @@ class Snapshot:
             if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
                 self._take_class(f"{name}.{attr}", value, problems, strict=True)
         self.test_modules[name] = (name, namespace, own)
+        self.fresh.append((name, module, filename))
 
     def fingerprint(self) -> "list[Any]":
         """Every watched value and each namespace's size, in a few passes of C code (no
@@ -832,6 +837,11 @@ def start(
         registry = holder["registry"]
         if registry is not None:
             registry.check(problems)
+            verify = getattr(registry, "verify_module", None)
+            while snapshot.fresh and verify is not None:
+                verify(*snapshot.fresh.pop(), problems)
+        else:
+            snapshot.fresh.clear()
         if sys.__dict__.get("modules") is not modules:
             problems.append("sys.modules was replaced")
         return problems
@@ -994,6 +1004,12 @@ def start(
                 return
             origins.compiled(filename, source)
             if not origins.trusted_file(filename):
+                return
+            if type(source) in (bytes, str) and origins.is_protected(filename):
+                # A test file is read-only: its source is what is on disk, whoever
+                # reads it (an import system changed to feed it other text is not).
+                if not origins.same_source(filename, source):
+                    refuse(f"the source compiled as {filename} is not that file's")
                 return
             who, tree = caller(getframe(2))
             if tree and not origins.same_source(filename, source):

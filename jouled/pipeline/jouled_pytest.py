@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
     from jouled.pipeline.jouled_monitor import (
+        _TYPE_DICT,
         _VALUES,
         EVENT,
         Origins,
@@ -67,6 +68,44 @@ class Registry:
         for obj in (self.config, self.pm, self.relay):
             if obj is not None:
                 self.add_object(type(obj).__name__, obj)
+        # pytest's own assertion rewriting, as it is now (before any code of the tree ran).
+        rewrite = sys.modules.get("_pytest.assertion.rewrite")
+        self.rewrite_test = getattr(rewrite, "_rewrite_test", None)
+        self.hook_type = getattr(rewrite, "AssertionRewritingHook", None)
+
+    def verify_module(self, name: str, module: Any, filename: str, problems: "list[str]") -> None:
+        """A test module pytest rewrote: its functions are exactly what pytest's rewriting
+        makes of the file (so nothing changed pytest's rewriting, or its input, meanwhile)."""
+        namespace = object.__getattribute__(module, "__dict__")
+        spec = namespace.get("__spec__")
+        loader = getattr(spec, "loader", None)
+        if self.rewrite_test is None or type(loader) is not self.hook_type:
+            return
+        try:
+            made = self.rewrite_test(_Path(filename), self.config)[-1]
+        except Exception:  # an older pytest's signature, an unreadable file: not comparable
+            return
+        expected = {}
+        todo = [made]
+        while todo:
+            code = todo.pop()
+            expected[(code.co_name, code.co_firstlineno)] = code
+            todo.extend(c for c in code.co_consts if type(c) is type(made))
+        functions = [v for v in list(namespace.values()) if type(v) is type(verify_plain)]
+        for value in list(namespace.values()):
+            if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
+                functions += [
+                    v for v in _TYPE_DICT(value).values() if type(v) is type(verify_plain)
+                ]
+        for function in functions:
+            code = function.__code__
+            if code.co_filename != filename and code.co_filename != made.co_filename:
+                continue  # imported from elsewhere
+            if expected.get((code.co_name, code.co_firstlineno)) != code:
+                problems.append(
+                    f"{name}.{code.co_name} is not what pytest makes of its source in {filename}"
+                )
+                return
 
     def add_object(self, label: str, obj: Any) -> None:
         namespace = object.__getattribute__(obj, "__dict__")
@@ -143,6 +182,11 @@ class Registry:
 
 
 _HOOKEXEC = __import__("operator").attrgetter("_hookexec")
+_Path = __import__("pathlib").Path
+
+
+def verify_plain() -> None:
+    """A plain function, for its type."""
 
 
 def item_problems(item: Any, origins: "Origins") -> "list[str]":

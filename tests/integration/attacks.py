@@ -1400,3 +1400,33 @@ def patch():
 
 attempt("forge", patch)
 """
+
+# pytest's assertion rewriting made to drop every assert of the next test modules it
+# imports, then put back as it was before collection ends: the tests pass for real, from
+# code that is not their files'.
+FORGE_REWRITE = r"""
+def patch():
+    import _pytest.assertion.rewrite as rewrite
+    visit = rewrite.AssertionRewriter.visit_Assert
+    execute = rewrite.AssertionRewritingHook.exec_module
+    done = []
+
+    def visit_Assert(self, assert_):
+        return []
+
+    def exec_module(self, module):
+        try:
+            return execute(self, module)
+        finally:
+            done.append(module.__name__)
+            if len(done) >= 2:
+                rewrite.AssertionRewriter.visit_Assert = visit
+                rewrite.AssertionRewritingHook.exec_module = execute
+                emit("restored", "OK", ",".join(done))
+
+    rewrite.AssertionRewriter.visit_Assert = visit_Assert
+    rewrite.AssertionRewritingHook.exec_module = exec_module
+    return "armed"
+
+attempt("forge", patch)
+"""
