@@ -235,8 +235,8 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_call(self, item: Any) -> None:
-            observed = observe(item)
-            audit(EVENT, "item", item, item.nodeid, observed is not None)
+            observed, how = observe(item)
+            audit(EVENT, "item", item, item.nodeid, how)
             if observed is not None:
                 item.obj = observed
 
@@ -254,19 +254,22 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
         def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
             audit(EVENT, "finish", int(exitstatus))
 
-    def observe(item: Any) -> Any:
-        """The test function of a plain pytest item, wrapped to tell the monitor how it ended.
-
-        A report may then say `passed` only for a test whose function ran and
-        returned: however pytest's reporting was changed, and changed back, on
-        the way from the call to the report.
-        """
+    def observe(item: Any) -> "tuple[Any, Any]":
+        """The test function of a pytest item, wrapped to tell the monitor how it ended,
+        and how far that holds: "strict" for a plain function (pytest calls `item.obj`,
+        so a report may say `passed` only for a function that ran and returned),
+        "raised" for a unittest case (pytest versions differ in how they call it: only
+        a raise it reports counts), None for anything else (doctests, other plugins)."""
         kind = type(item)
-        if kind.__name__ != "Function" or kind.__module__ != "_pytest.python":
-            return None  # unittest cases, doctests, other plugins' items: their own ways
+        if kind.__module__ == "_pytest.python" and kind.__name__ == "Function":
+            how = "strict"
+        elif kind.__module__ == "_pytest.unittest" and kind.__name__ == "TestCaseFunction":
+            how = "raised"
+        else:
+            return None, None
         function = item.__dict__.get("_obj")
         if function is None or _inspect.iscoroutinefunction(function):
-            return None
+            return None, None
         nodeid = item.nodeid
 
         @_functools.wraps(function)
@@ -279,7 +282,7 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
             audit(EVENT, "ran", nodeid, "")
             return result
 
-        return observed
+        return observed, how
 
     return Reporter()
 

@@ -322,6 +322,68 @@ def test_the_runner_report_cannot_be_forged_without_the_key(scratch: Path) -> No
     assert "bad authenticator" in forgery(channel, plan.canaries, result.exit_code, [])
 
 
+SWALLOW = """
+import unittest.case as _case
+_original = _case.TestCase._callTestMethod
+
+
+def _swallow(self, method):
+    _case.TestCase._callTestMethod = _original  # put back before anything looks
+    try:
+        method()
+    except AssertionError:
+        print("JBFORGED swallowed", self.id())
+
+
+_case.TestCase._callTestMethod = _swallow
+"""
+
+
+@pytest.mark.parametrize("style", ["function", "unittest"])
+def test_a_failure_swallowed_and_put_back_before_any_check_is_found(
+    scratch: Path, style: str
+) -> None:
+    """The library makes the failing call pass and undoes its change at once: nothing stays
+    changed for a snapshot, but the test function itself told the monitor it raised."""
+    if style == "unittest":
+        test = (
+            "import unittest\nimport mypkg\n\n\nclass T(unittest.TestCase):\n"
+            "    def test_real(self):\n        self.assertEqual(mypkg.VALUE, 2)\n"
+        )
+        library, test_id = SWALLOW, "tests/test_a.py::T::test_real"
+    else:
+        test = "import mypkg\n\n\ndef test_real():\n    assert mypkg.VALUE == 2\n"
+        test_id = "tests/test_a.py::test_real"
+        library = textwrap.dedent(
+            """
+            import _pytest.runner as _runner
+            _original = _runner.CallInfo.from_call.__func__
+
+
+            def _from_call(cls, func, when, reraise=None):
+                _runner.CallInfo.from_call = classmethod(_original)  # put back at once
+                info = _original(cls, func, when, reraise)
+                if when == "call" and info.excinfo is not None:
+                    print("JBFORGED swallowed")
+                    return _original(cls, lambda: None, when, reraise)
+                _runner.CallInfo.from_call = classmethod(_from_call)
+                return info
+
+
+            _runner.CallInfo.from_call = classmethod(_from_call)
+            """
+        )
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n" + library,
+        "tests/test_a.py": test,
+    }
+    plan, result, channel = run_plan(scratch, files, ["python", "-m", "pytest", "-s", "tests"])
+    assert "JBFORGED swallowed" in result.output, result.output  # the forgery ran
+    assert channel.outcomes.get(test_id) == "passed", channel  # ... and took
+    assert any("but the test raised AssertionError" in why for why in channel.forged), channel
+
+
 # -- commands -----------------------------------------------------------------------------
 
 
