@@ -378,7 +378,7 @@ def test_a_failure_swallowed_and_put_back_before_any_check_is_found(
         "mypkg/__init__.py": "VALUE = 1\n" + library,
         "tests/test_a.py": test,
     }
-    plan, result, channel = run_plan(scratch, files, ["python", "-m", "pytest", "-s", "tests"])
+    _, result, channel = run_plan(scratch, files, ["python", "-m", "pytest", "-s", "tests"])
     assert "JBFORGED swallowed" in result.output, result.output  # the forgery ran
     assert channel.outcomes.get(test_id) == "passed", channel  # ... and took
     assert any("but the test raised AssertionError" in why for why in channel.forged), channel
