@@ -49,6 +49,7 @@ start record says which level applied (`monitor` or `reduced`).
 # `str.removeprefix`, and every annotation naming a generic is a string: the
 # environments of old SWE-bench instances (Python 3.6) run this file too.
 
+import functools as _functools
 import hashlib
 import hmac
 import json
@@ -605,13 +606,20 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
         elif kind == "Name":
             names.add(node.id)
         else:
-            for field in getattr(node, "_fields", ()):
-                value = getattr(node, field, None)
-                if isinstance(value, list):
-                    todo.extend(v for v in value if hasattr(v, "_fields"))
-                elif hasattr(value, "_fields"):
-                    todo.append(value)
+            todo.extend(_children(node))
     return frozenset(names), star
+
+
+def _children(node: Any) -> "list[Any]":
+    """The syntax nodes directly under `node`."""
+    found: "list[Any]" = []
+    for field in getattr(node, "_fields", ()):
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            found.extend(v for v in value if hasattr(v, "_fields"))
+        elif hasattr(value, "_fields"):
+            found.append(value)
+    return found
 
 
 def _globals_in(node: Any) -> "list[Any]":
@@ -621,13 +629,36 @@ def _globals_in(node: Any) -> "list[Any]":
         current = todo.pop()
         if type(current).__name__ == "Global":
             found.append(current)
-        for field in getattr(current, "_fields", ()):
-            value = getattr(current, field, None)
-            if isinstance(value, list):
-                todo.extend(v for v in value if hasattr(v, "_fields"))
-            elif hasattr(value, "_fields"):
-                todo.append(value)
+        todo.extend(_children(current))
     return found
+
+
+def nested_codes(function: Any) -> "tuple[Any, ...]":
+    """The code of every function defined inside `function`, at any depth."""
+    found, todo = [], list(function.__code__.co_consts)
+    while todo:
+        const = todo.pop()
+        if type(const) is _CodeType:
+            found.append(const)
+            todo.extend(const.co_consts)
+    return tuple(found)
+
+
+def observer(audit: Any, function: Any, test_id: str) -> Any:
+    """`function` wrapped to tell the monitor (through `audit`) how each call of it ended:
+    the name of what it raised, or "" when it returned."""
+
+    @_functools.wraps(function)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as raised:
+            audit(EVENT, "ran", test_id, type(raised).__name__)
+            raise
+        audit(EVENT, "ran", test_id, "")
+        return result
+
+    return observed
 
 
 _COMPILE = compile
@@ -771,6 +802,7 @@ def start(
         "item": None,
         "observed": None,
         "strict": False,
+        "function": None,
         "ran": None,
     }
     reported: "set[str]" = set()
@@ -885,12 +917,17 @@ def start(
             # (it may run another way: only a raise it reports counts), or falsy.
             holder["observed"] = args[2] if len(args) > 3 and args[3] else None
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
+            holder["function"] = args[4] if len(args) > 4 else None  # what the observer wraps
             holder["ran"] = None
             # The call's report is checked whole right after; here, the test itself.
             for why in item_check(args[1], origins) if item_check is not None else []:
                 tamper(why, args[2])
         elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
-            if args[1] == holder["observed"] and holder["ran"] is None:
+            # Only the observer of the test's own function counts (another one, made
+            # around something else, would say what its maker likes); a raise always wins.
+            wrapped = frame.f_locals.get("function")
+            ours = args[1] == holder["observed"] and wrapped is holder["function"]
+            if ours and (args[2] or holder["ran"] is None):
                 holder["ran"] = args[2]
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args

@@ -15,7 +15,6 @@ their own functions) and the running item (no method replaced by the patch's
 code; its test function is the one its file defines).
 """
 
-import functools as _functools
 import inspect as _inspect
 import os
 import sys
@@ -30,6 +29,8 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
         _attr,
         _chain,
         function_problems,
+        nested_codes,
+        observer,
         read_setup,
         same,
         start,
@@ -235,8 +236,9 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_call(self, item: Any) -> None:
+            function = item.__dict__.get("_obj")
             observed, how = observe(item)
-            audit(EVENT, "item", item, item.nodeid, how)
+            audit(EVENT, "item", item, item.nodeid, how, function)
             if observed is not None:
                 item.obj = observed
 
@@ -270,32 +272,15 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
         function = item.__dict__.get("_obj")
         if function is None or _inspect.iscoroutinefunction(function):
             return None, None
-        nodeid = item.nodeid
-
-        @_functools.wraps(function)
-        def observed(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = function(*args, **kwargs)
-            except BaseException as raised:
-                audit(EVENT, "ran", nodeid, type(raised).__name__)
-                raise
-            audit(EVENT, "ran", nodeid, "")
-            return result
-
-        return observed, how
+        return observer(audit, function, item.nodeid), how
 
     return Reporter()
 
 
 def plugin_codes() -> "tuple[Any, ...]":
-    """Every function `make_plugin` defines: the only code whose records the monitor takes."""
-    found, todo = [], list(make_plugin.__code__.co_consts)
-    while todo:
-        const = todo.pop()
-        if type(const) is type(make_plugin.__code__):
-            found.append(const)
-            todo.extend(const.co_consts)
-    return tuple(found)
+    """Every function `make_plugin` defines, and the observer's: the only code whose
+    records the monitor takes."""
+    return (*nested_codes(make_plugin), *nested_codes(observer))
 
 
 def main() -> None:

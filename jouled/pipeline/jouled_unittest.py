@@ -17,7 +17,6 @@ it against these authenticated outcomes, and a log that reports a test
 passing which the runner saw fail is a forgery.
 """
 
-import functools as _functools
 import inspect as _inspect
 import os
 import runpy
@@ -29,6 +28,8 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
         EVENT,
         Origins,
         function_problems,
+        nested_codes,
+        observer,
         read_setup,
         start,
     )
@@ -99,8 +100,9 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
     original_subtest = result_class.__dict__["addSubTest"]
     failed_subtests = [0]
 
-    def observe(test: Any) -> Any:
-        """The test's method, wrapped to tell the monitor how it ended; None: left as it is.
+    def observe(test: Any) -> "tuple[Any, Any]":
+        """(the test's method wrapped to tell the monitor how it ended, the method);
+        (None, None): left as it is.
 
         A test reported passed must then be one whose method ran and returned,
         however unittest's machinery was changed, and changed back, meanwhile.
@@ -108,43 +110,32 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         name = getattr(test, "_testMethodName", None)
         namespace = getattr(test, "__dict__", None)
         if type(name) is not str or type(namespace) is not dict or name in namespace:
-            return None
+            return None, None
         method = getattr(test, name, None)
         if method is None or _inspect.iscoroutinefunction(method):
-            return None
-        tid = test_id(test)
+            return None, None
+        return observer(audit, method, test_id(test)), method
 
-        @_functools.wraps(method)
-        def observed(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = method(*args, **kwargs)
-            except BaseException as raised:
-                audit(EVENT, "ran", tid, type(raised).__name__)
-                raise
-            audit(EVENT, "ran", tid, "")
-            return result
-
-        return observed
-
-    installed: "dict[str, Any]" = {}  # test id -> its observer, until the test starts
+    # test id -> (its observer, the method it wraps), until the test starts
+    installed: "dict[str, tuple[Any, Any]]" = {}
 
     def run(self: Any, result: Any = None) -> Any:
         # Before unittest looks the method up (3.12 does so before `startTest`).
-        observed = observe(self)
+        observed, method = observe(self)
         if observed is not None:
+            installed[test_id(self)] = (observed, method)
             self.__dict__[self._testMethodName] = observed
-            installed[test_id(self)] = observed
         return original_run(self, result)
 
     def startTest(self: Any, test: Any) -> Any:
         tid = test_id(test)
-        observer = installed.pop(tid, None)
+        observed, method = installed.pop(tid, (None, None))
         name = getattr(test, "_testMethodName", None)
         namespace = getattr(test, "__dict__", None)
         watching = (
-            observer is not None and type(namespace) is dict and namespace.get(name) is observer
+            observed is not None and type(namespace) is dict and namespace.get(name) is observed
         )
-        audit(EVENT, "item", test, tid, watching)
+        audit(EVENT, "item", test, tid, "strict" if watching else None, method)
         return original_start(self, test)
 
     def addSubTest(self: Any, test: Any, subtest: Any, err: Any) -> Any:
@@ -157,19 +148,8 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
     setattr(result_class, "startTest", startTest)  # noqa: B010
     setattr(unittest.case.TestCase, "run", run)  # noqa: B010
     setattr(result_class, "addSubTest", addSubTest)  # noqa: B010
-    nested = _nested(observe)
-    return (*codes, startTest.__code__, addSubTest.__code__, observe.__code__, *nested)
-
-
-def _nested(function: Any) -> "tuple[Any, ...]":
-    """The code of the functions defined inside `function`."""
-    found, todo = [], list(function.__code__.co_consts)
-    while todo:
-        const = todo.pop()
-        if type(const) is type(function.__code__):
-            found.append(const)
-            todo.extend(const.co_consts)
-    return tuple(found)
+    own = (startTest.__code__, addSubTest.__code__, observe.__code__)
+    return (*codes, *own, *nested_codes(observer))
 
 
 def main() -> None:
