@@ -66,9 +66,7 @@ WATCHED = frozenset({"pytest", "_pytest", "pluggy", "unittest", "py", "iniconfig
 # Packages of the tree's own whose test framework runs the tests (Django's): watched the
 # same way, their own files' code taken as their content.
 WATCHED_PREFIXES = ("django.test",)
-# Hooks on which no implementation from the tree may run: they make, change, run or
-# write reports (a wrapper anywhere in them could rewrite an outcome).
-# `sys` attributes pytest's reporting reads.
+# `sys` attributes the frameworks' reporting reads.
 SYS_WATCHED = (
     "exc_info",
     "exception",
