@@ -11,6 +11,8 @@ hold each verdict to the official grading of the very log jouled captured.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import itertools
 import json
 import random
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jb_client.api import Client
 
 from jouled.contracts import swebench
 from jouled.contracts import swebench_harness as harness
@@ -27,6 +30,7 @@ from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
 from jouled.pipeline.evaluate import Attempt, Evaluator
 from tests import swebench_real as real
+from tests.integration.conftest import start_daemon
 from tests.test_swebench import MemoryBaselines
 
 # -- the table, the directives, the parsers, the grading ----------------------------------
@@ -359,3 +363,42 @@ def test_requirements_are_assembled_as_the_official_harness_assembles_them(
     ours = requirements_text(spec, repo, setup)
     assert ours == oracle.test_spec.get_requirements(instance)
     assert ours is not None and "later" not in ours and "-e ." not in ours
+
+
+def test_in_process_forgeries_of_a_django_instance_are_tampered_by_a_real_daemon(
+    django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """A daemon grading a real Django instance through its unittest runner: the gold fix
+    resolves at `monitor`, and every forgery (no fix, a payload that proves it ran) is
+    `tampered`, naming what was found."""
+    record, _, checkouts, envs = django
+    dataset, predictions = tmp_path / "verified.jsonl", tmp_path / "predictions.jsonl"
+    dataset.write_text(json.dumps(dataclasses.asdict(record)) + "\n")
+    gold = {"instance_id": record.instance_id, "model_name_or_path": "gold"}
+    predictions.write_text(json.dumps({**gold, "model_patch": record.patch}) + "\n")
+    daemon = start_daemon(
+        tmp_path / "data", "--checkout-root", str(checkouts), "--swebench-envs", str(envs)
+    )
+    try:
+        report = daemon.client_json(
+            "swebench", "--dataset", str(dataset), "--predictions", str(predictions)
+        )
+        (receipt,) = report["receipts"]
+        assert receipt["status"] == "resolved", receipt
+        task_id = receipt["task_id"]
+        with Client(daemon.target, timeout_s=600) as client:
+            for name in real.DJANGO_FORGERIES:
+                patch = real.django_forgery(checkouts, name)
+                got = client.submit(task_id, patch.encode(), solver=f"forger-{name}")
+                tail = got["output_tail"]
+                assert f"JBFORGED {name} ran" in tail, (name, tail[-3000:])
+                assert got["status"] == "tampered", (name, got["status"], tail[-3000:])
+                body = json.loads(base64.b64decode(got["entry"]["payload"]))["body"]
+                assert body["integrity"]["level"] == "monitor", body["integrity"]
+                assert body["integrity"]["forged"], body["integrity"]
+                if name == "self-restoring":  # the failing test was reported a success
+                    assert "JBFORGED swallowed" in tail, tail[-3000:]
+                if name == "gc-walk":
+                    assert "JBFORGED gc refused" in tail
+    finally:
+        daemon.stop()
