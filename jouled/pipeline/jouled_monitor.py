@@ -62,7 +62,9 @@ EVENT = "jouled.runner"
 KEY_BYTES = 32
 
 # Top-level packages whose code computes, carries or writes test outcomes.
-WATCHED = frozenset({"pytest", "_pytest", "pluggy", "unittest", "py", "iniconfig", "builtins"})
+WATCHED = frozenset(
+    {"pytest", "_pytest", "pluggy", "unittest", "py", "iniconfig", "builtins", "ast"}
+)
 # Packages of the tree's own whose test framework runs the tests (Django's): watched the
 # same way, their own files' code taken as their content.
 WATCHED_PREFIXES = ("django.test",)
@@ -170,6 +172,8 @@ class Origins:
         self.root = root
         self.protected = protected
         self.unchanged = unchanged
+        self.canaries: "frozenset[str]" = frozenset()  # the planted ones, as real paths
+        self.rewritten: "set[str]" = set()  # test modules checked as pytest rewrote them
         self._files: "dict[str, bool]" = {}
         self.dynamic: "dict[int, tuple[Any, str]]" = {}
         self._classes: "dict[int, tuple[Any, str]]" = {}
@@ -243,6 +247,16 @@ class Origins:
         if type(source) is bytes:
             return source == data
         return source == data.decode("utf-8", "replace") or source.encode() == data
+
+    def same_code(self, code: Any) -> bool:
+        """Whether `code` is what its file compiles to (compared by instructions, names
+        and constants: compiler flags a caller passes on may differ)."""
+        try:
+            with open(code.co_filename, "rb") as fh:
+                fresh = _COMPILE(fh.read(), code.co_filename, "exec", 0, True)
+        except (OSError, SyntaxError, ValueError):
+            return False
+        return _alike(code, fresh)
 
     def real_file(self, filename: str) -> bool:
         return not filename.startswith("<")
@@ -350,6 +364,19 @@ _METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
 _TYPE_DICT: Any = type.__dict__["__dict__"].__get__
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
 _PLAIN |= {type(len), type([].append), type(sys), type(int.__add__), type(str.join)}
+
+
+def _alike(a: Any, b: Any) -> bool:
+    """Two code objects with the same instructions, names and constants, at any depth."""
+    if a.co_code != b.co_code or a.co_names != b.co_names or len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):  # noqa: B905 - Python 3.6 runs this too
+        if type(x) is _CodeType and type(y) is _CodeType:
+            if not _alike(x, y):
+                return False
+        elif type(x) is not type(y) or (type(x) is not _CodeType and x != y):
+            return False
+    return True
 
 
 def _module_file(module: Any) -> str:
@@ -500,8 +527,11 @@ class Snapshot:
         values += [sys_namespace.get(name) for name in SYS_WATCHED]
         return values
 
-    def check(self, problems: "list[str]") -> None:
-        self.scan_modules(problems)
+    def check(self, problems: "list[str]", scan: bool = True) -> None:
+        """What changed since the last check; `scan`: take in modules loaded since too
+        (never in the middle of an import, whose module is not whole yet)."""
+        if scan:
+            self.scan_modules(problems)
         now = self.fingerprint()
         if same(now, self.last):
             return
@@ -579,12 +609,19 @@ _BUILTINS = sys.modules["builtins"]
 
 def source_names(filename: str) -> "tuple[frozenset[str], bool]":
     """The names a module's source binds at its top level (or declares global), and
-    whether it star-imports (which binds names the source does not spell)."""
+    whether it star-imports (which binds names the source does not spell).
+
+    Only statements and their binding targets are walked, never expressions at
+    large (a test module's parameter tables can be most of it); function and
+    class bodies only for `global`, and only when the source says `global`.
+    """
     try:
         with open(filename, "rb") as fh:
-            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+            source = fh.read()
+        tree = _COMPILE(source, filename, "exec", _ONLY_AST)
     except (OSError, SyntaxError, ValueError):
         return frozenset(), True
+    says_global = b"global" in source
     names: "set[str]" = set()
     star = False
     todo = list(tree.body)
@@ -598,13 +635,31 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
                 names.add((alias.asname or alias.name).partition(".")[0])
         elif kind in ("FunctionDef", "AsyncFunctionDef", "ClassDef"):
             names.add(node.name)
-            todo.extend(_globals_in(node))
+            if says_global:
+                todo.extend(_globals_in(node))
         elif kind == "Global":
             names.update(node.names)
         elif kind == "Name":
             names.add(node.id)
-        else:
+        elif kind in ("Tuple", "List", "Starred"):
             todo.extend(_children(node))
+        elif kind in ("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor"):
+            targets = node.targets if kind == "Assign" else [node.target]
+            todo.extend(targets)
+            todo.extend(getattr(node, "body", []) + getattr(node, "orelse", []))
+        elif kind in ("With", "AsyncWith"):
+            todo.extend(i.optional_vars for i in node.items if i.optional_vars is not None)
+            todo.extend(node.body)
+        elif kind in ("If", "While", "Try", "TryStar"):
+            todo.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                if handler.name:
+                    names.add(handler.name)
+                todo.extend(handler.body)
+        elif kind == "Expr" and type(node.value).__name__ == "NamedExpr":
+            todo.append(node.value.target)
+        elif kind == "Match":
+            star = True  # pattern captures bind names in too many shapes to follow
     return frozenset(names), star
 
 
@@ -760,10 +815,14 @@ def start(
     else, with what they were here, using only functions bound here.
     """
     os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
+    realpath_ = os.path.realpath
     capped = setup.get("level")  # "reduced": the patch changed the test framework's own files
     root = os.path.realpath(setup["root"])
     protected, unchanged = load_trusted(setup["ro"], root, list(setup.get("canaries", [])))
     origins = Origins(root, protected, unchanged)
+    origins.canaries = frozenset(
+        os.path.realpath(os.path.join(root, rel)) for rel in setup.get("canaries", [])
+    )
     runner = globals()
     own = [runner]
     own += [
@@ -971,6 +1030,23 @@ def start(
             state["finished"] = True
             record(f'{{"event":"finish","exit":{int(args[1]):d}')
 
+    def rewritten(filename: str, frame: Any) -> None:
+        """A test module's syntax tree compiled by the framework (pytest's assertion
+        rewriting): the text it read must be the file's, and nothing the rewriting runs
+        on may be the patch's while it runs. Then the module need not be rewritten again
+        to be checked (`Origins.rewritten`)."""
+        read = frame.f_locals.get("source") if frame is not None else None
+        if type(read) not in (bytes, str):
+            return  # not the rewriting this knows: the module is compared after it loads
+        if not origins.same_source(filename, read):
+            refuse(f"the text rewritten as {filename} is not that file's")
+        problems: "list[str]" = []
+        snapshot.check(problems, scan=False)
+        for why in problems:
+            tamper(f"while {filename} was rewritten: {why}")
+        if not problems:
+            origins.rewritten.add(realpath_(filename))
+
     def refuse(why: str) -> None:
         tamper(why)
         raise Refused(f"jouled: refused while grading: {why}")
@@ -1041,6 +1117,16 @@ def start(
         elif event == "compile":
             # Code is judged by its file name: the tree may not compile code under the
             # name of a file the patch did not write unless it is that file's source.
+            if len(args) > 1 and args[1] is None and state["armed"]:
+                # A syntax tree (its file name is not in the event): pytest's assertion
+                # rewriting names the test file in its own frame.
+                frame = getframe(2)
+                named = frame.f_locals.get("strfn") if frame is not None else None
+                if type(named) is str and origins.is_protected(named):
+                    who, tree = caller(frame)
+                    if not tree:
+                        rewritten(named, frame)
+                return
             if len(args) < 2 or type(args[1]) is not str:
                 return
             filename, source = args[1], args[0]
@@ -1049,13 +1135,17 @@ def start(
             origins.compiled(filename, source)
             if not origins.trusted_file(filename):
                 return
-            if type(source) in (bytes, str) and origins.is_protected(filename):
+            protected = origins.is_protected(filename)
+            if type(source) in (bytes, str) and protected:
                 # A test file is read-only: its source is what is on disk, whoever
                 # reads it (an import system changed to feed it other text is not).
                 if not origins.same_source(filename, source):
                     refuse(f"the source compiled as {filename} is not that file's")
                 return
             who, tree = caller(getframe(2))
+            if protected and not tree and state["armed"]:
+                rewritten(filename, getframe(2))
+                return
             if tree and not origins.same_source(filename, source):
                 refuse(f"code compiled by {who} claims to be {filename}")
         elif event == "code.__new__":
@@ -1084,6 +1174,13 @@ def start(
                 who, tree = caller(getframe(2))
                 if tree:
                     refuse(f"a function of {filename} was remade by {who}")
+            elif origins.trusted_file(filename):
+                # Code under the name of a file the patch did not write, run by the tree
+                # outside an import: it must be that file's code (a syntax tree compiled
+                # under a borrowed name is not; audit events do not show its name).
+                who, tree = caller(getframe(2))
+                if tree and not importing(getframe(2)) and not origins.same_code(code):
+                    refuse(f"code claiming to be {filename} was run by {who}")
 
     if not hasattr(sys, "addaudithook"):  # Python < 3.8: the plugin writes, checked here
         state["armed"] = False

@@ -82,6 +82,9 @@ class Registry:
         loader = getattr(spec, "loader", None)
         if self.rewrite_test is None or type(loader) is not self.hook_type:
             return
+        real = self.origins.realpath(filename)
+        if real in self.origins.canaries or real in self.origins.rewritten:
+            return  # a canary made to pass shows as one; a module checked as it was made
         try:
             made = self.rewrite_test(_Path(filename), self.config)[-1]
         except Exception:  # an older pytest's signature, an unreadable file: not comparable

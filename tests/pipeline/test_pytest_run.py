@@ -375,13 +375,45 @@ def test_a_failure_swallowed_and_put_back_before_any_check_is_found(
         )
     files = {
         "pytest.ini": "[pytest]\n",
-        "mypkg/__init__.py": "VALUE = 1\n" + library,
+        "mypkg/__init__.py": "VALUE = 1\n",
         "tests/test_a.py": test,
     }
-    _, result, channel = run_plan(scratch, files, ["python", "-m", "pytest", "-s", "tests"])
+    patched = {"mypkg/__init__.py": "VALUE = 1\n" + library}  # what the patch made
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added=patched)
     assert "JBFORGED swallowed" in result.output, result.output  # the forgery ran
     assert channel.outcomes.get(test_id) == "passed", channel  # ... and took
     assert any("but the test raised AssertionError" in why for why in channel.forged), channel
+
+
+BORROWED_NAME = """
+import ast as _ast
+import _pytest.runner as _runner
+
+_tree = _ast.parse(
+    "def check_interactive_exception(call, report):\\n    return False\\n"
+)
+# A syntax tree compiled under pytest's own file name (an audit event does not show it),
+# then run into pytest's module: its function would look like pytest's.
+try:
+    exec(compile(_tree, _runner.__file__, "exec"), _runner.__dict__)
+    print("JBFORGED borrowed name ran")
+except RuntimeError as _err:
+    print("JBFORGED borrowed name refused", type(_err).__name__)
+"""
+
+
+def test_code_compiled_under_a_borrowed_file_name_is_refused(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": "import mypkg\n\n\ndef test_real():\n    assert mypkg.VALUE == 2\n",
+    }
+    patched = {"mypkg/__init__.py": "VALUE = 1\n" + BORROWED_NAME}  # what the patch made
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added=patched)
+    assert "JBFORGED borrowed name refused Refused" in result.output, result.output
+    assert any("code claiming to be" in why for why in channel.forged), channel
 
 
 # -- commands -----------------------------------------------------------------------------
