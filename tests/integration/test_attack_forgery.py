@@ -18,15 +18,16 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from . import attacks as A
-from .conftest import Daemon, start_daemon
-from .test_attack_grading import Outcome, submit
+from .conftest import Daemon
+from .test_attack_grading import Build, Outcome, fix_build, serving
 
 FORGERS = {
     # a class attribute of pytest's: the report factory
@@ -98,36 +99,13 @@ class Run:
 def forgeries(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Run]:
-    here = request.path
-    ids = {
-        item.callspec.id
-        for item in request.session.items
-        if isinstance(item, pytest.Function) and item.path == here and hasattr(item, "callspec")
+    routes: dict[str, tuple[str, Build]] = {
+        name: (case.task.task_id, partial(build, case)) for name, case in CASES.items()
     }
-    root = tmp_path_factory.mktemp("attack-forgery")
-    tasks = A.copy_tasks(root / "tasks")
-    daemon = start_daemon(root / "data", "--attribution", "shared", "--workers", "8", tasks=tasks)
-    tokens: list[str] = []
-    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="forgery")
-    futures: dict[str, Future[Outcome]] = {}
-    try:
-        for name, case in CASES.items():
-            if name in ids:
-                token = A.new_token()
-                tokens.append(token)
-                patch = build(case, tasks, token)
-                futures[name] = pool.submit(submit, daemon.target, case.task.task_id, patch, token)
-        for kind, task in TASKS.items():
-            if f"fix-{kind}" in ids:
-                patch = A.build_patch(task.dir(tasks), fix=True)
-                futures[f"fix-{kind}"] = pool.submit(submit, daemon.target, task.task_id, patch)
+    for kind, task in TASKS.items():
+        routes[f"fix-{kind}"] = (task.task_id, fix_build(task))
+    with serving(tmp_path_factory, request, "attack-forgery", routes) as (daemon, _, futures):
         yield Run(daemon, futures)
-    finally:
-        pool.shutdown(wait=True)
-        for token in tokens:
-            A.kill_token(token)
-        if daemon.proc.poll() is None:
-            daemon.stop(timeout=60)
 
 
 @pytest.mark.parametrize("name", list(CASES))

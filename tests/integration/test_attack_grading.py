@@ -20,8 +20,9 @@ reach the graded tree.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,41 +251,64 @@ def submit(target: str, task_id: str, patch: bytes, token: str = "") -> Outcome:
     return out
 
 
-@pytest.fixture(scope="module")
-def grading(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Grading]:
+# (tasks copy, token) -> the patch to submit
+Build = Callable[[Path, str], bytes]
+
+
+@contextmanager
+def serving(
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    label: str,
+    routes: Mapping[str, tuple[str, Build]],
+) -> Iterator[tuple[Daemon, Path, dict[str, Future[Outcome]]]]:
+    """One daemon (throw-away data dir and tasks copy) grading, concurrently, the routes
+    (name -> (task id, build)) whose tests this session selected from the requesting module."""
     here = request.path
     ids = {
         item.callspec.id
         for item in request.session.items
         if isinstance(item, pytest.Function) and item.path == here and hasattr(item, "callspec")
     }
-    root = tmp_path_factory.mktemp("attack-grading")
+    root = tmp_path_factory.mktemp(label)
     tasks = A.copy_tasks(root / "tasks")
     daemon = start_daemon(root / "data", "--attribution", "shared", "--workers", "8", tasks=tasks)
     tokens: list[str] = []
-    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="grading")
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=label)
     futures: dict[str, Future[Outcome]] = {}
     try:
-        for name, route in ROUTES.items():
-            if name not in ids:
-                continue
-            token = A.new_token()
-            tokens.append(token)
-            patch = route.build(route.task.dir(tasks), token)
-            futures[name] = pool.submit(submit, daemon.target, route.task.task_id, patch, token)
-        for name, info in FIXED_TASKS.items():
-            if f"fix-{name}" in ids:
-                patch = A.build_patch(info.dir(tasks), fix=True)
-                futures[f"fix-{name}"] = pool.submit(submit, daemon.target, info.task_id, patch)
-        yield Grading(daemon, tasks, futures)
+        for name, (task_id, build) in routes.items():
+            if name in ids:
+                token = A.new_token()
+                tokens.append(token)
+                patch = build(tasks, token)
+                futures[name] = pool.submit(submit, daemon.target, task_id, patch, token)
+        yield daemon, tasks, futures
     finally:
         pool.shutdown(wait=True)
         for token in tokens:
             A.kill_token(token)
         if daemon.proc.poll() is None:
             daemon.stop(timeout=60)
+
+
+def route_build(route: Route) -> Build:
+    return lambda tasks, token: route.build(route.task.dir(tasks), token)
+
+
+def fix_build(info: A.TaskInfo) -> Build:
+    return lambda tasks, token: A.build_patch(info.dir(tasks), fix=True)
+
+
+@pytest.fixture(scope="module")
+def grading(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Grading]:
+    routes = {name: (r.task.task_id, route_build(r)) for name, r in ROUTES.items()}
+    for name, info in FIXED_TASKS.items():
+        routes[f"fix-{name}"] = (info.task_id, fix_build(info))
+    with serving(tmp_path_factory, request, "attack-grading", routes) as (daemon, tasks, futures):
+        yield Grading(daemon, tasks, futures)
 
 
 # -- the tests --------------------------------------------------------------------------------
