@@ -379,6 +379,16 @@ def _alike(a: Any, b: Any) -> bool:
     return True
 
 
+def _has_code(cls: Any) -> bool:
+    """Whether a class defines behaviour in Python (a function, a property, a method
+    wrapper): classes that define none (exceptions, warnings, the C syntax nodes) are
+    not watched one by one."""
+    return any(
+        type(v) in (_FunctionType, classmethod, staticmethod, property)
+        for v in _TYPE_DICT(cls).values()
+    )
+
+
 def _module_file(module: Any) -> str:
     if type(module) is not type(sys):
         return ""
@@ -476,6 +486,7 @@ class Snapshot:
                 and isinstance(value, type)
                 and self.classes.get((name, attr)) is not value
                 and _TYPE_DICT(value).get("__module__") == name
+                and _has_code(value)
             ):
                 self.classes[(name, attr)] = value
                 self._take_class(f"{name}.{attr}", value, problems, own=own)
@@ -976,7 +987,7 @@ def start(
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
             holder["function"] = args[4] if len(args) > 4 else None  # what the observer wraps
             holder["ran"] = None
-            # The call's report is checked whole right after; here, the test itself.
+            # A passing call's report is checked whole right after; here, the test itself.
             for why in item_check(args[1], origins) if item_check is not None else []:
                 tamper(why, args[2])
         elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
@@ -988,9 +999,10 @@ def start(
                 holder["ran"] = args[2]
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
-            # Every call report is checked whole; setup and teardown reports by where
-            # they come from (a change that stays is found at the next call or the end).
-            problems = integrity() if when == "call" else []
+            # A call reported passed is checked whole (only a pass helps a forger); other
+            # reports by where they come from (a change that stays is found at the next
+            # passing call or at the end).
+            problems = integrity() if when == "call" and outcome == "passed" else []
             if when == "call" and outcome == "passed" and test_id == holder["observed"]:
                 ran = holder["ran"]
                 if ran is None and holder["strict"]:
