@@ -389,6 +389,19 @@ def _has_code(cls: Any) -> bool:
     )
 
 
+def observing(observed: Any, function: Any) -> bool:
+    """Whether an observer made by `observer` still wraps `function` (its closure's cell
+    can be rewritten by code that reaches it)."""
+    if type(observed) is not _FunctionType:
+        return False
+    code = _FUNC_CODE(observed)
+    cells = _FUNC_CLOSURE(observed) or ()
+    names = code.co_freevars
+    if "function" not in names or len(cells) != len(names):
+        return False
+    return cells[names.index("function")].cell_contents is function
+
+
 def _module_file(module: Any) -> str:
     if type(module) is not type(sys):
         return ""
@@ -871,6 +884,7 @@ def start(
         "observed": None,
         "strict": False,
         "function": None,
+        "observer": None,
         "ran": None,
     }
     reported: "set[str]" = set()
@@ -986,6 +1000,7 @@ def start(
             holder["observed"] = args[2] if len(args) > 3 and args[3] else None
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
             holder["function"] = args[4] if len(args) > 4 else None  # what the observer wraps
+            holder["observer"] = args[5] if len(args) > 5 else None
             holder["ran"] = None
             # A passing call's report is checked whole right after; here, the test itself.
             for why in item_check(args[1], origins) if item_check is not None else []:
@@ -1005,6 +1020,8 @@ def start(
             problems = integrity() if when == "call" and outcome == "passed" else []
             if when == "call" and outcome == "passed" and test_id == holder["observed"]:
                 ran = holder["ran"]
+                if not observing(holder["observer"], holder["function"]):
+                    problems.append("the test's observer no longer calls the test's function")
                 if ran is None and holder["strict"]:
                     problems.append("the report says passed but the test's function never ran")
                 elif ran:

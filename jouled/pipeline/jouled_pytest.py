@@ -241,7 +241,7 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
         def pytest_runtest_call(self, item: Any) -> None:
             function = item.__dict__.get("_obj")
             observed, how = observe(item)
-            audit(EVENT, "item", item, item.nodeid, how, function)
+            audit(EVENT, "item", item, item.nodeid, how, function, observed)
             if observed is not None:
                 item.obj = observed
 

@@ -135,7 +135,7 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         watching = (
             observed is not None and type(namespace) is dict and namespace.get(name) is observed
         )
-        audit(EVENT, "item", test, tid, "strict" if watching else None, method)
+        audit(EVENT, "item", test, tid, "strict" if watching else None, method, observed)
         return original_start(self, test)
 
     def addSubTest(self: Any, test: Any, subtest: Any, err: Any) -> Any:

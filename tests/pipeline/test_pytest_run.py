@@ -416,6 +416,44 @@ def test_code_compiled_under_a_borrowed_file_name_is_refused(scratch: Path) -> N
     assert any("code claiming to be" in why for why in channel.forged), channel
 
 
+REDIRECT = """
+import _pytest.unittest as _unittest_plugin
+_original = _unittest_plugin.TestCaseFunction.runtest
+
+
+def _runtest(self):
+    _unittest_plugin.TestCaseFunction.runtest = _original  # put back at once
+    observer = self.obj
+    cells, names = observer.__closure__, observer.__code__.co_freevars
+    cells[names.index("function")].cell_contents = lambda *args, **kwargs: None
+    print("JBFORGED redirected", self.nodeid)
+    return _original(self)
+
+
+_unittest_plugin.TestCaseFunction.runtest = _runtest
+"""
+
+
+def test_an_observer_redirected_to_a_function_that_returns_is_found(scratch: Path) -> None:
+    """pytest's unittest cases count only a raise their observer reports; an observer made to
+    call something else instead of the test is found at the report."""
+    test = (
+        "import unittest\nimport mypkg\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_real(self):\n        self.assertEqual(mypkg.VALUE, 2)\n"
+    )
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": test,
+    }
+    patched = {"mypkg/__init__.py": "VALUE = 1\n" + REDIRECT}
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added=patched)
+    assert "JBFORGED redirected tests/test_a.py::T::test_real" in result.output, result.output
+    assert channel.outcomes.get("tests/test_a.py::T::test_real") == "passed", channel
+    assert any("observer no longer calls" in why for why in channel.forged), channel
+
+
 # -- commands -----------------------------------------------------------------------------
 
 
