@@ -16,21 +16,29 @@ called through code the patch did not write (every frame between the runner
 and its `main`), and only after checking that nothing the framework computes
 outcomes with was changed by such code:
 
-- the module globals and class attributes of pytest, pluggy, unittest and
-  the builtins, taken when the run arms and compared before every record (a
-  value may change only to one made by code the patch did not write);
+- the runner's own namespace and classes, and the builtins it calls, compared
+  first, with functions bound at start;
+- the module globals of pytest, pluggy, unittest, `ast`, `django.test` and
+  the builtins, and the attributes of their classes that define behaviour in
+  Python, taken when the run arms and compared at every call reported passed
+  and at the end (a value may change only to one made by code the patch did
+  not write);
 - the test modules: what their source binds stays bound, nothing their source
-  never binds comes from the patch, their builtins are Python's;
+  never binds comes from the patch, their builtins are Python's; pytest's
+  rewriting of them is checked as it runs;
 - what the runner adds (`checks`, `item_check`): pytest's hook registry,
-  the running test's function and item.
+  the running test's function and item;
+- the test function's own word, through its observer (`observer`), on
+  whether it ran and how it ended: a call reported passed must not have
+  raised (and, where pytest surely calls the observer, must have run).
 
 It refuses, and records as tampering, what a test suite does not need and a
 forger does: walking the object graph (`gc.get_objects`, `get_referrers`,
 `get_referents`), reading process memory (`/proc/*/mem`, `ctypes` by
 address), trace, profile and monitoring callbacks, new audit hooks, writing
 the code, defaults or class of a function or class the patch did not write,
-running code that claims a file the patch did not write unless the import
-system is loading that file, and writing bytecode. Anything refused or found
+compiling, unmarshalling, remaking or running code that claims a file the
+patch did not write unless it is that file's code, and writing bytecode. Anything refused or found
 is a `tamper` record, which the daemon signs as `tampered`.
 
 "Code the patch did not write" is code from outside the tree (the standard
