@@ -11,8 +11,12 @@ junit or terminal output, which the code under test can rewrite at will.
 What this file adds to the monitor's checks: pytest's plugin manager (no
 implementation or wrapper from the patch on a hook that makes, changes or
 writes reports; the config, session, plugin manager and hook callers keep
-their own functions) and the running item (no method replaced by the patch's
-code; its test function is the one its file defines).
+their own functions), the running item (no method replaced by the patch's
+code; its test function is the one its file defines, wrapped in an observer
+that tells the monitor how it ended), and the test modules pytest rewrote
+(compared with a fresh rewrite where the monitor could not check the
+rewriting as it ran). The canaries are added to pytest's arguments here,
+never on the command line.
 """
 
 import inspect as _inspect
