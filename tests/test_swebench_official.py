@@ -241,11 +241,12 @@ def test_django_instances_are_graded_as_the_official_harness_grades_them(
     graded = grade_all(django, tmp_path, extra)
     check_against_the_oracle(django[0], graded, tmp_path)
     gold = graded["gold"][0]
-    # A log of passing tests from a run that exited 1: the official rules read the log
-    # (resolved, recorded as read); the exit status cross-check labels it tampered.
+    # A run made to exit 0 whatever its tests did: the official rules read the log
+    # (resolved, recorded as read); the runner saw its own exit 1 (the planted must-fail
+    # canary), so the result is tampered.
     body, log, _ = graded["exit-forgery"]
     assert body["status"] == "tampered", body
-    assert "exited 1 but its output reports no failing test" in body["integrity"]["forged"]
+    assert "the process exited 0 but the runner finished with 1" in body["integrity"]["forged"]
     assert body["verdict"]["resolved"] is True
     assert official_grading(
         {
@@ -261,6 +262,7 @@ def test_django_instances_are_graded_as_the_official_harness_grades_them(
     )
     # runtests.py, read by the Django parser, held to the daemon's unittest runner's report
     assert gold["integrity"]["report"] == "output+channel", gold["integrity"]
+    assert gold["integrity"]["canaries"] == 2  # a passing and a failing one, as planted
     assert gold["integrity"]["level"] == "monitor"
     assert gold["verdict"]["rules"].endswith("django log parser")
     # Django's runner made to print "ok" for the failing test: the log the official rules

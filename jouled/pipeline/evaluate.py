@@ -319,16 +319,20 @@ class Evaluator:
         channel = pytest_run.read_channel(result.channel or b"", plan.key)
         if policy.plain:  # the unittest runner: the log is graded, the channel holds it to account
             parse = policy.parse_output or parse_ra
-            outcomes = parse(result.output)
-            forged = exit_contradicts(result.exit_code, outcomes) or unittest_run.disagreement(
-                outcomes, channel, result.exit_code
+            # The canaries' lines are the runner's, not the task's: left out of what is graded
+            # and of the exit-status cross-check (the planted failure explains a nonzero exit).
+            read = parse(result.output)
+            outcomes = unittest_run.without_canaries(read, plan.canaries)
+            forged = exit_contradicts(result.exit_code, read) or unittest_run.disagreement(
+                outcomes, channel, result.exit_code, plan.canaries
             )
             if not forged and channel.started and channel.integrity != level:
                 forged = (
                     f"the runner reported integrity {channel.integrity!r} where {level!r} was due"
                 )
             report = "output+channel" if channel.started else "output"
-            return CheckRun(result, outcomes, report, result.exit_code, forged, level=level)
+            canaries = len(plan.canaries.ids)
+            return CheckRun(result, outcomes, report, result.exit_code, forged, canaries, level)
         outcomes = pytest_run.without_canaries(channel.outcomes, plan.canaries)
         if policy.match_ids is not None:
             ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))

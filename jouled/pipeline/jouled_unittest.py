@@ -155,6 +155,8 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
 def main() -> None:
     mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     key, setup = read_setup()
+    # The canaries' labels join the script's own, in this process only (on no command line).
+    args = [*args, *setup.pop("labels", [])]
     # Nothing the checks rely on stays in this frame, which code of the tree can read.
     audit, register = start(key, setup, main.__code__, None, test_problems)
     del key

@@ -285,7 +285,7 @@ _SHAPES = (
 )
 
 
-def _words(tree: Path, directory: str) -> list[str]:
+def canary_words(tree: Path, directory: str) -> list[str]:
     """Words from the names of the tests already in `directory`, then the stock ones."""
     found: list[str] = []
     for path in sorted((tree / directory).glob("test_*.py"))[:50]:
@@ -293,7 +293,7 @@ def _words(tree: Path, directory: str) -> list[str]:
     return list(dict.fromkeys([*found, *_WORDS]))
 
 
-def _name(words: Sequence[str], taken: set[str], parts: int = 2) -> str:
+def canary_name(words: Sequence[str], taken: set[str], parts: int = 2) -> str:
     while True:
         name = "_".join(secrets.choice(words) for _ in range(parts))
         if name not in taken:
@@ -323,6 +323,17 @@ def _canary_source(prefix: str, passing: str, failing: str) -> str:
     return "\n\n".join(f"def {prefix}{name}():\n" + body.format(**values) for name, body in tests)
 
 
+def canary_case_source(cls: str, passing: str, failing: str) -> str:
+    """A unittest module of one test case with the two canaries as its methods."""
+    plain = _canary_source("test_", passing, failing)
+    lines = []
+    for line in plain.splitlines():
+        if line.startswith("def "):
+            line = line.replace("():", "(self):", 1)
+        lines.append(f"    {line}" if line else "")
+    return f"import unittest\n\n\nclass {cls}(unittest.TestCase):\n" + "\n".join(lines) + "\n"
+
+
 def _canary_dirs(tree: Path, args: Sequence[str], expected: Sequence[str]) -> list[str]:
     """Where the real tests are collected: the directories of the expected ids' files."""
     dirs: list[str] = []
@@ -346,12 +357,12 @@ def plant_canaries(
     """Write one canary module into each of `dirs` (relative to the tree)."""
     files, must_pass, must_fail = [], [], []
     for d in dirs:
-        words = _words(tree, d)
+        words = canary_words(tree, d)
         taken = {p.stem for p in (tree / d).glob("*.py")} if (tree / d).is_dir() else set()
-        stem = "test_" + _name(words, {t.removeprefix("test_") for t in taken})
+        stem = "test_" + canary_name(words, {t.removeprefix("test_") for t in taken})
         rel = f"{d}/{stem}.py" if d else f"{stem}.py"
         names: set[str] = set()
-        passing, failing = _name(words, names), _name(words, names)
+        passing, failing = canary_name(words, names), canary_name(words, names)
         (tree / rel).write_text(_canary_source(prefix, passing, failing))
         node = os.path.relpath(tree / rel, tree / rootdir).replace(os.sep, "/")
         files.append(rel)

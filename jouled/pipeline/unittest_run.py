@@ -11,15 +11,24 @@ own printing lie, is caught.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from jouled.pipeline import runners
-from jouled.pipeline.pytest_run import Canaries, Channel, Plan, is_python
+from jouled.pipeline.pytest_run import (
+    Canaries,
+    Channel,
+    Plan,
+    canary_case_source,
+    canary_name,
+    canary_words,
+    is_python,
+)
 from jouled.pipeline.sandbox import Layout
-from jouled.pipeline.testreport import PASSED
+from jouled.pipeline.testreport import FAILED, PASSED
 
 RUNNER = Path(__file__).with_name("jouled_unittest.py")
 # Directories of the tree that hold its own test framework (Django's).
@@ -79,8 +88,59 @@ def plan(
     interpreter = python if named is None or named in _PORTABLE_PYTHON else named
     argv = [interpreter, "-c", runners.boot(layout, RUNNER), mode, target, *args]
     level = "reduced" if framework else ""
-    key, setup = runners.setup(layout, (), level=level)
-    return Plan(argv, {}, key, setup, {}, Canaries((), (), ()), None, level)
+    canaries, labels = plant_canaries(tree, target, args)
+    key, setup = runners.setup(layout, canaries.files, level=level, labels=labels)
+    return Plan(argv, {}, key, setup, {}, canaries, None, level)
+
+
+def _canary_place(tree: Path, target: str, args: Sequence[str]) -> tuple[str, str] | None:
+    """(directory in the tree, its dotted name) of the package of the first test label.
+
+    A label is resolved from the script's directory (Django's `runtests.py`) or
+    from the tree's root, the deepest package of it that is a directory.
+    """
+    script_dir = os.path.dirname(os.path.normpath(target))
+    for arg in args:
+        if arg.startswith("-") or "/" in arg or not arg.replace(".", "").replace("_", "").isalnum():
+            continue
+        parts = arg.split(".")
+        for base in (script_dir, ""):
+            for k in range(len(parts), 0, -1):
+                rel = os.path.join(base, *parts[:k])
+                path = tree / rel
+                if path.is_dir() and not path.is_symlink():
+                    return rel, ".".join(parts[:k])
+    return None
+
+
+def plant_canaries(tree: Path, target: str, args: Sequence[str]) -> tuple[Canaries, list[str]]:
+    """One unittest canary module beside the first label's tests: (the canaries, the label
+    the runner adds to the script's arguments, in its own process)."""
+    place = _canary_place(tree, target, args)
+    if place is None:
+        return Canaries((), (), ()), []
+    directory, package = place
+    words = canary_words(tree, directory)
+    taken = {p.stem.removeprefix("test_") for p in (tree / directory).glob("*.py")}
+    module = "test_" + canary_name(words, taken)
+    names: set[str] = set()
+    passing, failing = canary_name(words, names), canary_name(words, names)
+    cls = "".join(w.capitalize() for w in canary_name(words, names).split("_")) + "Tests"
+    rel = f"{directory}/{module}.py"
+    (tree / rel).write_text(canary_case_source(cls, passing, failing))
+    label = f"{package}.{module}"
+    return (
+        Canaries((rel,), (f"{label}.{cls}.test_{passing}",), (f"{label}.{cls}.test_{failing}",)),
+        [label],
+    )
+
+
+def without_canaries(log: Mapping[str, str], canaries: Canaries) -> dict[str, str]:
+    """The log's outcomes less the canaries', however the log names them: Django's parser
+    records a test both as `test_x (module.Class.test_x)` and by its bare method name."""
+    ids = canaries.ids
+    methods = {test_id.rsplit(".", 1)[-1] for test_id in ids}
+    return {k: v for k, v in log.items() if unittest_id(k) not in ids and k not in methods}
 
 
 def unittest_id(log_id: str) -> str | None:
@@ -92,11 +152,17 @@ def unittest_id(log_id: str) -> str | None:
     return where if where.endswith(f".{name}") else f"{where}.{name}"
 
 
-def disagreement(log: Mapping[str, str], channel: Channel, exit_code: int | None) -> str:
+def disagreement(
+    log: Mapping[str, str],
+    channel: Channel,
+    exit_code: int | None,
+    canaries: Canaries = Canaries((), (), ()),
+) -> str:
     """Why the log cannot describe the run the runner saw; "" when nothing says so.
 
     A test the log reports passed must have passed on the channel; a run
-    that exited 0 must have been seen through to its end.
+    that exited 0 must have been seen through to its end; and where the log
+    claims any pass, the canaries must have come out as planted.
     """
     if channel.forged:
         return f"its report channel carried {channel.forged[0]}"
@@ -104,6 +170,8 @@ def disagreement(log: Mapping[str, str], channel: Channel, exit_code: int | None
         return "the runner never started" if log else ""
     if exit_code == 0 and not channel.finished:
         return "the process exited 0 but the runner never finished"
+    if channel.finished and exit_code is not None and channel.exit != exit_code:
+        return f"the process exited {exit_code} but the runner finished with {channel.exit}"
     for log_id, outcome in log.items():
         if outcome != PASSED:
             continue
@@ -113,4 +181,9 @@ def disagreement(log: Mapping[str, str], channel: Channel, exit_code: int | None
         seen = channel.outcomes.get(uid)
         if seen != PASSED:
             return f"the log reports {log_id} passed but the runner saw it {seen or 'not run'}"
+    if any(outcome == PASSED for outcome in log.values()):
+        wrong = [t for t in canaries.must_pass if channel.outcomes.get(t) != PASSED]
+        wrong += [t for t in canaries.must_fail if channel.outcomes.get(t) != FAILED]
+        if wrong:
+            return f"tests passed but the canary {wrong[0]} did not come out as planted"
     return ""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import unittest_run
-from jouled.pipeline.pytest_run import Channel, read_channel
+from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
 from jouled.pipeline.sandbox import Limits, Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED, parse_ra
 
@@ -159,9 +159,18 @@ def test_a_log_pass_the_runner_did_not_see_is_a_disagreement() -> None:
     agree = {"test_ok (tests.test_t.T)": PASSED, "test_bug (tests.test_t.T)": FAILED}
     assert unittest_run.disagreement(agree, channel, 1) == ""
     lying = {**agree, "test_bug (tests.test_t.T)": PASSED}
-    assert "test_bug" in unittest_run.disagreement(lying, channel, 0)
+    assert "test_bug" in unittest_run.disagreement(lying, channel, 1)
+    assert "exited 0 but the runner finished with 1" in unittest_run.disagreement(agree, channel, 0)
     unfinished = Channel(dict(EXPECTED), True, False, None)
     assert "never finished" in unittest_run.disagreement(agree, unfinished, 0)
+    canaries = Canaries(
+        ("tests/test_c.py",), ("tests.test_c.C.test_p",), ("tests.test_c.C.test_f",)
+    )
+    planted = {**EXPECTED, "tests.test_c.C.test_p": PASSED, "tests.test_c.C.test_f": FAILED}
+    assert unittest_run.disagreement(agree, Channel(planted, True, True, 1), 1, canaries) == ""
+    forced = {**planted, "tests.test_c.C.test_f": PASSED}
+    why = unittest_run.disagreement(agree, Channel(forced, True, True, 1), 1, canaries)
+    assert "did not come out as planted" in why
 
 
 @pytest.mark.parametrize("python", interpreters())
@@ -171,6 +180,10 @@ def test_the_runner_reports_under_every_interpreter_here(scratch: Path, python: 
     assert channel.integrity == ("monitor" if version_of(python) >= (3, 8) else "reduced")
     assert {k: v for k, v in channel.outcomes.items() if k in EXPECTED} == EXPECTED, output
     assert exit_code == 1 and channel.exit == 1
+    # A canary beside the tests, on no command line, came out as planted: one pass, one fail.
+    planted = sorted(v for k, v in channel.outcomes.items() if k not in EXPECTED)
+    assert planted == [FAILED, PASSED], channel.outcomes
+    assert all(k.startswith("tests.test_") for k in channel.outcomes), channel.outcomes
 
 
 def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> None:
@@ -185,8 +198,8 @@ def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> No
 
 
 def test_a_failure_swallowed_and_put_back_before_any_check_is_caught(scratch: Path) -> None:
-    channel, output, exit_code = run(scratch, sys.executable, forged=SELF_RESTORING)
+    channel, output, _ = run(scratch, sys.executable, forged=SELF_RESTORING)
     # The forgery ran: the failing test was reported a success and the run exited 0.
     assert "JBFORGED swallowed tests.test_t.T.test_bug" in output, output
-    assert exit_code == 0 and channel.outcomes.get("tests.test_t.T.test_bug") == PASSED
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED
     assert any("but the test raised AssertionError" in why for why in channel.forged), channel
