@@ -36,6 +36,8 @@ GIT = shutil.which("git")
 sys.path.insert(0, str(ROOT / "tools"))
 import swebench_oracle  # noqa: E402
 
+from tests.integration.attacks import UNITTEST_SWALLOW  # noqa: E402
+
 FETCH_HINT = "run `make swebench-fixtures` (needs PyPI once)"
 
 
@@ -423,28 +425,15 @@ _unittest.TextTestRunner.resultclass = _JBResult
 """,
     # a failure swallowed by unittest itself, changed for one call and put back at once;
     # set again whenever a test calls the library, for the test after it
-    "self-restoring": """
-import unittest.case as _case
-_jb_original = _case.TestCase._callTestMethod
-
-
-def _jb_swallow(self, method):
-    _case.TestCase._callTestMethod = _jb_original
-    try:
-        method()
-    except AssertionError:
-        print("JBFORGED swallowed", self.id())
-
+    "self-restoring": UNITTEST_SWALLOW
+    + """
 
 _jb_capfirst = capfirst
 
 
 def capfirst(x):
-    _case.TestCase._callTestMethod = _jb_swallow
+    _case.TestCase._callTestMethod = _swallow
     return _jb_capfirst(x)
-
-
-_case.TestCase._callTestMethod = _jb_swallow
 """,
     # the object graph walked for the runner's objects
     "gc-walk": """

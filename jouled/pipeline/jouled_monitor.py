@@ -367,7 +367,6 @@ _SHA256 = hashlib.sha256
 _Partial = type(__import__("functools").partial(int))
 _FUNC_CODE = _FunctionType.__code__.__get__  # type: ignore[attr-defined]
 _FUNC_CLOSURE = _FunctionType.__closure__.__get__  # type: ignore[attr-defined]
-_FUNC_GLOBALS = _FunctionType.__globals__.__get__  # type: ignore[attr-defined]
 _METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
 _TYPE_DICT: Any = type.__dict__["__dict__"].__get__
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
@@ -771,7 +770,7 @@ def _attr(obj: Any, name: str) -> Any:
     return None
 
 
-def function_problems(function: Any, origins: "Origins", file: str = "") -> "list[str]":
+def function_problems(function: Any, origins: "Origins") -> "list[str]":
     """Why a test's function no longer runs the code its file defines; [] when nothing says so.
 
     Every layer (decorators followed through `__wrapped__`) must be code the

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
         Origins,
         _attr,
         _chain,
+        _FunctionType,
         function_problems,
         nested_codes,
         observer,
@@ -99,12 +100,10 @@ class Registry:
             code = todo.pop()
             expected[(code.co_name, code.co_firstlineno)] = code
             todo.extend(c for c in code.co_consts if type(c) is type(made))
-        functions = [v for v in list(namespace.values()) if type(v) is type(verify_plain)]
+        functions = [v for v in list(namespace.values()) if type(v) is _FunctionType]
         for value in list(namespace.values()):
             if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
-                functions += [
-                    v for v in _TYPE_DICT(value).values() if type(v) is type(verify_plain)
-                ]
+                functions += [v for v in _TYPE_DICT(value).values() if type(v) is _FunctionType]
         for function in functions:
             code = function.__code__
             if code.co_filename != filename and code.co_filename != made.co_filename:
@@ -191,10 +190,6 @@ class Registry:
 
 _HOOKEXEC = __import__("operator").attrgetter("_hookexec")
 _Path = __import__("pathlib").Path
-
-
-def verify_plain() -> None:
-    """A plain function, for its type."""
 
 
 def item_problems(item: Any, origins: "Origins") -> "list[str]":

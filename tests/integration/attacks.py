@@ -1434,3 +1434,22 @@ def patch():
 
 attempt("forge", patch)
 """
+
+
+# unittest made to swallow the next test's failure, and put back at once (before any check
+# could look): the failing test is reported a success and nothing stays changed.
+UNITTEST_SWALLOW = """
+import unittest.case as _case
+_original = _case.TestCase._callTestMethod
+
+
+def _swallow(self, method):
+    _case.TestCase._callTestMethod = _original  # put back before anything looks
+    try:
+        method()
+    except AssertionError:
+        print("JBFORGED swallowed", self.id())
+
+
+_case.TestCase._callTestMethod = _swallow
+"""

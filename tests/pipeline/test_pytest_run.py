@@ -18,6 +18,7 @@ from jouled.pipeline import pytest_run
 from jouled.pipeline.pytest_run import Canaries, Channel, forgery, read_channel, split_pytest
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED, parse_ra
+from tests.integration.attacks import UNITTEST_SWALLOW
 
 X = "tests/test_x.py"
 
@@ -322,23 +323,6 @@ def test_the_runner_report_cannot_be_forged_without_the_key(scratch: Path) -> No
     assert "bad authenticator" in forgery(channel, plan.canaries, result.exit_code, [])
 
 
-SWALLOW = """
-import unittest.case as _case
-_original = _case.TestCase._callTestMethod
-
-
-def _swallow(self, method):
-    _case.TestCase._callTestMethod = _original  # put back before anything looks
-    try:
-        method()
-    except AssertionError:
-        print("JBFORGED swallowed", self.id())
-
-
-_case.TestCase._callTestMethod = _swallow
-"""
-
-
 @pytest.mark.parametrize("style", ["function", "unittest"])
 def test_a_failure_swallowed_and_put_back_before_any_check_is_found(
     scratch: Path, style: str
@@ -350,7 +334,7 @@ def test_a_failure_swallowed_and_put_back_before_any_check_is_found(
             "import unittest\nimport mypkg\n\n\nclass T(unittest.TestCase):\n"
             "    def test_real(self):\n        self.assertEqual(mypkg.VALUE, 2)\n"
         )
-        library, test_id = SWALLOW, "tests/test_a.py::T::test_real"
+        library, test_id = UNITTEST_SWALLOW, "tests/test_a.py::T::test_real"
     else:
         test = "import mypkg\n\n\ndef test_real():\n    assert mypkg.VALUE == 2\n"
         test_id = "tests/test_a.py::test_real"

@@ -18,6 +18,7 @@ from jouled.pipeline import unittest_run
 from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
 from jouled.pipeline.sandbox import Limits, Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED, parse_ra
+from tests.integration.attacks import UNITTEST_SWALLOW
 
 RUNTESTS = """\
 import sys
@@ -46,21 +47,6 @@ LIB = "def double(x):\n    return x * 2 if x != 3 else 7\n"
 FORGERY = """
 import unittest as _unittest
 _unittest.TextTestResult.addFailure = lambda self, test, err: self.addSuccess(test)
-"""
-# The library swallows the first test's failure and puts unittest back at once: nothing
-# stays changed for a snapshot to find.
-SELF_RESTORING = """
-import unittest.case as _case
-_original = _case.TestCase._callTestMethod
-
-def _swallow(self, method):
-    _case.TestCase._callTestMethod = _original
-    try:
-        method()
-    except AssertionError:
-        print("JBFORGED swallowed", self.id())
-
-_case.TestCase._callTestMethod = _swallow
 """
 EXPECTED = {"tests.test_t.T.test_ok": PASSED, "tests.test_t.T.test_bug": FAILED}
 
@@ -198,7 +184,7 @@ def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> No
 
 
 def test_a_failure_swallowed_and_put_back_before_any_check_is_caught(scratch: Path) -> None:
-    channel, output, _ = run(scratch, sys.executable, forged=SELF_RESTORING)
+    channel, output, _ = run(scratch, sys.executable, forged=UNITTEST_SWALLOW)
     # The forgery ran: the failing test was reported a success and the run exited 0.
     assert "JBFORGED swallowed tests.test_t.T.test_bug" in output, output
     assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED
