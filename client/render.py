@@ -207,6 +207,7 @@ def frontier_table(
         "reliable",
         "tampered",
         "audit flagged",
+        "integrity",
         "op J",
     )
     for col in cols:
@@ -215,7 +216,7 @@ def frontier_table(
         table.add_column(
             col,
             justify="right"
-            if col not in ("suite", "solver", "model", "source", "", "rev")
+            if col not in ("suite", "solver", "model", "source", "", "rev", "integrity")
             else "left",
             no_wrap=ident,
             min_width=16 if col == "digest set" else None,
@@ -241,6 +242,7 @@ def frontier_table(
             _pct(r["reliable_share"]),
             str(r.get("tampered", 0)),
             str(r.get("audit_flagged", 0)),
+            r.get("integrity") or "-",
             # The agent's own metered operations: beside the grade energy, never in it.
             _joules(r.get("op_joules"), r.get("op_reliable_share") == 1)
             if r.get("op_windows")
@@ -274,6 +276,11 @@ def _compact(title: str) -> Table:
     )
 
 
+def _weak(r: dict[str, Any]) -> bool:
+    """Whether the row's successes were graded below the integrity monitor."""
+    return r.get("integrity") not in (None, "monitor")
+
+
 def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
     suites = len({r["suite"] for r in rows})
     sources = sorted({r["energy_source"] for r in rows})
@@ -282,11 +289,14 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
         f"frontier{where}, energy: {', '.join(sources) or 'none'}. "
         "* Pareto, ? no verdict ($ partly claimed), ~ energy not reliable, $ claimed "
         "((n%) when only n% claimed it); r0, r1... the tasks' revision; flags: t tampered, "
-        "a audit flagged, op the agent's op windows (J)"
+        "a audit flagged, int:r / int:n successes graded at reduced / no integrity, "
+        "op the agent's op windows (J)"
     )
     revised = _revised(rows)
     usd = any(r["usd_total"] for r in rows)
-    flags = any(r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") for r in rows)
+    flags = any(
+        r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") or _weak(r) for r in rows
+    )
     table.add_column("", no_wrap=True)
     table.add_column("solver model", overflow="fold", min_width=12)
     for col in ("res/att", "resolved", "95% CI", "J/res", "wall s"):
@@ -311,6 +321,7 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
         if flags:
             marks = [f"t{r['tampered']}"] if r.get("tampered") else []
             marks += [f"a{r['audit_flagged']}"] if r.get("audit_flagged") else []
+            marks += [f"int:{r['integrity'][0]}"] if _weak(r) else []
             if r.get("op_windows"):
                 marks.append("op" + _joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
             cells.append(" ".join(marks))

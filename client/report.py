@@ -227,6 +227,7 @@ def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
         "reliable",
         "tampered",
         "audit flagged",
+        "integrity",
         "errors",
         "op J",
     )
@@ -253,6 +254,7 @@ def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 _pct(r.get("reliable_share")),
                 _flag(r.get("tampered", 0)),
                 _flag(r.get("audit_flagged", 0)),
+                esc(r.get("integrity") or "-"),
                 esc(r.get("errors", 0)),
                 _j(round(1000 * float(r.get("op_joules") or 0)), r.get("op_reliable_share") == 1)
                 if r.get("op_windows")

@@ -15,16 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from jouled.auth import PeerRule
+from jouled.documents import INTEGRITY_LEVELS
 from jouled.errors import ConfigError
 
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")
 ATTRIBUTION_POLICIES = ("exclusive", "shared")
 ISOLATION_LEVELS = ("process", "bwrap")  # weakest first
-# How far a run's outcomes can be trusted against the code under test, weakest first:
-# "none", read from output the code writes; "reduced", the runner's authenticated report
-# with checks made from inside the process (Python < 3.8); "monitor", the report kept and
-# checked by an audit-hook integrity monitor (docs/threat-model.md).
-INTEGRITY_LEVELS = ("none", "reduced", "monitor")
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:

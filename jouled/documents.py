@@ -39,6 +39,13 @@ class Status(StrEnum):
 
 STATUSES = frozenset(s.value for s in Status)
 
+# How far a run's outcomes can be trusted against the code under test, weakest first
+# (a result's `integrity.level`): "none", read from output the code writes; "reduced",
+# the runner's authenticated report with checks made from inside the process (Python
+# < 3.8); "monitor", the report kept and checked by an audit-hook integrity monitor
+# (docs/threat-model.md).
+INTEGRITY_LEVELS = ("none", "reduced", "monitor")
+
 
 class Outcome(StrEnum):
     """One test id's outcome in one run."""
@@ -725,7 +732,7 @@ class FrontierRow(Document):
     NULL: ClassVar[frozenset[str]] = frozenset(
         {
             "revision", "joules_per_resolved", "wall_median_s", "usd_total", "usd_per_resolved",
-            "usd_claimed_share", "reliable_share", "op_reliable_share",
+            "usd_claimed_share", "reliable_share", "op_reliable_share", "integrity",
         }
     )  # fmt: skip
 
@@ -756,6 +763,7 @@ class FrontierRow(Document):
     invalid: int
     tampered: int
     audit_flagged: int
+    integrity: str | None = None
     errors: int
     timeouts: int
     op_joules: float

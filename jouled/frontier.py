@@ -34,6 +34,11 @@ Counting rules, decided once here so every consumer agrees:
   energy totals, never resolved, counted in `tampered` (best-of-k too).
 - `audit_flagged` counts the attempts (errors aside) whose patch earned any
   audit flag; flags are evidence for a reader and change no other column.
+- `integrity` is the weakest report integrity (`none` < `reduced` <
+  `monitor`, a result's `integrity.level`) among the row's resolved attempts:
+  how far the successes it counts hold against the code under test. A result
+  that records no level counts as `none`; the column is null when nothing
+  resolved.
 - An attempt is resolved only when its status is `resolved` *and* its
   `resolved` flag is true: two fields that disagree do not earn a success.
 - An attempt's cost is the energy of its `solve` phase (when the daemon ran
@@ -93,7 +98,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jouled.documents import STATUSES, FrontierRow, Status
+from jouled.documents import INTEGRITY_LEVELS, STATUSES, FrontierRow, Status
 from jouled.errors import UsageError
 
 RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
@@ -220,6 +225,7 @@ class _Attempt:
     agent: str = ""
     run_id: str = ""
     task_digest: str = ""
+    integrity: int = 0  # the rank of its `integrity.level` in INTEGRITY_LEVELS
 
     @property
     def key(self) -> _Key:
@@ -305,6 +311,11 @@ def _counted_energy(energy: Mapping[str, Any]) -> _Energy:
     return _Energy(gross, marginal, wall, windows, reliable, invalid, frozenset(sources))
 
 
+def _integrity_rank(level: object) -> int:
+    """A result's `integrity.level` as its rank in INTEGRITY_LEVELS; unknown or absent: none."""
+    return INTEGRITY_LEVELS.index(level) if level in INTEGRITY_LEVELS else 0
+
+
 def _parse(body: Mapping[str, Any]) -> _Attempt:
     task_id = str(body.get("task_id", ""))
     status = body.get("status")
@@ -317,6 +328,7 @@ def _parse(body: Mapping[str, Any]) -> _Attempt:
     if rollout < 0:
         raise UsageError(f"result for {task_id!r} has negative rollout {rollout}")
     claimed = body.get("claimed") or {}
+    integrity = body.get("integrity")
     return _Attempt(
         suite=_suite_of(body),
         solver=str(body.get("solver") or ""),
@@ -334,6 +346,9 @@ def _parse(body: Mapping[str, Any]) -> _Attempt:
         agent=str(body.get("agent") or ""),
         run_id=str(body.get("run_id") or ""),
         task_digest=str(body.get("task_digest") or ""),
+        integrity=_integrity_rank(
+            integrity.get("level") if isinstance(integrity, Mapping) else None
+        ),
     )
 
 
@@ -402,6 +417,10 @@ def _energy_source(labels: set[str]) -> str:
     return "mixed:" + ",".join(ordered)
 
 
+def _weakest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
 def _per(total: float, resolved: int) -> float | None:
     return total / resolved if resolved else None
 
@@ -426,6 +445,7 @@ class _Group:
     windows: int = 0
     reliable_windows: int = 0
     invalid_windows: int = 0
+    integrity: int | None = None  # the weakest rank among resolved attempts (None: none)
     tasks: set[tuple[str, str]] = field(default_factory=set)  # (task_id, task_digest)
     walls: list[int] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
@@ -448,6 +468,8 @@ class _Group:
         self.audit_flagged += a.audit_flagged
         self.timeouts += a.status == TIMEOUT
         self.resolved += a.resolved
+        if a.resolved:
+            self.integrity = _weakest(self.integrity, a.integrity)
         # Integer millijoules are summed before dividing, so the float is the
         # same whatever order the ledger yields attempts in.
         self.gross_mj += e.gross_mj
@@ -477,6 +499,7 @@ class _Group:
             "usd_resolved", "claimed_mj", "windows", "reliable_windows", "invalid_windows",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.integrity = _weakest(self.integrity, other.integrity)
         self.tasks |= other.tasks
         self._coverage = None
         self.walls.extend(other.walls)
@@ -534,6 +557,7 @@ class _Group:
             invalid=self.invalid,
             tampered=self.tampered,
             audit_flagged=self.audit_flagged,
+            integrity=None if self.integrity is None else INTEGRITY_LEVELS[self.integrity],
             errors=self.errors,
             timeouts=self.timeouts,
             op_joules=self.ops.marginal_mj / 1000,
@@ -605,9 +629,12 @@ SELECT seq,
     counted_marginal_mj AS g_marginal, counted_wall_ms AS g_wall,
     counted_windows AS g_windows, reliable_windows AS g_reliable,
     invalid_windows AS g_invalid, solve_source AS g_solve_source,
-    grade_source AS g_grade_source
+    grade_source AS g_grade_source,
+    CASE integrity_level {ranks} ELSE 0 END AS g_integrity
 FROM {relation} WHERE kind = 'result'
 """
+# integrity_level -> its rank in INTEGRITY_LEVELS, as `_integrity_rank` reads it.
+_RANKS = " ".join(f"WHEN '{level}' THEN {i}" for i, level in enumerate(INTEGRITY_LEVELS))
 _STATUS_LIST = ", ".join(f"'{s}'" for s in sorted(STATUSES))
 _PROBLEM_SQL = """
 SELECT g_task, g_status, g_rollout FROM ({attempts})
@@ -653,7 +680,8 @@ SELECT {_GROUP_KEY},
     list(g_wall ORDER BY g_wall) FILTER (WHERE {_COUNTED} AND g_windows > 0),
     list(DISTINCT g_solve_source) FILTER (WHERE {_COUNTED} AND g_solve_source IS NOT NULL),
     list(DISTINCT g_grade_source) FILTER (WHERE {_COUNTED} AND g_grade_source IS NOT NULL),
-    list(DISTINCT [g_task, g_digest]) FILTER (WHERE {_COUNTED})
+    list(DISTINCT [g_task, g_digest]) FILTER (WHERE {_COUNTED}),
+    min(g_integrity) FILTER (WHERE {_COUNTED} AND g_resolved)
 FROM {_WITH_REVISION} GROUP BY {_GROUP_KEY}
 """
 # The counted attempts an op window's key names; their revision comes from `_Revisions`.
@@ -729,7 +757,7 @@ class Frontier:
         result body in seq order. `ops` are the `op` entries' bodies.
         """
         frontier = cls()
-        attempts = _ATTEMPTS_SQL.format(relation=relation)
+        attempts = _ATTEMPTS_SQL.format(relation=relation, ranks=_RANKS)
         bad = fetch(_PROBLEM_SQL.format(attempts=attempts, statuses=_STATUS_LIST))
         if bad:
             task_id, status, rollout = bad[0]
@@ -748,7 +776,8 @@ class Frontier:
             counts = row[4 : 4 + len(_GROUP_SUMS)]
             for name, value in zip(_GROUP_SUMS, counts, strict=True):
                 setattr(group, name, int(value or 0))
-            walls, solve_sources, grade_sources, tasks = row[4 + len(_GROUP_SUMS) :]
+            walls, solve_sources, grade_sources, tasks, integrity = row[4 + len(_GROUP_SUMS) :]
+            group.integrity = None if integrity is None else int(integrity)
             group.walls = [int(w) for w in walls or ()]
             group.sources = {*(solve_sources or ()), *(grade_sources or ())}
             group.tasks = {(task_id, task_digest) for task_id, task_digest in tasks or ()}

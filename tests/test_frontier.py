@@ -240,6 +240,7 @@ def test_rows_have_exact_figures() -> None:
         "invalid": 0,
         "tampered": 0,
         "audit_flagged": 0,
+        "integrity": "none",  # the smoke results record no level
         "errors": 0,
         "timeouts": 0,
         "op_joules": 0.0,
@@ -694,3 +695,48 @@ def test_the_visible_selector_prefers_visible_passes_then_agreement() -> None:
     # The selector never beats the oracle and costs the same rollouts.
     assert all(r["selected_resolved"] <= r["resolved_within_k"] for r in rows.values())
     assert rows[3]["joules_cumulative"] == 7.0
+
+
+def _graded(task: str, level: str | None, **kw: Any) -> dict[str, Any]:
+    body = result(task, **kw)
+    if level is not None:
+        body["integrity"] = {"report": "channel", "canaries": 2, "level": level}
+    return body
+
+
+def test_a_row_shows_the_weakest_integrity_its_successes_rest_on() -> None:
+    rows = {
+        r["solver"]: r
+        for r in frontier_rows(
+            [
+                # Monitor-checked successes, and a failure read from output alone: the
+                # failure earns nothing, so it does not weaken the row.
+                _graded("s/a", "monitor", solver="strong"),
+                _graded("s/b", "monitor", solver="strong"),
+                _graded("s/c", "none", solver="strong", status="unresolved"),
+                # One success checked only from inside the process.
+                _graded("s/a", "monitor", solver="mixed"),
+                _graded("s/b", "reduced", solver="mixed"),
+                # A success that records no level is trusted no further than its output.
+                _graded("s/a", "monitor", solver="old"),
+                _graded("s/b", None, solver="old"),
+                # A level this reader does not know counts as none.
+                _graded("s/a", "hypervisor", solver="odd"),
+                _graded("s/a", "monitor", solver="failing", status="unresolved"),
+            ]
+        )
+    }
+    assert rows["strong"]["integrity"] == "monitor"
+    assert rows["mixed"]["integrity"] == "reduced"
+    assert rows["old"]["integrity"] == "none"
+    assert rows["odd"]["integrity"] == "none"
+    assert rows["failing"]["integrity"] is None
+
+
+def test_pooled_revisions_keep_the_weakest_integrity() -> None:
+    first = _graded("s/a", "monitor")
+    changed = {**_graded("s/a", "reduced"), "task_digest": "ef" * 32}
+    split = frontier_rows([first, changed])
+    assert [r["integrity"] for r in split] == ["monitor", "reduced"]
+    (merged,) = frontier_rows([first, changed], merge_digests=True)
+    assert merged["integrity"] == "reduced"

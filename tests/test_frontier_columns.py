@@ -70,6 +70,11 @@ def varied(seed: int, n: int = 400) -> list[dict[str, Any]]:
         body["audit"] = rng.choice([[], [], [{"code": "conftest", "path": "c", "line": 1}]])
         if rng.random() < 0.1:
             del body["audit"]
+        integrity = rng.choice(
+            [None, "monitor", "monitor", "reduced", "none", "bogus", 3, {"x": 1}]
+        )
+        if integrity is not None:
+            body["integrity"] = {"level": integrity, "report": "channel"}
         out.append(body)
     return out
 
@@ -182,6 +187,9 @@ ODD_BODIES: list[dict[str, Any]] = [
     {"energy": {"grade": {"gross_mj": "3", "marginal_mj": 1, "wall_ms": False, "reliable": "no"}}},
     {"energy": {"solve": {"gross_mj": 1, "marginal_mj": 1, "reliable": 1, "source": 'x\n"y\\'}}},
     {"audit": [None], "agent": "é/\u0000", "energy": {"grade": {"reliable": {}, "valid": None}}},
+    {"integrity": "monitor", "status": "resolved", "resolved": True},
+    {"integrity": {"level": None}, "status": "resolved", "resolved": True},
+    {"integrity": {"level": 'mon"itor\n'}, "status": "resolved", "resolved": True},
 ]
 
 
@@ -238,6 +246,27 @@ def test_a_ledger_without_the_frontier_columns_gets_them_once(tmp_path: Path) ->
         names = {r[0] for r in db.execute("DESCRIBE entries").fetchall()}
     assert set(FRONTIER_NAMES) <= names
     open_ledger(tmp_path).close()
+
+
+def test_a_ledger_without_the_integrity_column_gets_it_for_every_result(tmp_path: Path) -> None:
+    # A ledger from before `integrity_level`: its other frontier columns are filled, so
+    # only a fill of every result, not just the unfilled ones, gives the new one a value.
+    results = varied(7, 120)
+    ledger = open_ledger(tmp_path)
+    ledger.append_many([("result", b) for b in results])
+    ledger.close()
+    path = tmp_path / "ledger.duckdb"
+    levels = sum(isinstance(b.get("integrity", {}).get("level"), str) for b in results)
+    filled = "SELECT count(*) FROM entries WHERE integrity_level IS NOT NULL"
+    with duckdb.connect(str(path)) as db:
+        assert db.execute(filled).fetchone() == (levels,)
+        db.execute("ALTER TABLE entries DROP COLUMN integrity_level")
+    migrated = open_ledger(tmp_path)
+    assert_same(migrated.frontier(), Frontier(results))
+    migrated.close()
+    with duckdb.connect(str(path)) as db:
+        assert db.execute(filled).fetchone() == (levels,)
+    open_ledger(tmp_path).close()  # the filled column agrees with the payloads
 
 
 def test_an_export_gives_the_same_frontier_from_its_payloads_and_its_snapshot(

@@ -63,6 +63,7 @@ FRONTIER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("invalid_windows", "INTEGER"),  # ones whose read failed (valid false, null figures)
     ("solve_source", "VARCHAR"),  # the solve window's `source` ("" if none); NULL: no solve
     ("grade_source", "VARCHAR"),  # the grade window's, likewise
+    ("integrity_level", "VARCHAR"),  # `integrity.level`, when a string
 )
 FRONTIER_NAMES = tuple(name for name, _ in FRONTIER_COLUMNS)
 ALL_COLUMNS = QUERY_COLUMNS + FRONTIER_COLUMNS
@@ -79,6 +80,7 @@ _PATHS: tuple[str, ...] = (
     "$.body.claimed.usd_micros",
     "$.body.claimed.joules_mj",
     "$.body.audit",
+    "$.body.integrity.level",
     *(f"$.body.energy.{phase}" for phase in COUNTED_PHASES),
 )
 # A window's fields are read from its own JSON text: a short second parse costs less than
@@ -180,6 +182,7 @@ def _frontier_exprs() -> list[tuple[str, str]]:
             )
             for p in COUNTED_PHASES
         ),
+        ("integrity_level", _string(_raw("$.body.integrity.level"))),
     ]
 
 

@@ -98,7 +98,8 @@ CREATE TABLE IF NOT EXISTS entries (
     reliable_windows INTEGER,
     invalid_windows INTEGER,
     solve_source VARCHAR,
-    grade_source VARCHAR
+    grade_source VARCHAR,
+    integrity_level VARCHAR
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     size BIGINT PRIMARY KEY,
@@ -380,11 +381,11 @@ class Ledger:
         self._tail.clear()
 
     def _migrate(self) -> None:
-        """Give a ledger written before the frontier columns those columns, once.
+        """Give a ledger written before some frontier columns those columns, once.
 
-        They are filled from the signed payloads by the same SQL that checks
-        them, in one transaction: a crash leaves the old table, migrated again
-        at the next open.
+        Every result's frontier columns are then derived again from the signed
+        payloads, by the same SQL that checks them, in one transaction: a
+        crash leaves the old table, migrated again at the next open.
         """
         have = {r[0] for r in self._db.execute("DESCRIBE entries").fetchall()}
         missing = [(n, t) for n, t in FRONTIER_COLUMNS if n not in have]
@@ -393,7 +394,7 @@ class Ledger:
             try:
                 for name, sql_type in missing:
                     self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} {sql_type}")
-                self._fill_frontier_columns(0)
+                self._fill_frontier_columns(0, every=True)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -403,14 +404,17 @@ class Ledger:
         row = self._db.execute("SELECT count(*) FROM entries").fetchone()
         self._filled_to = int(row[0]) if row else 0
 
-    def _fill_frontier_columns(self, start: int) -> None:
-        """Derive the frontier columns of results from `start` on that do not have them yet.
+    def _fill_frontier_columns(self, start: int, *, every: bool = False) -> None:
+        """Derive the frontier columns of results from `start` on that do not have them yet
+        (with `every`, of all of them: a migration's new columns).
 
         Appends store a result without them (each column costs its share of a
         single-row INSERT, more here than the rest of an append); they are
         filled from the payloads in batches, by the SQL that checks them.
         """
-        unfilled = f"kind = 'result' AND counted_windows IS NULL AND seq >= {int(start)}"
+        unfilled = f"kind = 'result' AND seq >= {int(start)}"
+        if not every:
+            unfilled += " AND counted_windows IS NULL"
         derived = derived_select(
             f"(SELECT * FROM entries WHERE {unfilled})", "decode(payload)", "seq"
         )

@@ -22,9 +22,15 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from jouled import __version__
-from jouled.config import INTEGRITY_LEVELS
 from jouled.contracts.contract import Contract, Verdict, iter_tree
-from jouled.documents import BaselineBody, EnergyWindow, GradeCounts, ResultBody, Status
+from jouled.documents import (
+    INTEGRITY_LEVELS,
+    BaselineBody,
+    EnergyWindow,
+    GradeCounts,
+    ResultBody,
+    Status,
+)
 from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
@@ -82,7 +88,7 @@ class CheckRun:
     exit: int | None  # the exit status graded: the planted must-fail canaries discounted
     forged: str = ""  # why the run's report cannot be genuine; "" when nothing says so
     canaries: int = 0  # canary tests planted
-    level: str = "none"  # report integrity (config.INTEGRITY_LEVELS)
+    level: str = "none"  # report integrity (documents.INTEGRITY_LEVELS)
 
 
 @dataclass
@@ -182,7 +188,7 @@ def read_only_tests(contract: Contract, tree: Path, protected: Sequence[str]) ->
 
 
 def integrity_level(plan: pytest_run.Plan | None, version: tuple[int, int] | None) -> str:
-    """How far a run's outcomes hold against the code under test (config.INTEGRITY_LEVELS).
+    """How far a run's outcomes hold against the code under test (documents.INTEGRITY_LEVELS).
 
     Through the daemon's runner: "monitor" where the interpreter has audit hooks
     (3.8+), "reduced" where it has not; any other command: "none".

@@ -23,6 +23,7 @@ def result(
     reliable: bool = True,
     audit: list[dict[str, Any]] | None = None,
     usd_micros: int = 0,
+    integrity: str = "monitor",
 ) -> dict[str, Any]:
     window = {
         "attribution": "exclusive",
@@ -56,6 +57,7 @@ def result(
             "energy": {"grade": window, "seed": {**window, "gross_mj": 9, "reliable": False}},
             "energy_total": {**window, "gross_mj": grade_mj + 9},
             "isolation": {"level": "bwrap"},
+            "integrity": {"report": "channel", "canaries": 2, "level": integrity},
             "provenance": {"jouled": "0.1.0", "host": "h1", "meter": "rapl", "calibration_seq": 1},
         },
     }

@@ -76,6 +76,24 @@ def test_compact_frontier_keeps_the_figures_a_reader_compares() -> None:
     assert "t3 a3" in tampered
 
 
+def test_successes_below_the_monitor_are_flagged_in_both_layouts() -> None:
+    docs = [
+        result(0, "s/a", "resolved", solver="checked")["body"],
+        result(1, "s/a", "resolved", solver="older", integrity="reduced")["body"],
+        result(2, "s/b", "resolved", solver="older")["body"],
+    ]
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(docs), console=c)
+    assert max(len(line) for line in lines(buf)) <= 80
+    assert "int:r" in next(line for line in lines(buf) if "older" in line)
+    assert "int:" not in next(line for line in lines(buf) if "checked" in line)
+    c, buf = console(200)
+    render.frontier_table(frontier_rows(docs), console=c)
+    assert "integrity" in buf.getvalue()
+    assert "reduced" in next(line for line in lines(buf) if "older" in line)
+    assert "monitor" in next(line for line in lines(buf) if "checked" in line)
+
+
 def test_wide_layout_on_request_or_on_a_wide_terminal() -> None:
     c, buf = console(80)
     render.frontier_table(frontier_rows(bodies()), console=c, wide=True)

@@ -78,6 +78,9 @@ def test_reference_resolves_every_smoke_task_and_noop_none(daemon: Daemon) -> No
     assert rows["noop"]["resolution"] == 0.0
     assert rows["noop"]["joules_per_resolved"] is None
     assert rows["reference"]["energy_source"] == "estimator"
+    # Every success was graded under the integrity monitor, and the row says so.
+    assert rows["reference"]["integrity"] == "monitor"
+    assert rows["noop"]["integrity"] is None
     for r in by_solver["reference"]:
         grade = r["energy"]["grade"]
         assert grade["source"] == "estimator" and grade["gross_mj"] >= 0
