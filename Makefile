@@ -26,17 +26,18 @@ browser:
 	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || echo "chromium not installed: the report's browser test will skip"; }
 
-# The SWE-bench tests grade instances built from real releases (Django, Flask, pytest) in
-# environments built offline from these files, and hold jouled's parsing and grading
+# The SWE-bench tests grade instances built from real releases (Django, Flask, pytest,
+# SymPy) in environments built offline from these files, and hold jouled's parsing and grading
 # to the official swebench package's (unpacked without its dependencies: see
 # tools/swebench_oracle.py). Fetched once into .cache/swebench/; where they cannot
 # be fetched, those tests skip and say so.
 SWE_CACHE    := .cache/swebench
-SWE_STAMP    := $(SWE_CACHE)/.fetched-2
+SWE_STAMP    := $(SWE_CACHE)/.fetched-3
 SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1
 SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 Jinja2==3.1.2 \
                 Werkzeug==2.3.7 blinker==1.9.0 setuptools==70.0.0 wheel==0.45.1 flit_core==3.9.0 \
-                pytest==8.3.4 iniconfig==2.0.0 packaging==24.2 pluggy==1.5.0 setuptools-scm==8.1.0
+                pytest==8.3.4 iniconfig==2.0.0 packaging==24.2 pluggy==1.5.0 setuptools-scm==8.1.0 \
+                sympy==1.12 mpmath==1.3.0
 # pytest-dev/pytest's specification pins these (pip downloads one version of a name at a time)
 SWE_PINNED   := packaging==23.1 pluggy==1.3.0 exceptiongroup==1.1.3 tomli==2.0.1
 SWE_ORACLE   := swebench==4.1.0

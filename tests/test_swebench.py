@@ -920,3 +920,24 @@ def test_a_record_carrying_its_own_command_and_parser_is_run_and_read_by_them(
         strict = to_contract(dataclasses.replace(record, **half), checkout_root)
         assert strict.grading.verdict is None
         assert strict.test_cmd[:3] == ("python", "-m", "pytest")
+
+
+def test_django_and_sympy_commands_go_through_the_daemons_runners(
+    record: SweBenchRecord,
+) -> None:
+    from jouled.contracts import swebench_harness as harness
+    from jouled.contracts.swebench import _official_policy
+
+    runners = {}
+    for repo, version in (
+        ("django/django", "3.0"),
+        ("sympy/sympy", "1.12"),
+        ("pytest-dev/pytest", "8.0"),
+    ):
+        spec = harness.spec_for(repo, version)
+        assert spec is not None
+        policy = _official_policy(spec, dataclasses.replace(record, repo=repo, version=version))
+        assert policy.plain and policy.verdict is not None
+        runners[repo] = policy.runner
+    # pytest's own suite runs as it is: its runner is the code under test.
+    assert runners == {"django/django": "unittest", "sympy/sympy": "sympy", "pytest-dev/pytest": ""}

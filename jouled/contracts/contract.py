@@ -116,8 +116,9 @@ class GradingPolicy:
     # Run the test command as it is, never through the daemon's pytest runner (a test
     # runner that is itself the code under test, or a runner other than pytest).
     plain: bool = False
-    # A plain command's runner: "unittest" runs it through the daemon's unittest runner
-    # (the integrity monitor and an authenticated report beside the log); "" as it is.
+    # A plain command's runner: "unittest" runs it through the daemon's unittest runner,
+    # "sympy" through its SymPy runner (the integrity monitor and an authenticated report
+    # beside the log); "" as it is.
     runner: str = ""
     # Reads a plain run's output into outcomes; None: pytest's -rA summary.
     parse_output: OutputParser | None = None

@@ -30,8 +30,10 @@ and only a forged run (`tampered`) or a timeout changes the status.
 
 pytest commands still go through the daemon's pytest runner (pristine
 configuration, no plugin autoloading, canaries, an authenticated report)
-except for pytest-dev/pytest, whose test runner is the code under test; those
-and the other runners run as they are, their log read by the official parser.
+except for pytest-dev/pytest, whose test runner is the code under test;
+Django's and SymPy's commands run as they are through the daemon's unittest
+and SymPy runners (canaries, an authenticated report the log must agree
+with); the official parser reads the log of every one.
 
 The interpreter is the instance's official image, with the opt-in container
 runtime where the host has it, else its environment: `ROOT/<instance_id>` or
@@ -993,9 +995,9 @@ def to_contract(
     )
 
 
-# Repositories whose official test command is a unittest runner the daemon's own
-# unittest runner can carry (Django's tests/runtests.py).
-UNITTEST_REPOS = frozenset({"django/django"})
+# Repositories whose official test command one of the daemon's own runners can carry:
+# Django's tests/runtests.py (its unittest runner) and SymPy's bin/test.
+PLAIN_RUNNERS = {"django/django": "unittest", "sympy/sympy": "sympy"}
 
 
 def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolicy:
@@ -1012,7 +1014,7 @@ def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolic
         failing_exit_judged_by_ids=True,
         memory_bytes=MEMORY_BYTES,
         plain=plain,
-        runner="unittest" if record.repo in UNITTEST_REPOS else "",
+        runner=PLAIN_RUNNERS.get(record.repo, ""),
         parse_output=partial(harness.outcomes, spec.parser),
         verdict=partial(harness.official_verdict, spec.parser),
     )

@@ -110,6 +110,7 @@ NAME_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "django.test.utils.get_runner",
             "django.test.utils.setup_test_environment",
             "sympy.testing.runtests",
+            "sympy.utilities.runtests",
         ),
     ),
     # The daemon's runner reports through audit events; a patch has no business there.

@@ -35,7 +35,7 @@ from jouled.errors import JouledError, PatchError, SandboxError, TaskError
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
-from jouled.pipeline import container, guard, provenance, pytest_run, unittest_run
+from jouled.pipeline import container, guard, provenance, pytest_run, sympy_run, unittest_run
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
@@ -44,6 +44,10 @@ from jouled.solvers import CommandSolver, Solvers
 from jouled.solvers import command as command_solver
 
 Progress = Callable[[str, str], None]
+
+# GradingPolicy.runner -> the module that plans a plain command's run through the daemon's
+# runner for it and holds the command's log against that runner's channel.
+PLAIN_RUNNERS = {"unittest": unittest_run, "sympy": sympy_run}
 
 RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
 
@@ -252,8 +256,8 @@ class Evaluator:
             # A container image runs the command as it is, never through the runner.
             image = runtime.image if runtime is not None else ""
             plan = None
-            if policy.plain and policy.runner == "unittest" and not image:
-                plan = unittest_run.plan(
+            if policy.plain and policy.runner in PLAIN_RUNNERS and not image:
+                plan = PLAIN_RUNNERS[policy.runner].plan(
                     contract.test_cmd,
                     tree,
                     ro,
@@ -323,13 +327,14 @@ class Evaluator:
                 hint="the run reported more than the daemon keeps; split the test command",
             )
         channel = pytest_run.read_channel(result.channel or b"", plan.key)
-        if policy.plain:  # the unittest runner: the log is graded, the channel holds it to account
+        if policy.plain:  # a plain runner: the log is graded, the channel holds it to account
             parse = policy.parse_output or parse_ra
+            runner = PLAIN_RUNNERS[policy.runner]
             # The canaries' lines are the runner's, not the task's: left out of what is graded
             # and of the exit-status cross-check (the planted failure explains a nonzero exit).
             read = parse(result.output)
-            outcomes = unittest_run.without_canaries(read, plan.canaries)
-            forged = exit_contradicts(result.exit_code, read) or unittest_run.disagreement(
+            outcomes = runner.without_canaries(read, plan.canaries)
+            forged = exit_contradicts(result.exit_code, read) or runner.disagreement(
                 outcomes, channel, result.exit_code, plan.canaries
             )
             if not forged and channel.started and channel.integrity != level:

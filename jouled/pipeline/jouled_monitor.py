@@ -1,7 +1,7 @@
 """The integrity monitor of the daemon's test runners: runs in the sandbox, imports no jouled.
 
 The boot code of a graded run executes this file and then a runner's
-(`jouled_pytest.py`, `jouled_unittest.py`) into one namespace with `exec`:
+(`jouled_pytest.py`, `jouled_unittest.py`, `jouled_sympy.py`) into one namespace with `exec`:
 neither is ever a module (no name in `sys.modules`), and their directory is
 never on `sys.path`. The run's setup arrives on fd 3 (a 32-byte key, then
 where the tree is and the canary test files) and the descriptor is closed
@@ -18,8 +18,8 @@ outcomes with was changed by such code:
 
 - the runner's own namespace and classes, and the builtins it calls, compared
   first, with functions bound at start;
-- the module globals of pytest, pluggy, unittest, `ast`, `django.test` and
-  the builtins, and the attributes of their classes that define behaviour in
+- the module globals of pytest, pluggy, unittest, `ast`, `django.test`,
+  SymPy's test runner and the builtins, and the attributes of their classes that define behaviour in
   Python, taken when the run arms and compared at every call reported passed
   and at the end (a value may change only to one made by code the patch did
   not write);
@@ -73,9 +73,16 @@ KEY_BYTES = 32
 WATCHED = frozenset(
     {"pytest", "_pytest", "pluggy", "unittest", "py", "iniconfig", "builtins", "ast"}
 )
-# Packages of the tree's own whose test framework runs the tests (Django's): watched the
-# same way, their own files' code taken as their content.
-WATCHED_PREFIXES = ("django.test",)
+# Modules of the tree's own that run its tests (Django's test framework, SymPy's test
+# runner and its test helpers): watched the same way, their own files' code taken as
+# their content; a function or class their source defines may not be the patch's.
+WATCHED_PREFIXES = (
+    "django.test",
+    "sympy.testing.runtests",
+    "sympy.testing.pytest",
+    "sympy.utilities.runtests",
+    "sympy.utilities.pytest",
+)
 # `sys` attributes the frameworks' reporting reads.
 SYS_WATCHED = (
     "exc_info",
@@ -419,6 +426,13 @@ def _module_file(module: Any) -> str:
 _MODULE_DICT: Any = type(sys).__dict__["__dict__"].__get__  # type: ignore[index]
 
 
+def initializing(name: str) -> bool:
+    """Whether the module of this name is being imported right now (its body running)."""
+    module = sys.modules.get(name)
+    spec = _MODULE_DICT(module).get("__spec__") if type(module) is type(sys) else None
+    return getattr(spec, "_initializing", False) is True
+
+
 def _top(name: str) -> str:
     return name.partition(".")[0]
 
@@ -479,7 +493,7 @@ class Snapshot:
             if _top(name) in WATCHED:
                 self._take_module(name, module, problems)
             elif name.startswith(WATCHED_PREFIXES):  # the tree's: it may import patched code
-                self._take_module(name, module, [])
+                self._take_module(name, module, problems, defined_names(filename))
             elif (
                 filename
                 and not self.origins.outside(filename)
@@ -493,12 +507,18 @@ class Snapshot:
         if found:
             problems.append(f"{label} was loaded by an import hook from {found}")
 
-    def _take_module(self, name: str, module: Any, problems: "list[str]") -> None:
+    def _take_module(
+        self, name: str, module: Any, problems: "list[str]", judged: Any = None
+    ) -> None:
+        """Watch a module; `judged`: the only names whose values are judged (the ones a
+        module of the tree defines itself: what it imports may be the patch's)."""
         namespace = _MODULE_DICT(module)
         self._loader(f"module {name}", namespace, problems)
         own = _module_file(module)
         for attr, value in list(namespace.items()):
             found = self.origins.from_tree(value) if self.deep else ""
+            if judged is not None and attr not in judged:
+                found = ""
             if found and found != own:  # what a module's own file defines is its content
                 problems.append(f"{name}.{attr} holds code from {found}")
             if (
@@ -692,6 +712,28 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
         elif kind == "Match":
             star = True  # pattern captures bind names in too many shapes to follow
     return frozenset(names), star
+
+
+def defined_names(filename: str) -> "frozenset[str]":
+    """The functions and classes a module's source defines at its top level (or under a
+    top-level `if` or `try`)."""
+    try:
+        with open(filename, "rb") as fh:
+            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError, TypeError):
+        return frozenset()
+    names: "set[str]" = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        kind = type(node).__name__
+        if kind in ("FunctionDef", "AsyncFunctionDef", "ClassDef"):
+            names.add(node.name)
+        elif kind in ("If", "Try", "TryStar"):
+            todo.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+    return frozenset(names)
 
 
 def _children(node: Any) -> "list[Any]":
@@ -893,6 +935,8 @@ def start(
         "function": None,
         "observer": None,
         "ran": None,
+        "item_id": None,  # the running test's id, for a report that names none
+        "unnamed": 0,  # reports made with no test running
     }
     reported: "set[str]" = set()
     plugin_codes: "list[Any]" = []
@@ -1002,6 +1046,7 @@ def start(
                 tamper(why)
         elif kind == "item":  # ("item", the test about to run, its id, whether it is observed)
             holder["item"] = args[1]
+            holder["item_id"] = args[2]
             # args[3]: "strict" (the function surely runs through its observer), "raised"
             # (it may run another way: only a raise it reports counts), or falsy.
             holder["observed"] = args[2] if len(args) > 3 and args[3] else None
@@ -1021,6 +1066,11 @@ def start(
                 holder["ran"] = args[2]
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
+            if test_id is None:  # the running test's report (SymPy's reporter names none)
+                test_id, holder["item_id"] = holder["item_id"], None
+                if test_id is None:
+                    holder["unnamed"] += 1
+                    test_id = f"<no test {holder['unnamed']}>"
             # A call reported passed is checked whole (only a pass helps a forger); other
             # reports by where they come from (a change that stays is found at the next
             # passing call or at the end).
@@ -1142,9 +1192,11 @@ def start(
                     if tree:
                         refuse(f"{name} of {target.__qualname__} was written by {who}")
             elif isinstance(target, type):
-                if state["armed"]:  # before, pytest's own imports build classes this way
+                # Before arming, or while the class's own module is being imported (pytest
+                # imported late, by a test helper), the framework builds classes this way.
+                if state["armed"]:
                     module = _TYPE_DICT(target).get("__module__")
-                    if type(module) is str and _top(module) in WATCHED:
+                    if type(module) is str and _top(module) in WATCHED and not initializing(module):
                         refuse(f"{name} of class {module}.{target.__qualname__} was written")
             elif name == "__class__" and len(args) > 2:
                 found = origins.from_tree(args[2])

@@ -301,7 +301,7 @@ def canary_name(words: Sequence[str], taken: set[str], parts: int = 2) -> str:
             return name
 
 
-def _canary_source(prefix: str, passing: str, failing: str) -> str:
+def canary_source(prefix: str, passing: str, failing: str) -> str:
     good, bad = secrets.choice(_SHAPES)
     a, b, c = (secrets.randbelow(900) + 100 for _ in range(3))
     n = secrets.randbelow(7) + 3
@@ -325,7 +325,7 @@ def _canary_source(prefix: str, passing: str, failing: str) -> str:
 
 def canary_case_source(cls: str, passing: str, failing: str) -> str:
     """A unittest module of one test case with the two canaries as its methods."""
-    plain = _canary_source("test_", passing, failing)
+    plain = canary_source("test_", passing, failing)
     lines = []
     for line in plain.splitlines():
         if line.startswith("def "):
@@ -363,7 +363,7 @@ def plant_canaries(
         rel = f"{d}/{stem}.py" if d else f"{stem}.py"
         names: set[str] = set()
         passing, failing = canary_name(words, names), canary_name(words, names)
-        (tree / rel).write_text(_canary_source(prefix, passing, failing))
+        (tree / rel).write_text(canary_source(prefix, passing, failing))
         node = os.path.relpath(tree / rel, tree / rootdir).replace(os.sep, "/")
         files.append(rel)
         must_pass.append(f"{node}::{prefix}{passing}")

@@ -1,8 +1,8 @@
 """What every run through one of the daemon's runners is given: the files, the boot, the setup.
 
 A runner run sees, read-only at the layout's `ro` directory, the integrity
-monitor (`jouled_monitor.py`), the runner (`jouled_pytest.py` or
-`jouled_unittest.py`) and `trusted.json`: the tree's protected files and the
+monitor (`jouled_monitor.py`), the runner (`jouled_pytest.py`,
+`jouled_unittest.py` or `jouled_sympy.py`) and `trusted.json`: the tree's protected files and the
 tree's source files the patch left as they were, with their hashes, which the
 monitor takes as code the patch did not write. Its boot code executes the
 monitor and the runner into one namespace (neither is ever importable) and

@@ -1,0 +1,150 @@
+"""The daemon's SymPy runner: runs in the sandbox after the monitor, imports no jouled.
+
+The boot code executes the monitor and then this file into one namespace
+(`jouled_monitor.py` describes how, and what the monitor checks) and calls
+`main`, which runs SymPy's `bin/test` exactly as the interpreter would: same
+`sys.argv`, `sys.path[0]` the script's directory, `__main__` as its name.
+
+SymPy's runner reports every test through its reporter (`PyTestReporter` of
+`sympy.testing.runtests`, `sympy.utilities.runtests` before SymPy 1.6): the
+moment that module has run, its reporter's `entering_test` is wrapped to hand
+the test function to the monitor (which checks it is the test file's own) and
+its outcome methods to report that test's outcome through `sys.audit`. The
+report names no test: the monitor takes the id of the test it was handed, so
+nothing in the process decides which test an outcome belongs to. The daemon
+sets `PYTHONHASHSEED` for the run, so SymPy runs its tests in this process
+(hash randomization on, as the official command has it) rather than in a
+child the monitor would not watch. The log is still the verdict of record;
+the daemon holds it against these outcomes.
+"""
+
+import os
+import runpy
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
+    from jouled.pipeline.jouled_monitor import (
+        EVENT,
+        function_problems,
+        nested_codes,
+        read_setup,
+        start,
+    )
+
+# The modules SymPy's test runner lives in, newest first.
+RUNTESTS = ("sympy.testing.runtests", "sympy.utilities.runtests")
+# reporter method -> (outcome, expected failure) recorded for the running test
+OUTCOMES = {
+    "test_pass": ("passed", False),
+    "test_fail": ("failed", False),
+    "test_exception": ("failed", False),
+    "test_skip": ("skipped", False),
+    "test_xfail": ("skipped", True),
+    "test_xpass": ("passed", True),
+}
+
+
+def test_id(function: Any, root: str, seen: "dict[str, int]") -> str:
+    """ "path/test_file.py::test_name" of a test function (a repeat gets "#2", "#3"...)."""
+    code = getattr(function, "__code__", None)
+    filename = getattr(code, "co_filename", "")
+    filename = filename if type(filename) is str else ""
+    if filename.startswith(root + os.sep):
+        filename = filename[len(root) + 1 :]
+    name = getattr(function, "__name__", "")
+    tid = f"{filename}::{name if type(name) is str else '?'}"
+    seen[tid] = seen.get(tid, 0) + 1
+    return tid if seen[tid] == 1 else f"{tid}#{seen[tid]}"
+
+
+def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None:
+    """Wrap the reporter class of a runtests module, once."""
+    reporter = module.__dict__.get("PyTestReporter")
+    if not isinstance(reporter, type) or reporter in done:
+        return
+    done.append(reporter)
+    namespace = reporter.__dict__
+    seen: dict[str, int] = {}
+
+    def wrap(method_name: str, outcome: str, xfail: bool) -> Any:
+        original = namespace[method_name]
+
+        def report(self: Any, *args: Any, **kwargs: Any) -> Any:
+            audit(EVENT, "test", None, "call", outcome, xfail, self)
+            return original(self, *args, **kwargs)
+
+        report.__name__ = report.__qualname__ = method_name
+        return report
+
+    for method_name, (outcome, xfail) in OUTCOMES.items():
+        if method_name in namespace:
+            setattr(reporter, method_name, wrap(method_name, outcome, xfail))
+    original_enter = namespace["entering_test"]
+
+    def entering_test(self: Any, function: Any) -> Any:
+        audit(EVENT, "item", function, test_id(function, root, seen), None)
+        return original_enter(self, function)
+
+    setattr(reporter, "entering_test", entering_test)  # noqa: B010
+
+
+def install_finder(audit: Any, root: str) -> None:
+    """Put a finder first on `sys.meta_path` that wraps SymPy's reporter as soon as its
+    module has run (wherever the tree imports it from)."""
+    done: list[Any] = []
+
+    def find_spec(fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in RUNTESTS:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is RunnerFinder or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def run_then_wrap(module: Any) -> None:
+            exec_module(module)
+            wrap_reporter(audit, module, root, done)
+
+        loader.exec_module = run_then_wrap
+        return spec
+
+    class RunnerFinder:
+        pass
+
+    RunnerFinder.find_spec = staticmethod(find_spec)  # type: ignore[attr-defined]
+    sys.meta_path.insert(0, RunnerFinder)  # type: ignore[arg-type]
+
+
+def main() -> None:
+    target, args = sys.argv[1], sys.argv[2:]
+    key, setup = read_setup()
+    root = os.path.realpath(setup["root"])
+    # The canary file joins the script's own test paths, in this process only.
+    args = [*args, *setup.pop("labels", [])]
+    # Nothing the checks rely on stays in this frame, which code of the tree can read.
+    audit, register = start(key, setup, main.__code__, None, function_problems)
+    del key
+    install_finder(audit, root)
+    register((*nested_codes(wrap_reporter), main.__code__))
+    audit(EVENT, "start", "sympy", sys.version.split()[0])
+    audit(EVENT, "arm", None)
+    code: Any = 0
+    try:
+        sys.argv = [target, *args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+        runpy.run_path(target, run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+    status = code if type(code) is int else (0 if code is None else 1)
+    audit(EVENT, "finish", status)
+    sys.exit(code)
