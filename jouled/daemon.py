@@ -683,12 +683,15 @@ class Daemon:
                     hint="leave the agent out",
                 )
             agent = caller.name
-        limits.name("solver", solver)
-        limits.name("model", sub.model, empty=True)
-        limits.name("agent", agent, empty=True)
-        limits.name("run id", sub.run_id, empty=True)
-        limits.name("idempotency key", sub.idempotency_key, max_len=limits.KEY_MAX, empty=True)
-        limits.integer("rollout", sub.rollout, high=limits.ROLLOUT_MAX)
+        limits.attempt_request(
+            sub.task_id,
+            solver,
+            model=sub.model,
+            agent=agent,
+            run_id=sub.run_id,
+            rollout=sub.rollout,
+            idempotency_key=sub.idempotency_key,
+        )
         claimed = {}
         for k, v in sub.claimed.items():
             if k not in CLAIMED_KEYS:
