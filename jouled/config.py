@@ -214,6 +214,11 @@ class Config:
         return self.data_dir / "swebench-records.jsonl"
 
     @property
+    def journal_refused_path(self) -> Path:
+        """Journal rows refused at start (never signed from), one JSON line each."""
+        return self.data_dir / "journal-refused.jsonl"
+
+    @property
     def tree_digests_path(self) -> Path:
         """SWE-bench checkout digests, by checkout, with the file metadata they were taken at."""
         return self.data_dir / "swebench-trees.json"

@@ -35,6 +35,7 @@ class CountsSnapshot:
     energy_mj: Mapping[tuple[str, str], int]  # (source, op) -> gross mJ of valid windows
     invalid_windows: Mapping[str, int]  # op -> windows without a valid figure
     op_windows: Mapping[bool, int]  # abandoned? -> op windows signed
+    journal_refused: int = 0  # journal rows refused at start: nothing signed from them
 
 
 def _valid(window: Mapping[str, Any]) -> bool:
@@ -53,6 +54,7 @@ class Counts:
         self._energy_mj: Counter[tuple[str, str]] = Counter()
         self._invalid: Counter[str] = Counter()
         self._op_windows: Counter[bool] = Counter()
+        self._journal_refused = 0
 
     def _window(self, op: str, window: Any) -> None:
         if not isinstance(window, Mapping):
@@ -82,6 +84,11 @@ class Counts:
             self._op_windows[body.get("abandoned") is True] += 1
             self._window(OP_WINDOW, body.get("energy"))
 
+    def journal_refused(self, rows: int) -> None:
+        """Journal rows refused at start (not the daemon's, or out of bounds)."""
+        with self._lock:
+            self._journal_refused += rows
+
     def snapshot(self) -> CountsSnapshot:
         with self._lock:
             return CountsSnapshot(
@@ -90,6 +97,7 @@ class Counts:
                 energy_mj=dict(self._energy_mj),
                 invalid_windows=dict(self._invalid),
                 op_windows=dict(self._op_windows),
+                journal_refused=self._journal_refused,
             )
 
 

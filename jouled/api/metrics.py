@@ -92,6 +92,14 @@ class DaemonCollector(Collector):
             windows.add_metric(["true" if abandoned else "false"], n)
         yield windows
 
+        yield CounterMetricFamily(
+            "jouled_journal_refused",
+            "Attempt journal rows refused at start: not written by this daemon, or out of "
+            "bounds. Nothing is signed from them; the data dir's journal-refused.jsonl "
+            "lists them.",
+            value=counts.journal_refused,
+        )
+
         if g.sampler_faults is not None:
             yield CounterMetricFamily(
                 "jouled_sampler_faults",
