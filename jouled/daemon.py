@@ -248,7 +248,8 @@ class Daemon:
         except BaseException:
             self.meter.close()
             raise
-        self.counts = metrics.Counts()  # what the metrics endpoint serves
+        # What the metrics endpoint serves; solvers it does not know share one label.
+        self.counts = metrics.Counts(solvers=(*self.solvers.names, *config.metrics_solvers))
         self.logs = LogStore(config.data_dir / "logs")
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)

@@ -2,10 +2,14 @@
 
 `Counts` is fed by the daemon as it signs entries: each `result` (attempts by
 status and solver, joules by source and op), each `abort` and each `op`
-window. Counters start at zero when the daemon starts, as Prometheus expects
-of a counter; the ledger keeps the all-time totals. `Gauges` are read on
-demand (at scrape time) from state the daemon already holds, so serving them
-costs nothing between scrapes. `jouled.api.metrics` turns both into the
+window. Every label takes few values whatever clients send: statuses, ops and
+energy sources are the daemon's own words, and solvers are named only when the
+daemon knows them (its hosted solvers and those declared with
+`--metrics-solver`); any other solver counts under `OTHER_SOLVER`. Counters
+start at zero when the daemon starts, as Prometheus expects of a counter; the
+ledger keeps the all-time totals. `Gauges` are read on demand (at scrape time)
+from state the daemon already holds, so serving them costs nothing between
+scrapes. `jouled.api.metrics` turns both into the
 Prometheus exposition format.
 
 Energy is counted in integer millijoules, as the ledger signs it; a window
@@ -17,13 +21,17 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # The op label of agent-opened op windows: their own labels are the agent's
 # free text, which would give every label its own time series.
 OP_WINDOW = "op_window"
+# The solver label of every solver the daemon was not told to name: solver names
+# are the clients' choice, so each would be a time series of its own. No solver
+# can be called this (a name starts with a letter or digit).
+OTHER_SOLVER = "_other"
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,9 @@ def _valid(window: Mapping[str, Any]) -> bool:
 class Counts:
     """Counters the daemon bumps as it signs; thread-safe, read as a snapshot."""
 
-    def __init__(self) -> None:
+    def __init__(self, solvers: Iterable[str] = ()) -> None:
+        # The solver names the labels carry; any other is counted as OTHER_SOLVER.
+        self.solvers = frozenset(solvers)
         self._lock = threading.Lock()
         self._attempts: Counter[tuple[str, str]] = Counter()
         self._aborts: Counter[str] = Counter()
@@ -64,11 +74,16 @@ class Counts:
         else:
             self._invalid[op] += 1
 
+    def solver_label(self, solver: Any) -> str:
+        """The label a solver is counted under: its name if known, else OTHER_SOLVER."""
+        return solver if isinstance(solver, str) and solver in self.solvers else OTHER_SOLVER
+
     def result(self, body: Mapping[str, Any]) -> None:
         """A signed `result` body: one attempt, and the energy of each of its ops."""
         energy = body.get("energy")
         with self._lock:
-            self._attempts[(str(body.get("status", "")), str(body.get("solver", "")))] += 1
+            status = str(body.get("status", ""))
+            self._attempts[(status, self.solver_label(body.get("solver")))] += 1
             if isinstance(energy, Mapping):
                 for op, window in energy.items():
                     self._window(str(op), window)
@@ -76,7 +91,7 @@ class Counts:
     def abort(self, body: Mapping[str, Any]) -> None:
         """A signed `abort` body: an accepted attempt that produced no result."""
         with self._lock:
-            self._aborts[str(body.get("solver", ""))] += 1
+            self._aborts[self.solver_label(body.get("solver"))] += 1
 
     def op(self, body: Mapping[str, Any]) -> None:
         """A signed `op` body: an agent-opened window, counted under one op label."""
