@@ -168,3 +168,36 @@ def _fix(tasks: Path, tmp_path: Path) -> Path:
     path = tmp_path / "fix.patch"
     path.write_bytes(fix_patch(tasks, tmp_path))
     return path
+
+
+def test_a_data_dir_from_before_the_journal_macs_still_aborts_its_crashed_attempt(
+    tasks: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    d = start_daemon(data, tasks=tasks)
+    call = Call(d.target, submit_request(hold_patch(tasks, tmp_path), "genuine", solver="gate"))
+    gate = Gate(data)
+    gate.wait_held(1)
+    assert d.stop(signal.SIGKILL) == -signal.SIGKILL
+    gate.release_all()
+    call.join()
+    [genuine] = _journal(data)
+    # The journal as a daemon without MACs left it, with a row beside it out of bounds.
+    with duckdb.connect(str(data / "ledger.duckdb")) as db:
+        db.execute("ALTER TABLE journal DROP COLUMN mac")
+        db.execute(
+            "INSERT INTO journal VALUES (?, NULL, 'gate/hold', ?, ?)",
+            [fid(9), genuine[3], json.dumps({"solver": "reference\n"})],
+        )
+
+    d = start_daemon(data, tasks=tasks)
+    try:
+        docs = _export(d, tmp_path / "export.jsonl")
+        aborts = [doc["body"] for doc in docs if doc["kind"] == "abort"]
+        assert [(a["attempt_id"], a["solver"]) for a in aborts] == [(genuine[0], "gate")]
+        [refused] = (data / "journal-refused.jsonl").read_text().splitlines()
+        assert "solver 'reference\\\\n' is not a valid name" in refused
+    finally:
+        assert d.stop() == 0, d.log.read_text()
+    rows = _journal(data)  # the journal has its MAC column now, and the genuine row one
+    assert [(r[0], bool(r[5])) for r in rows] == [(genuine[0], True)]
