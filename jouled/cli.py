@@ -144,7 +144,17 @@ def serve(
         str | None,
         typer.Option(
             metavar="HOST:PORT",
-            help="Serve Prometheus metrics over HTTP here (no auth: keep it on loopback).",
+            help="Serve Prometheus metrics here: on loopback to loopback peers only; "
+            "elsewhere over HTTPS to auditors' and operators' tokens (needs --tls-cert, "
+            "--tls-key and --tokens).",
+        ),
+    ] = None,
+    metrics_solver: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME",
+            help="A solver the metrics name in their solver label, beside the hosted ones "
+            "(repeatable); every other solver is counted as _other.",
         ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
@@ -188,6 +198,7 @@ def serve(
             min_integrity=min_integrity,
             solvers_file=solvers,
             metrics_listen=metrics_listen,
+            metrics_solvers=tuple(metrics_solver) if metrics_solver else None,
         )
         daemon = Daemon(config)
         try:

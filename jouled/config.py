@@ -11,9 +11,11 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
+from jouled import limits
 from jouled.auth import PeerRule
 from jouled.documents import INTEGRITY_LEVELS
 from jouled.errors import ConfigError
@@ -62,6 +64,18 @@ def host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def loopback_host(host: str) -> bool:
+    """Whether a host name or address (an IPv4-mapped one too) is this host's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        address = ip_address(host.removeprefix("[").removesuffix("]").split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
 @dataclass(frozen=True)
 class Config:
     data_dir: Path = field(default_factory=default_home)
@@ -105,6 +119,9 @@ class Config:
     min_integrity: str = "none"  # ... and below this report integrity (INTEGRITY_LEVELS)
     solvers_file: Path | None = None  # agent CLIs the daemon may run as solvers (TOML)
     metrics_listen: str = ""  # "HOST:PORT" (or "PORT": loopback) of the metrics endpoint; "": none
+    # Solvers the metrics name in their `solver` label, beside the daemon-hosted ones;
+    # every other solver is counted under one label value (jouled.metrics.OTHER_SOLVER).
+    metrics_solvers: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -167,7 +184,17 @@ class Config:
         if self.tls_client_ca and not self.tls_cert:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
         if self.metrics_listen:
-            host_port(self.metrics_listen)
+            host, _ = host_port(self.metrics_listen)
+            if not loopback_host(host) and not (self.tls_cert and self.tokens_file):
+                raise ConfigError(
+                    f"--metrics-listen {self.metrics_listen!r} is not a loopback address, and "
+                    "metrics served beyond this host need TLS and bearer tokens",
+                    hint="keep it on loopback (127.0.0.1:PORT, or a bare PORT), or give "
+                    "--tls-cert, --tls-key and --tokens: scrapers then send an auditor's or "
+                    "operator's token over HTTPS",
+                )
+        for name in self.metrics_solvers:
+            limits.name("--metrics-solver", name)
         if isinstance(self.listen, str):
             return replace(self, listen=(self.listen,) if self.listen else ()).validated()
         config = self
@@ -208,6 +235,11 @@ class Config:
     def registrations_path(self) -> Path:
         """SWE-bench records registered over the API, replayed at start."""
         return self.data_dir / "swebench-records.jsonl"
+
+    @property
+    def journal_refused_path(self) -> Path:
+        """Journal rows refused at start (never signed from), one JSON line each."""
+        return self.data_dir / "journal-refused.jsonl"
 
     @property
     def tree_digests_path(self) -> Path:

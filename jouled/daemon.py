@@ -48,6 +48,7 @@ from jouled.errors import (
 from jouled.ledger import keys
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.entry import Entry
+from jouled.ledger.journal import RefusedRow
 from jouled.ledger.keys import KeyPaths
 from jouled.ledger.signing import public_pem
 from jouled.ledger.store import Ledger, current_keyid
@@ -73,6 +74,8 @@ LOGS_RESPONSE_BYTES = 3 << 20
 # The order runs are served in, so that the bound clips the least useful first.
 _LOG_PHASES = ("grade", "solve", "baseline", "reference")
 CLAIMED_KEYS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
+# Refused journal rows named one by one in the log at start; the rest are counted there.
+JOURNAL_REFUSALS_LOGGED = 20
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,8 @@ class Daemon:
         except BaseException:
             self.meter.close()
             raise
-        self.counts = metrics.Counts()  # what the metrics endpoint serves
+        # What the metrics endpoint serves; solvers it does not know share one label.
+        self.counts = metrics.Counts(solvers=(*self.solvers.names, *config.metrics_solvers))
         self.logs = LogStore(config.data_dir / "logs")
         self._abort_unfinished()
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
@@ -291,8 +295,15 @@ class Daemon:
     # -- start-up ---------------------------------------------------------------------------
 
     def _abort_unfinished(self) -> None:
-        """Close every attempt a crash cut off, so the log says what happened to it."""
-        pending = self.ledger.journal_pending()
+        """Close every attempt a crash cut off, so the log says what happened to it.
+
+        Only journal rows this daemon wrote, within a request's bounds, are signed
+        from; the others are reported and removed (`jouled.ledger.journal`).
+        """
+        review = self.ledger.journal_review()
+        if review.refused:
+            self._refuse_journal_rows(review.refused)
+        pending = review.pending
         for p in pending:
             log.warning("attempt %s on %s never finished: recording abort", p.attempt_id, p.task_id)
         if pending:
@@ -315,6 +326,36 @@ class Daemon:
             )
             for entry in entries:
                 self.counts.abort(entry.body)
+
+    def _refuse_journal_rows(self, refused: list[RefusedRow]) -> None:
+        """Report journal rows nothing is signed from, then remove them from the journal."""
+        path = self.config.journal_refused_path
+        for r in refused[:JOURNAL_REFUSALS_LOGGED]:
+            log.warning(
+                "journal row for attempt %s on %s refused, nothing signed from it: %s",
+                r.attempt_id,
+                r.task_id,
+                r.reason,
+            )
+        log.warning(
+            "%d journal row(s) refused at start (not written by this daemon, or out of "
+            "bounds); they are listed in %s",
+            len(refused),
+            path,
+        )
+        self.counts.journal_refused(len(refused))
+        now = datetime.now(UTC).isoformat()
+        try:
+            with path.open("a", encoding="utf-8") as fh:
+                for r in refused:
+                    record = {"refused": now, "attempt_id": r.attempt_id, "task_id": r.task_id}
+                    fh.write(json.dumps({**record, "reason": r.reason}) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:  # kept in the journal, to be refused and reported next start
+            log.error("cannot list refused journal rows in %s: %s", path, err)
+            return
+        self.ledger.journal_discard(refused)
 
     def _initial_calibration(self) -> Calibration | None:
         if self.config.calibrate_seconds > 0:
@@ -683,12 +724,15 @@ class Daemon:
                     hint="leave the agent out",
                 )
             agent = caller.name
-        limits.name("solver", solver)
-        limits.name("model", sub.model, empty=True)
-        limits.name("agent", agent, empty=True)
-        limits.name("run id", sub.run_id, empty=True)
-        limits.name("idempotency key", sub.idempotency_key, max_len=limits.KEY_MAX, empty=True)
-        limits.integer("rollout", sub.rollout, high=limits.ROLLOUT_MAX)
+        limits.attempt_request(
+            sub.task_id,
+            solver,
+            model=sub.model,
+            agent=agent,
+            run_id=sub.run_id,
+            rollout=sub.rollout,
+            idempotency_key=sub.idempotency_key,
+        )
         claimed = {}
         for k, v in sub.claimed.items():
             if k not in CLAIMED_KEYS:

@@ -23,7 +23,7 @@ _ALPHABET = r"A-Za-z0-9._:/@+=-"
 NAME_RE = re.compile(rf"[A-Za-z0-9][{_ALPHABET}]*")
 
 
-def _shown(value: str) -> str:
+def shown(value: str) -> str:
     """A value as an error message may quote it: short, escaped."""
     return repr(value[:40] + ("..." if len(value) > 40 else ""))
 
@@ -39,7 +39,7 @@ def name(what: str, value: str, *, max_len: int = NAME_MAX, empty: bool = False)
         )
     if not NAME_RE.fullmatch(value):
         raise UsageError(
-            f"{what} {_shown(value)} is not a valid name",
+            f"{what} {shown(value)} is not a valid name",
             hint=f"a {what} starts with a letter or digit and holds only letters, digits "
             "and . _ : / @ + = - (no spaces or control characters)",
         )
@@ -59,3 +59,28 @@ def integer(what: str, value: int, *, low: int = 0, high: int = MAX_SAFE_INTEGER
             hint=f"{what} must be between {low} and {high}",
         )
     return value
+
+
+def attempt_request(
+    task: str,
+    solver: str,
+    *,
+    model: str = "",
+    agent: str = "",
+    run_id: str = "",
+    rollout: int = 0,
+    idempotency_key: str = "",
+) -> None:
+    """The bounds of one attempt's request, wherever it comes from.
+
+    `Submit` and `RunSolver` check them before an attempt is accepted; the
+    attempt journal checks what it replays at start against the same bounds
+    before an abort is signed from it.
+    """
+    task_id(task)
+    name("solver", solver)
+    name("model", model, empty=True)
+    name("agent", agent, empty=True)
+    name("run id", run_id, empty=True)
+    name("idempotency key", idempotency_key, max_len=KEY_MAX, empty=True)
+    integer("rollout", rollout, high=ROLLOUT_MAX)

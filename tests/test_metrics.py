@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jouled.metrics import OP_WINDOW, Counts
+from jouled.metrics import OP_WINDOW, OTHER_SOLVER, Counts
 
 
 def _window(source: str, gross_mj: int | None, valid: bool = True) -> dict[str, Any]:
@@ -12,7 +12,7 @@ def _window(source: str, gross_mj: int | None, valid: bool = True) -> dict[str, 
 
 
 def test_results_count_attempts_by_status_and_solver_and_joules_by_source_and_op() -> None:
-    counts = Counts()
+    counts = Counts(solvers=("alice",))
     counts.result(
         {
             "status": "resolved",
@@ -57,7 +57,7 @@ def test_a_failed_read_adds_no_joules_and_is_counted_as_invalid() -> None:
 
 
 def test_aborts_and_op_windows_are_counted_apart_from_attempts() -> None:
-    counts = Counts()
+    counts = Counts(solvers=("noop",))
     counts.abort({"solver": "noop"})
     counts.op({"abandoned": True, "energy": _window("estimator", 250), "label": "free text"})
     counts.op({"abandoned": False, "energy": _window("estimator", 50)})
@@ -70,8 +70,20 @@ def test_aborts_and_op_windows_are_counted_apart_from_attempts() -> None:
 
 
 def test_a_snapshot_does_not_move_with_later_counts() -> None:
-    counts = Counts()
+    counts = Counts(solvers=("s",))
     before = counts.snapshot()
     counts.result({"status": "error", "solver": "s"})
     assert before.attempts == {}
     assert counts.snapshot().attempts == {("error", "s"): 1}
+
+
+def test_solvers_the_daemon_does_not_know_share_one_label() -> None:
+    counts = Counts(solvers=("reference", "noop", "alice"))
+    for i in range(1000):
+        counts.result({"status": "resolved", "solver": f"bob/{i}"})
+        counts.abort({"solver": f"bob/{i}"})
+    counts.result({"status": "resolved", "solver": "alice"})
+    counts.result({"status": "resolved", "solver": ["not", "a", "name"]})
+    snap = counts.snapshot()
+    assert snap.attempts == {("resolved", OTHER_SOLVER): 1001, ("resolved", "alice"): 1}
+    assert snap.aborts == {OTHER_SOLVER: 1000}

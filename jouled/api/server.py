@@ -441,7 +441,7 @@ class Server:
         # Last: it serves as soon as it binds, so nothing after it may fail.
         self.metrics: MetricsServer | None = None
         if config.metrics_address is not None:
-            self.metrics = MetricsServer(daemon, *config.metrics_address)
+            self.metrics = MetricsServer(daemon, *config.metrics_address, self.auth.tokens)
 
     def _listen(self, config: Config, address: str) -> None:
         if address.startswith("unix:"):

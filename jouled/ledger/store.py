@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -49,7 +50,7 @@ from jouled.errors import (
     VerificationError,
 )
 from jouled.frontier import Frontier
-from jouled.ledger import merkle, seal
+from jouled.ledger import journal, merkle, seal
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
 from jouled.ledger.columns import (
     ALL_NAMES,
@@ -62,6 +63,7 @@ from jouled.ledger.columns import (
     query_values,
 )
 from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
+from jouled.ledger.journal import PendingAttempt
 from jouled.ledger.signing import Signer, raw_public
 from jouled.ledger.tail import Tail, TailRecord, read_records, tail_path
 
@@ -112,7 +114,8 @@ CREATE TABLE IF NOT EXISTS journal (
     idempotency_key VARCHAR,
     task_id VARCHAR NOT NULL,
     accepted VARCHAR NOT NULL,
-    request VARCHAR NOT NULL
+    request VARCHAR NOT NULL,
+    mac VARCHAR
 );
 """
 
@@ -226,14 +229,6 @@ class _Pending:
     error: BaseException | None = None
 
 
-@dataclass(frozen=True)
-class PendingAttempt:
-    attempt_id: str
-    idempotency_key: str | None
-    task_id: str
-    request: dict[str, Any]
-
-
 class Ledger:
     def __init__(
         self,
@@ -268,6 +263,7 @@ class Ledger:
         self._note_time: float | None = None
         self._unflushed: list[TailRecord] = []
         self._filled_to = 0
+        self._journal_macs: dict[str, bytes] = {}
         # How opening vouched for the query columns: "sealed" or "derived" from the payloads.
         self.columns_checked = ""
         try:
@@ -403,6 +399,53 @@ class Ledger:
             self._fill_frontier_columns(0)  # what a crash left unfilled
         row = self._db.execute("SELECT count(*) FROM entries").fetchone()
         self._filled_to = int(row[0]) if row else 0
+        self._migrate_journal()
+
+    def _migrate_journal(self) -> None:
+        """Give a journal written before its rows were authenticated a MAC column, once.
+
+        Rows already there meet the bounds of a request or stay without a MAC,
+        which refuses them: the journal had no authentication to tell them
+        apart by. A journal table of another shape is set aside, never read.
+        """
+        described = self._db.execute("DESCRIBE journal").fetchall()
+        have = [str(r[0]) for r in described]
+        if any(r[1] != "VARCHAR" for r in described):
+            have = [f"{r[0]} {r[1]}" for r in described]
+        if have == list(journal.COLUMNS):
+            return
+        if have != list(journal.COLUMNS[:-1]):
+            aside = "journal_unreadable_" + datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
+            log.warning(
+                "the ledger's journal table has columns %s, not %s: set aside as %s, and "
+                "nothing is signed from it",
+                ", ".join(have),
+                ", ".join(journal.COLUMNS),
+                aside,
+            )
+            self._db.execute(f"ALTER TABLE journal RENAME TO {aside}")
+            self._db.execute(SCHEMA)
+            return
+        key = journal.mac_key(self.signer)
+        self._db.execute("BEGIN TRANSACTION")
+        try:
+            self._db.execute("ALTER TABLE journal ADD COLUMN mac VARCHAR")
+            adopted = []
+            for row in self._db.execute(journal.ALL_SQL).fetchall():
+                checked = journal.check(row, None)
+                if isinstance(checked, journal.PendingAttempt):
+                    fields = row[1:-2:2]  # every field but the MAC, whole: within its bound
+                    adopted.append([int(row[0]), journal.mac(key, *fields)])
+            if adopted:
+                self._db.execute(
+                    "UPDATE journal SET mac = a.mac FROM (SELECT unnest(?::BIGINT[]) AS id, "
+                    "unnest(?::VARCHAR[]) AS mac) a WHERE journal.rowid = a.id",
+                    [[a[0] for a in adopted], [a[1] for a in adopted]],
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def _fill_frontier_columns(self, start: int, *, every: bool = False) -> None:
         """Derive the frontier columns of results from `start` on that do not have them yet
@@ -811,14 +854,26 @@ class Ledger:
 
     # -- the attempt journal -------------------------------------------------------------
 
+    def _journal_keys(self) -> list[bytes]:
+        """The journal's MAC keys: the current signer's, then the retired one's."""
+        signers = [self.signer] + ([self.retired] if self.retired is not None else [])
+        for signer in signers:
+            if signer.keyid not in self._journal_macs:
+                self._journal_macs[signer.keyid] = journal.mac_key(signer)
+        return [self._journal_macs[s.keyid] for s in signers]
+
     def journal_accept(
         self, attempt_id: str, idempotency_key: str | None, task_id: str, request: dict[str, Any]
     ) -> None:
         """Record an attempt before it runs, so a crash leaves a trace to abort."""
+        accepted, text = utc_now(), json.dumps(request)
+        tag = journal.mac(
+            self._journal_keys()[0], attempt_id, idempotency_key, task_id, accepted, text
+        )
         with self._lock:
             self._db.execute(
-                "INSERT INTO journal VALUES (?, ?, ?, ?, ?)",
-                [attempt_id, idempotency_key, task_id, utc_now(), json.dumps(request)],
+                f"INSERT INTO journal ({', '.join(journal.COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
+                [attempt_id, idempotency_key, task_id, accepted, text, tag],
             )
 
     def journal_drop(self, attempt_id: str) -> None:
@@ -826,17 +881,31 @@ class Ledger:
         with self._lock:
             self._db.execute("DELETE FROM journal WHERE attempt_id = ?", [attempt_id])
 
-    def journal_pending(self) -> list[PendingAttempt]:
+    def journal_review(self) -> journal.Review:
+        """Unfinished attempts to abort, and journal rows refused (`jouled.ledger.journal`)."""
+        keys = self._journal_keys()
+        out = journal.Review()
         with self._lock:
             # An attempt is finished exactly when an entry names it, so commits
             # never have to touch the journal.
-            rows = self._db.execute(
-                "SELECT attempt_id, idempotency_key, task_id, request FROM journal j "
-                "WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.attempt_id = j.attempt_id) "
-                "ORDER BY accepted"
-            ).fetchall()
             finished = {_column(r.entry, "attempt_id") for r in self._unflushed}
-        return [PendingAttempt(a, k, t, json.loads(r)) for a, k, t, r in rows if a not in finished]
+            cursor = self._db.execute(journal.PENDING_SQL)
+            while rows := cursor.fetchmany(1024):
+                part = journal.review(rows, keys, finished)
+                out.pending += part.pending
+                out.refused += part.refused
+        return out
+
+    def journal_pending(self) -> list[PendingAttempt]:
+        return self.journal_review().pending
+
+    def journal_discard(self, refused: Sequence[journal.RefusedRow]) -> None:
+        """Remove refused rows from the journal, once they are reported."""
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM journal WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+                [[r.rowid for r in refused]],
+            )
 
     # -- reading -------------------------------------------------------------------------
 

@@ -1,14 +1,16 @@
+import json
 import os
 import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jouled.errors import KeyFileError, LedgerIntegrityError
 from jouled.ledger import merkle, store
 from jouled.ledger.checkpoint import parse_note
-from jouled.ledger.signing import load_or_create_key
+from jouled.ledger.signing import Signer, load_or_create_key
 from jouled.ledger.store import Ledger
 from jouled.ledger.verify import verify_export
 
@@ -333,4 +335,81 @@ def test_an_export_is_of_one_tree_whatever_is_appended_while_it_streams(tmp_path
     assert len(exported) == size == 4 and parse_note(history[-1])[0].size == size
     assert verify_export(exported, [ledger.signer.public], history).entries == size
     assert len(ledger.checkpoint_history()) == len(history) + 2
+    ledger.close()
+
+
+REQUEST = {"solver": "gate", "run_id": "", "rollout": 0}
+
+
+def test_a_journal_row_is_authenticated_and_checked_before_anything_is_signed(
+    tmp_path: Path,
+) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.journal_accept("a1", "k1", "s/t", REQUEST)
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        [(accepted, tag)] = db.execute("SELECT accepted, mac FROM journal").fetchall()
+        db.execute(
+            "INSERT INTO journal VALUES ('a2', NULL, 's/t', ?, ?, ?)",
+            [accepted, '{"solver": "reference"}', tag],
+        )
+    ledger = open_ledger(tmp_path)
+    review = ledger.journal_review()
+    assert [p.attempt_id for p in review.pending] == ["a1"]
+    assert [(r.attempt_id, r.reason) for r in review.refused] == [
+        ("'a2'", "its MAC does not verify with this daemon's key: this daemon did not write it")
+    ]
+    ledger.journal_discard(review.refused)
+    assert not ledger.journal_review().refused
+    ledger.close()
+
+
+def test_a_journal_from_before_its_macs_keeps_its_rows_within_bounds(tmp_path: Path) -> None:
+    # The upgrade path: a data dir whose journal has no MAC column.
+    ledger = open_ledger(tmp_path)
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        db.execute("ALTER TABLE journal DROP COLUMN mac")
+        db.execute(
+            "INSERT INTO journal VALUES ('a1', 'k1', 's/t', '2026-01-01T00:00:00.000Z', ?), "
+            "('a2', NULL, 's/t', '2026-01-01T00:00:01.000Z', ?), "
+            "('a3', NULL, 's/t', '2026-01-01T00:00:02.000Z', ?)",
+            [json.dumps(REQUEST), '{"solver": "bell\\u0007"}', json.dumps({"solver": "x" * 5000})],
+        )
+    for _ in range(2):  # migrated once; the second open finds the rows the first one sealed
+        ledger = open_ledger(tmp_path)
+        review = ledger.journal_review()
+        assert [p.attempt_id for p in review.pending] == ["a1"]
+        assert [p.request for p in review.pending] == [REQUEST]
+        assert [(r.attempt_id, r.reason) for r in review.refused] == [
+            ("'a2'", "solver 'bell\\x07' is not a valid name"),
+            ("'a3'", "its request is 5014 characters long; the limit is 1024"),
+        ]
+        ledger.close()
+
+
+def test_a_journal_table_of_another_shape_is_set_aside(tmp_path: Path) -> None:
+    open_ledger(tmp_path).close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        db.execute("DROP TABLE journal")
+        db.execute("CREATE TABLE journal (attempt_id INTEGER, solver VARCHAR)")
+        db.execute("INSERT INTO journal VALUES (1, 'reference')")
+    ledger = open_ledger(tmp_path)
+    review = ledger.journal_review()
+    assert not review.pending and not review.refused
+    ledger.journal_accept("a1", None, "s/t", REQUEST)
+    assert [p.attempt_id for p in ledger.journal_pending()] == ["a1"]
+    ledger.close()
+    with duckdb.connect(str(tmp_path / "ledger.duckdb")) as db:
+        tables = {r[0] for r in db.execute("SHOW TABLES").fetchall()}
+    assert any(t.startswith("journal_unreadable_") for t in tables)
+
+
+def test_a_journal_row_written_before_a_key_rotation_still_verifies(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.journal_accept("a1", None, "s/t", REQUEST)
+    ledger.rotate(Signer(Ed25519PrivateKey.generate()), 2)
+    assert [p.attempt_id for p in ledger.journal_pending()] == ["a1"]
+    ledger.journal_accept("a2", None, "s/t", REQUEST)
+    assert [p.attempt_id for p in ledger.journal_pending()] == ["a1", "a2"]
     ledger.close()

@@ -262,8 +262,8 @@ print(new.keyid)
 def test_reads_see_the_tail_without_moving_it(tmp_path: Path) -> None:
     # Reads never write: they keep answering when the disk is too full to move the tail.
     ledger = open_ledger(tmp_path)
-    ledger.journal_accept("a1", "k1", "s/t", {})
-    ledger.journal_accept("a2", "k2", "s/t", {})
+    ledger.journal_accept("a1", "k1", "s/t", {"solver": "x"})
+    ledger.journal_accept("a2", "k2", "s/t", {"solver": "x"})
     result = ledger.append(
         "result", {"task_id": "s/t", "suite": "s", "idempotency_key": "k1", "attempt_id": "a1"}
     )
