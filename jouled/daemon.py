@@ -60,7 +60,7 @@ from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.patch import Patch, parse_patch, patch_sha256
 from jouled.pipeline import container
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
-from jouled.pipeline.sandbox import Sandbox
+from jouled.pipeline.sandbox import Sandbox, sandbox_instance
 from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
@@ -228,7 +228,11 @@ class Daemon:
         # Refuses to start below the minimum isolation, saying what the host lacks.
         self.solvers = load_solvers(config.solvers_file)
         pristine = [*config.task_dirs, *([config.checkout_root] if config.checkout_root else [])]
-        self.sandbox = Sandbox(min_level=config.min_isolation, secret=[config.data_dir, *pristine])
+        self.sandbox = Sandbox(
+            min_level=config.min_isolation,
+            secret=[config.data_dir, *pristine],
+            instance=sandbox_instance(config.data_dir),
+        )
         self.isolation = self.sandbox.check_host()
         self._images = container_images(config.swebench_container)  # refuses a missing engine
         self.meter = meter or open_meter(
@@ -1058,6 +1062,7 @@ class Daemon:
             t.join(timeout=1)
         self.meter.close()
         self.ledger.close()
+        self.sandbox.close()
 
 
 def container_images(name: str) -> swebench.Images | None:
