@@ -260,6 +260,9 @@ class Daemon:
             sandbox=self.sandbox,
             solvers=self.solvers,
             min_integrity=config.min_integrity,
+            disk_bytes=config.attempt_disk_mb << 20,
+            disk_floor_bytes=config.min_free_mb << 20,
+            solver_diff_bytes=config.max_patch_bytes,
         )
         # Kept current as results are signed, so serving it never rescans the ledger;
         # built from the ledger's query columns, which opening it checked against the payloads.

@@ -57,6 +57,7 @@ from jouled.pipeline.cgroup import groups as cgroups
 from jouled.pipeline.instance import UID_BASE as UID_BASE
 from jouled.pipeline.instance import UID_POOL, UNNAMED, Instance
 from jouled.pipeline.instance import for_data_dir as instance_for
+from jouled.pipeline.scratch import FLOOR, Space, space_of
 from jouled.pipeline.seccomp import no_new_userns
 
 # Where a run sees its workdir and the read-only files the daemon gives it.
@@ -561,6 +562,7 @@ class Sandbox:
                 prefix = []
                 cwd = str(workdir)
             cfg = {
+                "workdir": str(workdir),
                 "parent": 0 if where.level == BWRAP else os.getpid(),
                 "ids": (uid, uid) if uid is not None else None,
                 "cwd": cwd,
@@ -571,6 +573,8 @@ class Sandbox:
                 "rlimits": _rlimits(limits, per_uid=uid is not None),
             }
             isolation = self._isolation(where, uid, limits, group)
+            space = space_of(workdir)
+            isolation["disk"] = space.describe() if space is not None else None
             isolation["network"] = "host" if network or where.level != BWRAP else "loopback"
             return _run_started(
                 argv,
@@ -871,15 +875,40 @@ class _Streams:
         return hit
 
 
-def _watch(pid: int, streams: _Streams, deadline: float) -> bool:
-    """Collect output until `pid` exits or the deadline passes; True on timeout."""
+_DISK_POLL_S = 0.2  # how often a run's writable space is read while it runs
+
+
+class _Disk:
+    """A run's writable space, read while it runs: whether it reached its bound."""
+
+    def __init__(self, space: Space | None) -> None:
+        self.space = space
+        self.hit = False
+
+    def check(self) -> bool:
+        """Read the space; True when the run must be killed (it took the host's floor)."""
+        if self.space is None or not self.space.exhausted():
+            return False
+        self.hit = True
+        return self.space.kind == FLOOR
+
+
+def _watch(pid: int, streams: _Streams, deadline: float, disk: _Disk) -> bool:
+    """Collect output until `pid` exits, the deadline passes or `disk` says kill.
+
+    True on timeout.
+    """
     pidfd = os.pidfd_open(pid)
     try:
         while not _exited(pid):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return True
+            if disk.space is not None:
+                remaining = min(remaining, _DISK_POLL_S)
             streams.pump(remaining, extra=pidfd)
+            if disk.check():
+                return False
     finally:
         os.close(pidfd)
     return False
@@ -1056,7 +1085,8 @@ def _supervise(
                 hint="check that the command and its working directory exist and are usable",
             )
         isolation = {**isolation, "caps": message["caps"]}
-        timed_out = _watch(proc.pid, streams, time.monotonic() + limits.timeout_s)
+        disk = _Disk(space_of(Path(cfg["workdir"])))
+        timed_out = _watch(proc.pid, streams, time.monotonic() + limits.timeout_s, disk)
         # Also after a normal exit: leftovers would hold the output pipe open.
         _kill(proc, init)
         status, rusage = _reap(proc)
@@ -1072,6 +1102,9 @@ def _supervise(
                 "memory_peak_bytes": group.peak_memory(),
                 "oom_killed": group.oom_kills() > oom_before,
             }
+        disk.check()
+        if disk.hit:  # the run reached the bound of its writable space (and was refused there)
+            isolation = {**isolation, "resource": "disk"}
     finally:
         streams.close()
         if proc.returncode is None:
