@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -64,6 +65,10 @@ from jouled.pipeline.sandbox import Sandbox, sandbox_instance
 from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
+
+# The least free space in the data dir an accepted attempt needs for its journal row and
+# its result (below --min-free-mb, which may be 0, attempts are refused anyway).
+JOURNAL_ROOM = 1 << 20
 
 # How much of a graded run's output a receipt carries (the tail; the sandbox keeps 1 MiB).
 OUTPUT_TAIL_CHARS = 64 << 10
@@ -737,6 +742,11 @@ class Daemon:
         attempt, progress = job.attempt, job.progress
         # A patch that does not apply is rejected here, before the journal sees it.
         with self.evaluator.prepared(attempt, progress) as tree:
+            # The attempt's files may be on a tmpfs of their own: preparing them says nothing
+            # of the data dir, which the journal and the result are written to.
+            free = self._free_bytes()
+            if free is not None and free < JOURNAL_ROOM:
+                raise OSError(errno.ENOSPC, f"{free} bytes left in {self.config.data_dir}")
             self.ledger.journal_accept(
                 attempt.attempt_id,
                 attempt.idempotency_key or None,

@@ -644,7 +644,6 @@ class Evaluator:
         assert window.energy is not None
         energy["solve"] = window.energy.to_wire()
         attempt.claimed = {**solved.claimed, **attempt.claimed}
-        extra["solve"] = solved.describe()
         try:
             command_solver.keep_patchable(workdir, base, contract.is_protected, solved.dropped)
             # Streamed and bounded: the daemon never holds more of the agent's work than
@@ -654,11 +653,12 @@ class Evaluator:
             if err.errno not in NO_SPACE:
                 raise
             raise PatchError(
-                f"the solver filled its writable space ({self.disk_bytes >> 20} MiB) and its "
-                "work could not be read back",
+                "the solver filled the attempt's writable space and its work could not be "
+                "read back",
                 hint="a hosted agent's changes must fit the attempt's writable space",
             ) from err
         finally:
+            extra["solve"] = solved.describe()  # after keep_patchable named what it dropped
             shutil.rmtree(workdir, ignore_errors=True)
             shutil.rmtree(base, ignore_errors=True)
         if not raw:

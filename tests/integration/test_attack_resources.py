@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jb_client.api import Client
+from jb_client.api import Client, ClientError
 
+from jouled.errors import Kind
 from jouled.pipeline.sandbox import BWRAP, host
 
 from . import attacks as A
@@ -130,6 +131,23 @@ def test_filling_the_writable_space_stops_at_the_bound(arena: tuple[Daemon, Path
     assert correct_fix(daemon, tasks) == "resolved"
 
 
+def test_a_tree_larger_than_the_writable_space_is_refused_clearly(tmp_path: Path) -> None:
+    tasks = A.copy_tasks(tmp_path / "tasks")
+    (A.LRUCACHE.dir(tasks) / "before" / "data.txt").write_text("x" * (3 << 20))
+    daemon = start_daemon(tmp_path / "data", "--attempt-disk-mb", "2", tasks=tasks)
+    try:
+        patch = A.build_patch(A.LRUCACHE.dir(tasks), fix=True)
+        size = daemon.ledger_size()
+        with Client(daemon.target, timeout_s=600) as client, pytest.raises(ClientError) as err:
+            client.submit(A.LRUCACHE.task_id, patch, idempotency_key="too-big")
+        assert err.value.kind == Kind.RESOURCE_EXHAUSTED, err.value
+        assert "does not fit an attempt's writable space of 2 MiB" in err.value.message
+        assert "hint: raise the daemon's --attempt-disk-mb" in err.value.message
+        assert daemon.ledger_size() == size, "something was recorded for the refused attempt"
+    finally:
+        daemon.stop()
+
+
 def _mount_tmpfs(path: Path, size: int) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     options = f"size={size},mode=0700".encode()
@@ -218,6 +236,7 @@ def test_a_solver_that_writes_a_lot_is_refused_without_the_daemon_holding_it(
         assert peak - before < 64 << 20, (
             f"the daemon's peak RSS grew by {(peak - before) >> 20} MiB reading the solver's work"
         )
+        assert peak < 256 << 20, f"the daemon's peak RSS is {peak >> 20} MiB (README: 256)"
         assert receipt["status"] == "unresolved"
         refused = result.get("refused", "")
         assert "generated.txt" in refused and "bounded to" in refused, result
