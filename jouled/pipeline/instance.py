@@ -67,8 +67,9 @@ def name_of(data_dir: Path) -> str:
 def for_data_dir(data_dir: Path, *, root: bool, lock_dir: Path = LOCK_DIR) -> Instance:
     """The instance of the daemon serving `data_dir`; as root, with a uid block claimed.
 
-    Raises OSError only where every probed block is held (256 daemons whose
-    hashes crowd one place), which a caller reports as a configuration fault.
+    Where no lock can be taken (no writable LOCK_DIR) the block is the hashed
+    one, unclaimed. Raises OSError only where every probed block is held (256
+    daemons whose hashes crowd one place), which a caller reports as a fault.
     """
     name = name_of(data_dir)
     start = int(name, 16) % UID_BLOCKS
@@ -84,7 +85,10 @@ def for_data_dir(data_dir: Path, *, root: bool, lock_dir: Path = LOCK_DIR) -> In
     for step in range(_PROBES):
         block = (start + step) % UID_BLOCKS
         path = lock_dir / f"uids-{block}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:  # a read-only /run (a hardened unit): nowhere to claim, hash alone
+            return Instance(name, UID_BASE + start * UID_POOL)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -92,7 +96,7 @@ def for_data_dir(data_dir: Path, *, root: bool, lock_dir: Path = LOCK_DIR) -> In
             continue
         except OSError:
             os.close(fd)
-            raise
+            return Instance(name, UID_BASE + start * UID_POOL)
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()} {os.path.realpath(data_dir)}\n".encode())

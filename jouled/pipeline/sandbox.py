@@ -258,6 +258,7 @@ class Host:
         groups = cgroups()
         out["cgroup"] = groups.kind or f"none: {groups.why_not or 'no memory/pids cgroup'}"
         out["uid"] = "a pooled uid per run" if self.root else "65534 in a user namespace"
+        out["nested_userns"] = _nested_userns(self)
         return out
 
 
