@@ -59,7 +59,7 @@ from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.patch import Patch, parse_patch, patch_sha256
-from jouled.pipeline import container
+from jouled.pipeline import container, scratch
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox, sandbox_instance
 from jouled.solvers import load_solvers
@@ -257,6 +257,9 @@ class Daemon:
         self.counts = metrics.Counts()  # what the metrics endpoint serves
         self.logs = LogStore(config.data_dir / "logs")
         self._abort_unfinished()
+        left = scratch.reclaim(config.work_root)  # a crash's workdirs (and their tmpfs mounts)
+        if left:
+            log.warning("removed %d workdirs left in %s", len(left), config.work_root)
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
         self.evaluator = Evaluator(
             self.metering,

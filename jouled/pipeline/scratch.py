@@ -8,8 +8,10 @@ is a tmpfs of its own, `size` bytes: the kernel refuses a write past it
 a plain directory, and the sandbox watches the file system it is on: a run
 that takes it below the daemon's free-space floor is killed.
 
-Either way the sandbox reads the space's state while a run lasts and after
-it, and a run that reached the bound is signed with `resource: disk`
+A daemon that crashed leaves its attempts' spaces behind (mounted, where they
+were tmpfs): the next start on the same data dir unmounts and removes them
+(`reclaim`). Either way the sandbox reads the space's state while a run lasts
+and after it, and a run that reached the bound is signed with `resource: disk`
 (jouled.pipeline.sandbox). `space_of(path)` tells it which bound a workdir
 has.
 """
@@ -96,6 +98,28 @@ def _mount_tmpfs(path: str, size: int) -> bool:
 
 def _unmount(path: str) -> None:
     _libc().umount2(path.encode(), _MNT_DETACH)
+
+
+def reclaim(parent: Path) -> list[str]:
+    """Unmount and remove what attempts left under `parent` (a daemon that crashed).
+
+    Called at start, before any attempt runs: every entry there is a leftover.
+    Returns the names removed.
+    """
+    try:
+        names = sorted(os.listdir(parent))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        path = os.path.join(parent, name)
+        if os.path.ismount(path):
+            _unmount(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return names
 
 
 @contextlib.contextmanager

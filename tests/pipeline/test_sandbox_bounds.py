@@ -156,3 +156,18 @@ def test_a_diff_past_its_bound_is_refused_without_reading_the_file(tmp_path: Pat
         diff_trees(old, new, max_bytes=1 << 10)
     with pytest.raises(PatchError, match="more than 10 files"):
         diff_trees(old, new, max_entries=10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting the attempt's tmpfs needs root")
+def test_a_crashed_daemons_spaces_are_reclaimed_at_start(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    left = work / "attempt-crashed"
+    left.mkdir(parents=True)
+    if not scratch._mount_tmpfs(str(left), 1 << 20):
+        pytest.skip("this host refused a tmpfs mount")
+    (left / "tree").mkdir()
+    (work / "baseline-crashed").mkdir()
+    assert os.path.ismount(left)
+    assert scratch.reclaim(work) == ["attempt-crashed", "baseline-crashed"]
+    assert not os.path.ismount(left) and not list(work.iterdir())
+    assert scratch.reclaim(tmp_path / "missing") == []
