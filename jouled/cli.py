@@ -117,6 +117,13 @@ def serve(
     min_free_mb: Annotated[
         int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
     ] = 256,
+    attempt_disk_mb: Annotated[
+        int,
+        typer.Option(
+            help="Each attempt's writable space (MiB): a tmpfs of this size where the daemon "
+            "may mount one; 0: none (runs are held to --min-free-mb alone)."
+        ),
+    ] = 1024,
     op_windows_max: Annotated[
         int, typer.Option(help="Op windows open at once, all agents together.")
     ] = 32,
@@ -181,6 +188,7 @@ def serve(
             swebench_container=swebench_container,
             queue_limit=queue_limit,
             min_free_mb=min_free_mb,
+            attempt_disk_mb=attempt_disk_mb,
             op_windows_max=op_windows_max,
             op_windows_per_agent=op_windows_per_agent,
             op_window_max_s=op_window_max_s,

@@ -97,6 +97,10 @@ class Config:
     # The opt-in container runtime for SWE-bench instances: "docker", "podman" or "" (none).
     swebench_container: str = ""
     min_free_mb: int = 256  # below this much free space in the data dir, attempts are refused
+    # Each attempt's writable space: a tmpfs of this many MiB where the daemon may mount one
+    # (jouled.pipeline.scratch); 0: none, and a run is killed when it takes the data dir's
+    # file system below min_free_mb.
+    attempt_disk_mb: int = 1024
     energy: str = "auto"
     calibrate_seconds: float = 10.0
     active_watts: float = 15.0
@@ -177,6 +181,11 @@ class Config:
             raise ConfigError("--op-window-max-s must be positive")
         if self.min_free_mb < 0:
             raise ConfigError("--min-free-mb must be 0 or more")
+        if not 0 <= self.attempt_disk_mb <= 1 << 20:
+            raise ConfigError(
+                f"--attempt-disk-mb {self.attempt_disk_mb} is out of range",
+                hint="give 0 (no tmpfs) to 1048576 MiB",
+            )
         if self.heartbeat_s <= 0:
             raise ConfigError("the heartbeat interval must be positive")
         if bool(self.tls_cert) != bool(self.tls_key):

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -59,12 +60,16 @@ from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.patch import Patch, parse_patch, patch_sha256
-from jouled.pipeline import container
+from jouled.pipeline import container, scratch
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
-from jouled.pipeline.sandbox import Sandbox
+from jouled.pipeline.sandbox import Sandbox, sandbox_instance
 from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
+
+# The least free space in the data dir an accepted attempt needs for its journal row and
+# its result (below --min-free-mb, which may be 0, attempts are refused anyway).
+JOURNAL_ROOM = 1 << 20
 
 # How much of a graded run's output a receipt carries (the tail; the sandbox keeps 1 MiB).
 OUTPUT_TAIL_CHARS = 64 << 10
@@ -231,7 +236,11 @@ class Daemon:
         # Refuses to start below the minimum isolation, saying what the host lacks.
         self.solvers = load_solvers(config.solvers_file)
         pristine = [*config.task_dirs, *([config.checkout_root] if config.checkout_root else [])]
-        self.sandbox = Sandbox(min_level=config.min_isolation, secret=[config.data_dir, *pristine])
+        self.sandbox = Sandbox(
+            min_level=config.min_isolation,
+            secret=[config.data_dir, *pristine],
+            instance=sandbox_instance(config.data_dir),
+        )
         self.isolation = self.sandbox.check_host()
         self._images = container_images(config.swebench_container)  # refuses a missing engine
         self.meter = meter or open_meter(
@@ -252,6 +261,9 @@ class Daemon:
         self.counts = metrics.Counts(solvers=(*self.solvers.names, *config.metrics_solvers))
         self.logs = LogStore(config.data_dir / "logs")
         self._abort_unfinished()
+        left = scratch.reclaim(config.work_root)  # a crash's workdirs (and their tmpfs mounts)
+        if left:
+            log.warning("removed %d workdirs left in %s", len(left), config.work_root)
         self.metering = Metering(self.meter, self._initial_calibration(), config.attribution)
         self.evaluator = Evaluator(
             self.metering,
@@ -260,6 +272,9 @@ class Daemon:
             sandbox=self.sandbox,
             solvers=self.solvers,
             min_integrity=config.min_integrity,
+            disk_bytes=config.attempt_disk_mb << 20,
+            disk_floor_bytes=config.min_free_mb << 20,
+            solver_diff_bytes=config.max_patch_bytes,
         )
         # Kept current as results are signed, so serving it never rescans the ledger;
         # built from the ledger's query columns, which opening it checked against the payloads.
@@ -774,6 +789,11 @@ class Daemon:
         attempt, progress = job.attempt, job.progress
         # A patch that does not apply is rejected here, before the journal sees it.
         with self.evaluator.prepared(attempt, progress) as tree:
+            # The attempt's files may be on a tmpfs of their own: preparing them says nothing
+            # of the data dir, which the journal and the result are written to.
+            free = self._free_bytes()
+            if free is not None and free < JOURNAL_ROOM:
+                raise OSError(errno.ENOSPC, f"{free} bytes left in {self.config.data_dir}")
             self.ledger.journal_accept(
                 attempt.attempt_id,
                 attempt.idempotency_key or None,
@@ -1102,6 +1122,7 @@ class Daemon:
             t.join(timeout=1)
         self.meter.close()
         self.ledger.close()
+        self.sandbox.close()
 
 
 def container_images(name: str) -> swebench.Images | None:

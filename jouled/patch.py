@@ -1017,19 +1017,44 @@ class _Entry:
     link: bool = False
 
 
-def diff_trees(old_root: Path, new_root: Path) -> bytes:
+# What `diff_trees` reads of a tree: its entries (paths and metadata only, never
+# contents, until a file is known to differ).
+DIFF_MAX_ENTRIES = 100_000
+
+
+@dataclass(frozen=True)
+class _Stat:
+    path: Path
+    size: int
+    executable: bool
+    link: bool
+
+
+def diff_trees(
+    old_root: Path,
+    new_root: Path,
+    *,
+    max_bytes: int | None = None,
+    max_entries: int = DIFF_MAX_ENTRIES,
+) -> bytes:
     """A git-style diff that turns `old_root` into `new_root`; b"" when they are the same.
 
     Files are compared by content and executable bit, in sorted path order.
     `.git` is skipped (no patch may touch it). Renames show as a deletion and
     an addition. Symlinks that differ, non-UTF-8 files and names no patch could
     carry raise PatchError, since the result could not be applied.
+
+    Memory is bounded whatever the trees hold: each tree is listed (at most
+    `max_entries` entries), files of equal size are compared in chunks, and
+    only a file that differs is read whole. With `max_bytes`, a changed file
+    larger than that, or a diff growing past it, raises PatchError at once.
     """
-    old, new = _snapshot(old_root), _snapshot(new_root)
-    chunks: list[str] = []
+    old = _listing(old_root, max_entries)
+    new = _listing(new_root, max_entries)
+    out = bytearray()
     for rel in sorted(old.keys() | new.keys()):
         before, after = old.get(rel), new.get(rel)
-        if before == after:
+        if before is not None and after is not None and _same_file(before, after):
             continue
         _clean_path(rel)
         if (before is not None and before.link) or (after is not None and after.link):
@@ -1038,14 +1063,28 @@ def diff_trees(old_root: Path, new_root: Path) -> bytes:
                 path=rel,
                 hint="replace the symlink with a regular file",
             )
-        chunks.append(_diff_file(rel, before, after))
-    return "".join(chunks).encode("utf-8")
+        for side in (before, after):
+            if max_bytes is not None and side is not None and side.size > max_bytes:
+                raise _too_large(f"is {side.size} bytes long", rel, max_bytes)
+        out += _diff_file(rel, _read_entry(before), _read_entry(after)).encode("utf-8")
+        if max_bytes is not None and len(out) > max_bytes:
+            raise _too_large(f"takes the diff to {len(out)} bytes", rel, max_bytes)
+    return bytes(out)
 
 
-def _snapshot(root: Path) -> dict[str, _Entry]:
+def _too_large(what: str, rel: str, max_bytes: int) -> PatchError:
+    return PatchError(
+        f"changed, {what}; the diff of a tree is bounded to {max_bytes} bytes",
+        path=rel,
+        hint="change less: a patch carries source edits, not generated or large files",
+    )
+
+
+def _listing(root: Path, max_entries: int) -> dict[str, _Stat]:
     if not root.is_dir():
         raise PreconditionError(f"{root} is not a directory")
-    entries: dict[str, _Entry] = {}
+    entries: dict[str, _Stat] = {}
+    seen = 0
 
     def fail(err: OSError) -> None:
         raise err
@@ -1056,17 +1095,47 @@ def _snapshot(root: Path) -> dict[str, _Entry]:
         for name in filenames + dirnames:
             if name == ".git":
                 continue
+            seen += 1
+            if seen > max_entries:
+                raise PatchError(
+                    f"{root.name} holds more than {max_entries} files and directories; "
+                    "a diff of it is refused",
+                    hint="leave fewer files in the tree",
+                )
             path = base / name
             rel = path.relative_to(root).as_posix()
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(path).encode("utf-8", errors="surrogateescape")
-                entries[rel] = _Entry(target, executable=False, link=True)
+                entries[rel] = _Stat(path, st.st_size, False, True)
             elif stat.S_ISREG(st.st_mode):
-                entries[rel] = _Entry(path.read_bytes(), executable=bool(st.st_mode & 0o100))
+                entries[rel] = _Stat(path, st.st_size, bool(st.st_mode & 0o100), False)
             elif not stat.S_ISDIR(st.st_mode):
                 raise PatchError("is not a regular file", path=rel, hint="remove it from the tree")
     return entries
+
+
+def _same_file(a: _Stat, b: _Stat) -> bool:
+    """Equal content (or link target) and executable bit, read in chunks."""
+    if a.link or b.link:
+        return a.link and b.link and os.readlink(a.path) == os.readlink(b.path)
+    if a.executable != b.executable or a.size != b.size:
+        return False
+    with a.path.open("rb") as fa, b.path.open("rb") as fb:
+        while True:
+            chunk = fa.read(1 << 16)
+            if chunk != fb.read(1 << 16):
+                return False
+            if not chunk:
+                return True
+
+
+def _read_entry(entry: _Stat | None) -> _Entry | None:
+    if entry is None:
+        return None
+    if entry.link:
+        target = os.readlink(entry.path).encode("utf-8", errors="surrogateescape")
+        return _Entry(target, executable=False, link=True)
+    return _Entry(entry.path.read_bytes(), executable=entry.executable)
 
 
 def _diff_file(rel: str, before: _Entry | None, after: _Entry | None) -> str:

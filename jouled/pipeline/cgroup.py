@@ -12,8 +12,10 @@ The daemon uses the cgroup it runs in:
   offers `memory` and `pids` (a delegated group, e.g. systemd `Delegate=yes`).
   Processes may not sit in a v2 group whose children use controllers, so
   the daemon first moves itself into a `daemon` leaf of its own group.
-Groups are made once per slot and reused. Where none of this works the
-sandbox falls back to rlimits, and every result records which applied.
+Groups are made once per slot and reused; each daemon names its own
+(`jouled.pipeline.instance`), so two daemons on one host never share one.
+Where none of this works the sandbox falls back to rlimits, and every result
+records which applied.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +114,7 @@ class Groups:
         self.root = root
         self._proc = proc_cgroup
         self._lock = threading.Lock()
-        self._made: dict[int, Group] = {}
+        self._made: dict[str, Group] = {}
         self._base: tuple[str, tuple[Path, ...]] | None = None
         self.why_not = ""
         self._probed = False
@@ -183,17 +185,21 @@ class Groups:
         return group
 
     @contextlib.contextmanager
-    def slot(self, index: int) -> Iterator[Group | None]:
-        """Slot `index`'s group, made on first use; None where the host gives none."""
+    def slot(self, index: int, name: str = "") -> Iterator[Group | None]:
+        """Slot `index`'s group, named `name` (one daemon's own), made on first use.
+
+        None where the host gives none.
+        """
         self._probe()
         if self._base is None:
             yield None
             return
+        name = name or f"jouled-run-{index}"
         with self._lock:
-            group = self._made.get(index)
+            group = self._made.get(name)
             if group is None:
                 kind, bases = self._base
-                dirs = tuple(base / f"jouled-run-{index}" for base in bases)
+                dirs = tuple(base / name for base in bases)
                 try:
                     for d in dirs:
                         d.mkdir(exist_ok=True)
@@ -204,8 +210,19 @@ class Groups:
                     group = None
                 else:
                     group = Group(kind, dirs)
-                    self._made[index] = group
+                    self._made[name] = group
         yield group
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Remove the groups named (made by this process); a group still in use stays."""
+        with self._lock:
+            for name in names:
+                group = self._made.pop(name, None)
+                if group is None:
+                    continue
+                for d in group.dirs:
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
 
 
 _groups = Groups()

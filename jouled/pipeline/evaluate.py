@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -31,11 +31,26 @@ from jouled.documents import (
     ResultBody,
     Status,
 )
-from jouled.errors import JouledError, PatchError, SandboxError, TaskError
+from jouled.errors import (
+    NO_SPACE,
+    DiskFullError,
+    JouledError,
+    PatchError,
+    SandboxError,
+    TaskError,
+)
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
-from jouled.pipeline import container, guard, provenance, pytest_run, sympy_run, unittest_run
+from jouled.pipeline import (
+    container,
+    guard,
+    provenance,
+    pytest_run,
+    scratch,
+    sympy_run,
+    unittest_run,
+)
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
@@ -223,9 +238,17 @@ class Evaluator:
         solvers: Solvers | None = None,
         environ: Mapping[str, str] | None = None,
         min_integrity: str = "none",
+        disk_bytes: int = 0,
+        disk_floor_bytes: int = 0,
+        solver_diff_bytes: int = TRUSTED_PATCH_BYTES,
     ) -> None:
         self.metering = metering
         self.min_integrity = min_integrity
+        # Each attempt's writable space (jouled.pipeline.scratch): a tmpfs of `disk_bytes`
+        # where one can be mounted, else its file system must keep `disk_floor_bytes` free.
+        self.disk_bytes = disk_bytes
+        self.disk_floor_bytes = disk_floor_bytes
+        self.solver_diff_bytes = solver_diff_bytes  # a hosted agent's work, as a diff, at most
         self.sandbox = sandbox or Sandbox()
         self.solvers = solvers or Solvers()
         self._environ = dict(os.environ if environ is None else environ)
@@ -462,11 +485,29 @@ class Evaluator:
         self.work_root.mkdir(parents=True, exist_ok=True)
         return self.work_root
 
-    def _scratch(self, prefix: str) -> tempfile.TemporaryDirectory[str]:
-        """A private scratch dir the sandbox's unprivileged user can enter (not list)."""
-        tmp = tempfile.TemporaryDirectory(prefix=prefix, dir=self._work_dir())
-        os.chmod(tmp.name, 0o711)
-        return tmp
+    def _scratch(self, prefix: str) -> AbstractContextManager[Path]:
+        """A private, bounded scratch dir the sandbox's unprivileged user can enter (not list)."""
+        return scratch.attempt_space(
+            self._work_dir(), prefix, size=self.disk_bytes, floor=self.disk_floor_bytes
+        )
+
+    def _too_big(self, contract: Contract, err: OSError, where: Path) -> JouledError | None:
+        """A seeded tree that does not fit the attempt's tmpfs, as a clear error.
+
+        None for any other error (a full data dir is the daemon's to report).
+        """
+        if isinstance(err, shutil.Error):  # copytree gathers its errors into one
+            full = "No space left" in str(err)
+        else:
+            full = err.errno in NO_SPACE
+        space = scratch.space_of(where)
+        if not full or space is None or space.kind != scratch.TMPFS:
+            return None
+        return DiskFullError(
+            f"{contract.task_id}'s tree does not fit an attempt's writable space of "
+            f"{self.disk_bytes >> 20} MiB",
+            hint="raise the daemon's --attempt-disk-mb",
+        )
 
     @contextmanager
     def prepared(self, attempt: Attempt, progress: Progress = _quiet) -> Iterator[Path]:
@@ -479,18 +520,24 @@ class Evaluator:
             progress("seed", f"seeding {attempt.contract.task_id}")
             # The daemon's own work, in this thread: metered by its CPU share,
             # never waiting for the host lock another attempt's tests hold.
-            with self.metering.phase(shared=True) as window:
-                cpu = time.thread_time_ns()
-                tree = seed(attempt.contract, Path(tmp) / "tree")
-                window.cpu_ns += time.thread_time_ns() - cpu
-            attempt.energy["seed"] = _wire(window)
-            if attempt.patch is not None:
+            try:
                 with self.metering.phase(shared=True) as window:
                     cpu = time.thread_time_ns()
-                    apply_patch(attempt.patch, tree)
-                    guard.check_patch(attempt.patch, tree)
+                    tree = seed(attempt.contract, Path(tmp) / "tree")
                     window.cpu_ns += time.thread_time_ns() - cpu
-                attempt.energy["apply"] = _wire(window)
+                attempt.energy["seed"] = _wire(window)
+                if attempt.patch is not None:
+                    with self.metering.phase(shared=True) as window:
+                        cpu = time.thread_time_ns()
+                        apply_patch(attempt.patch, tree)
+                        guard.check_patch(attempt.patch, tree)
+                        window.cpu_ns += time.thread_time_ns() - cpu
+                    attempt.energy["apply"] = _wire(window)
+            except OSError as err:
+                too_big = self._too_big(attempt.contract, err, Path(tmp))
+                if too_big is None:
+                    raise
+                raise too_big from err
             yield tree
 
     def evaluate(
@@ -605,6 +652,8 @@ class Evaluator:
         contract = attempt.contract
         env = self.solvers.environment(command, self._environ)
         workdir = seed(contract, tree.parent / "solve")
+        # Before the agent runs: what it writes may fill the attempt's writable space.
+        base = seed(contract, tree.parent / "base")
         with self.metering.phase() as window:
             solved = command_solver.solve(
                 command, env, contract.prompt, workdir, self.sandbox, attempt.model
@@ -614,15 +663,26 @@ class Evaluator:
         assert window.energy is not None
         energy["solve"] = window.energy.to_wire()
         attempt.claimed = {**solved.claimed, **attempt.claimed}
-        base = seed(contract, tree.parent / "base")
-        command_solver.keep_patchable(workdir, base, contract.is_protected, solved.dropped)
-        extra["solve"] = solved.describe()
-        raw = diff_trees(base, workdir)
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(base, ignore_errors=True)
+        try:
+            command_solver.keep_patchable(workdir, base, contract.is_protected, solved.dropped)
+            # Streamed and bounded: the daemon never holds more of the agent's work than
+            # the bound, whatever it wrote (jouled.patch.diff_trees).
+            raw = diff_trees(base, workdir, max_bytes=self.solver_diff_bytes)
+        except OSError as err:
+            if err.errno not in NO_SPACE:
+                raise
+            raise PatchError(
+                "the solver filled the attempt's writable space and its work could not be "
+                "read back",
+                hint="a hosted agent's changes must fit the attempt's writable space",
+            ) from err
+        finally:
+            extra["solve"] = solved.describe()  # after keep_patchable named what it dropped
+            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)
         if not raw:
             return Patch((), hashlib.sha256(b"").hexdigest())
-        return parse_patch(raw, max_bytes=TRUSTED_PATCH_BYTES)
+        return parse_patch(raw, max_bytes=max(self.solver_diff_bytes, 1))
 
     def _daemon_solve(self, attempt: Attempt) -> Patch | None:
         if attempt.solver == "noop":

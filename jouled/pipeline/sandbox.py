@@ -35,6 +35,7 @@ import contextlib
 import json
 import marshal
 import os
+import platform
 import selectors
 import shutil
 import signal
@@ -53,6 +54,11 @@ from jouled.errors import SandboxError
 from jouled.pipeline.bwrap import Bwrap, bwrap
 from jouled.pipeline.cgroup import Group
 from jouled.pipeline.cgroup import groups as cgroups
+from jouled.pipeline.instance import UID_BASE as UID_BASE
+from jouled.pipeline.instance import UID_POOL, UNNAMED, Instance
+from jouled.pipeline.instance import for_data_dir as instance_for
+from jouled.pipeline.scratch import FLOOR, Space, space_of
+from jouled.pipeline.seccomp import no_new_userns
 
 # Where a run sees its workdir and the read-only files the daemon gives it.
 SANDBOX_WORKDIR = "/testbed"
@@ -65,11 +71,6 @@ CHANNEL_MAX_BYTES = 64 << 20
 
 BWRAP, PROCESS = "bwrap", "process"
 LEVELS = (PROCESS, BWRAP)  # weakest first
-
-# Unprivileged uids for runs when the daemon is root: far from human and
-# system accounts, one per concurrent run.
-UID_BASE = 1_600_000_000
-UID_POOL = 4096
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,7 @@ class Host:
         groups = cgroups()
         out["cgroup"] = groups.kind or f"none: {groups.why_not or 'no memory/pids cgroup'}"
         out["uid"] = "a pooled uid per run" if self.root else "65534 in a user namespace"
+        out["nested_userns"] = _nested_userns(self)
         return out
 
 
@@ -299,6 +301,23 @@ def _probe_host() -> Host:
 
 
 # -- the sandbox --------------------------------------------------------------------------
+
+
+def _nested_userns(where: Host) -> str:
+    """How a run is kept from making user namespaces of its own, as `isolation` records it.
+
+    "disable-userns": bwrap's own option, where bwrap makes the run's user
+    namespace; "seccomp": a filter refusing them (jouled.pipeline.seccomp), where
+    it does not (a root daemon) or its bwrap is older than 0.8; "allowed: WHY"
+    where neither applies.
+    """
+    if where.level != BWRAP or where.bwrap is None:
+        return "allowed: no sandbox at the process level"
+    if not where.root and where.bwrap.disable_userns:
+        return "disable-userns"
+    if no_new_userns() is not None:
+        return "seccomp"
+    return f"allowed: no seccomp filter for this machine ({platform.machine()})"
 
 
 class _SlotPool:
@@ -404,11 +423,22 @@ class Sandbox:
     a read-only bind that would contain one is refused.
     """
 
-    def __init__(self, *, min_level: str = BWRAP, secret: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        min_level: str = BWRAP,
+        secret: Sequence[Path] = (),
+        instance: Instance = UNNAMED,
+    ) -> None:
         if min_level not in LEVELS:
             raise SandboxError(f"unknown isolation level {min_level!r}: one of {', '.join(LEVELS)}")
         self.min_level = min_level
         self.secret = [os.path.realpath(p) for p in secret]
+        self.instance = instance  # whose uids and cgroups its runs get (one daemon's own)
+
+    def close(self) -> None:
+        """Remove the cgroups this sandbox's runs used (each empty once its run ended)."""
+        cgroups().remove(self.instance.cgroup_name(slot) for slot in range(UID_POOL))
 
     def check_host(self) -> Host:
         """This host's isolation; SandboxError when it is below `min_level`."""
@@ -496,12 +526,13 @@ class Sandbox:
         workdir = workdir.resolve()
         with contextlib.ExitStack() as stack:
             slot = stack.enter_context(_slots.lease())
-            uid = UID_BASE + slot if where.root else None
+            uid = self.instance.uid_base + slot if where.root else None
             if uid is not None:
                 _chown_tree(workdir, uid)
             group = None
             if where.level == BWRAP:
-                group = stack.enter_context(cgroups().slot(slot))
+                name = self.instance.cgroup_name(slot)
+                group = stack.enter_context(cgroups().slot(slot, name))
                 if group is not None:
                     group.limit(limits.total_memory_bytes, limits.processes)
             if where.level == BWRAP:
@@ -532,6 +563,7 @@ class Sandbox:
                 prefix = []
                 cwd = str(workdir)
             cfg = {
+                "workdir": str(workdir),
                 "parent": 0 if where.level == BWRAP else os.getpid(),
                 "ids": (uid, uid) if uid is not None else None,
                 "cwd": cwd,
@@ -542,6 +574,8 @@ class Sandbox:
                 "rlimits": _rlimits(limits, per_uid=uid is not None),
             }
             isolation = self._isolation(where, uid, limits, group)
+            space = space_of(workdir)
+            isolation["disk"] = space.describe() if space is not None else None
             isolation["network"] = "host" if network or where.level != BWRAP else "loopback"
             return _run_started(
                 argv,
@@ -568,6 +602,14 @@ class Sandbox:
             )
         out["uid"] = "pooled" if uid is not None else ("mapped" if where.level == BWRAP else "own")
         out["cgroup"] = group.kind if group is not None else None
+        # One daemon's own: its name (from its data dir), the uid block its runs draw from
+        # and the cgroup this run was accounted in; no other daemon's runs use them.
+        out["instance"] = self.instance.name
+        if uid is not None:
+            out["uids"] = list(self.instance.uid_range)
+        if group is not None:
+            out["cgroup_name"] = group.dirs[0].name
+        out["nested_userns"] = _nested_userns(where)
         counted = group is not None or uid is not None
         out["limits"] = {
             "cpu_s": limits.cpu_s,
@@ -602,9 +644,14 @@ class Sandbox:
             args += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
-            args += ["--unshare-all", "--unshare-user", "--disable-userns"]
+            args += ["--unshare-all", "--unshare-user"]
             args += ["--share-net"] if network else []
             args += ["--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
+        blocked = _nested_userns(where)
+        if blocked == "disable-userns":
+            args += ["--disable-userns"]
+        elif blocked == "seccomp":
+            args += ["--seccomp", "{seccomp}"]
         args += ["--hostname", "jouled-sandbox", "--info-fd", "{info}", "--block-fd", "{block}"]
         args += _system_binds()
         bound: set[str] = {*_SYSTEM_DIRS, "/etc"}
@@ -674,6 +721,17 @@ def run(
         channel_in=channel_in,
         channel_out=channel_out,
     )
+
+
+def sandbox_instance(data_dir: Path) -> Instance:
+    """The instance of the daemon serving `data_dir`: its uid block and cgroup names."""
+    try:
+        return instance_for(data_dir, root=os.geteuid() == 0)
+    except OSError as err:
+        raise SandboxError(
+            f"cannot claim a block of sandbox uids for {data_dir}: {err}",
+            hint="stop daemons this host no longer needs, or check that /run is writable",
+        ) from err
 
 
 def sandbox_level() -> str:
@@ -818,15 +876,40 @@ class _Streams:
         return hit
 
 
-def _watch(pid: int, streams: _Streams, deadline: float) -> bool:
-    """Collect output until `pid` exits or the deadline passes; True on timeout."""
+_DISK_POLL_S = 0.2  # how often a run's writable space is read while it runs
+
+
+class _Disk:
+    """A run's writable space, read while it runs: whether it reached its bound."""
+
+    def __init__(self, space: Space | None) -> None:
+        self.space = space
+        self.hit = False
+
+    def check(self) -> bool:
+        """Read the space; True when the run must be killed (it took the host's floor)."""
+        if self.space is None or not self.space.exhausted():
+            return False
+        self.hit = True
+        return self.space.kind == FLOOR
+
+
+def _watch(pid: int, streams: _Streams, deadline: float, disk: _Disk) -> bool:
+    """Collect output until `pid` exits, the deadline passes or `disk` says kill.
+
+    True on timeout.
+    """
     pidfd = os.pidfd_open(pid)
     try:
         while not _exited(pid):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return True
+            if disk.space is not None:
+                remaining = min(remaining, _DISK_POLL_S)
             streams.pump(remaining, extra=pidfd)
+            if disk.check():
+                return False
     finally:
         os.close(pidfd)
     return False
@@ -937,13 +1020,22 @@ def _supervise(
         passed.append(chan_w)
         moves.append((chan_w, CHANNEL_OUT_FD))
     info_r = info_w = block_r = block_w = -1
+    fds: dict[str, str] = {}
     if prefix:
         info_r, info_w = pipes.pipe()
         block_r, block_w = pipes.pipe()
         passed += [info_w, block_r]
+        fds = {"{info}": str(info_w), "{block}": str(block_r)}
+    if "{seccomp}" in prefix:
+        program = no_new_userns()
+        assert program is not None
+        filter_r, filter_w = pipes.pipe()
+        os.write(filter_w, program)  # small: fits the pipe's buffer
+        pipes.close(filter_w)
+        passed.append(filter_r)
+        fds["{seccomp}"] = str(filter_r)
     cfg = {**cfg, "status_fd": status_w, "moves": moves}
     launcher = [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, marshal.dumps(cfg).hex()]
-    fds = {"{info}": str(info_w), "{block}": str(block_r)}
     full = [fds.get(a, a) for a in prefix] + [*launcher, *argv]
     begin = time.monotonic_ns()
     try:
@@ -994,7 +1086,8 @@ def _supervise(
                 hint="check that the command and its working directory exist and are usable",
             )
         isolation = {**isolation, "caps": message["caps"]}
-        timed_out = _watch(proc.pid, streams, time.monotonic() + limits.timeout_s)
+        disk = _Disk(space_of(Path(cfg["workdir"])))
+        timed_out = _watch(proc.pid, streams, time.monotonic() + limits.timeout_s, disk)
         # Also after a normal exit: leftovers would hold the output pipe open.
         _kill(proc, init)
         status, rusage = _reap(proc)
@@ -1010,6 +1103,9 @@ def _supervise(
                 "memory_peak_bytes": group.peak_memory(),
                 "oom_killed": group.oom_kills() > oom_before,
             }
+        disk.check()
+        if disk.hit:  # the run reached the bound of its writable space (and was refused there)
+            isolation = {**isolation, "resource": "disk"}
     finally:
         streams.close()
         if proc.returncode is None:

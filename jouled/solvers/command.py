@@ -11,6 +11,8 @@ named. The daemon grades that patch like any submitted one.
 
 from __future__ import annotations
 
+import codecs
+import filecmp
 import json
 import math
 import shutil
@@ -41,6 +43,8 @@ class Solved:
             "wall_ms": self.run.wall_ns // 1_000_000,
             "network": self.run.isolation.get("network", ""),
             "dropped": self.dropped[:50],
+            # the bound the run reached, when it reached one ("disk": its writable space)
+            **({"resource": r} if (r := self.run.isolation.get("resource")) else {}),
         }
 
 
@@ -106,19 +110,25 @@ def keep_patchable(
 
 
 def _is_text(path: Path) -> bool:
+    """UTF-8 without NUL bytes, read in chunks: a huge file costs no memory to judge."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
     try:
-        data = path.read_bytes()
-        data.decode("utf-8")
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 16):
+                if b"\0" in chunk:
+                    return False
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
     except (OSError, UnicodeDecodeError):
         return False
-    return b"\0" not in data
+    return True
 
 
 def _same(a: Path, b: Path) -> bool:
     if a.is_symlink() or b.is_symlink():
         return a.is_symlink() and b.is_symlink() and a.readlink() == b.readlink()
     try:
-        return a.read_bytes() == b.read_bytes()
+        return filecmp.cmp(a, b, shallow=False)
     except OSError:
         return False
 

@@ -1,0 +1,121 @@
+"""A seccomp filter that refuses new user namespaces, for sandboxes bwrap cannot close.
+
+Inside a user namespace of its own, an unprivileged process holds every
+capability over what that namespace owns: kernel surface no test needs. bwrap
+closes it with `--disable-userns` where it makes the user namespace itself
+(a non-root daemon, bubblewrap 0.8 or newer). A root daemon's sandbox has no
+user namespace of bwrap's (its ids would map back to root), and older bwraps
+lack the option: there, bwrap loads this filter (`--seccomp FD`) before it
+executes the launcher, and it holds for everything the run starts.
+
+The filter, per system call ABI the machine runs:
+
+- `unshare` and `clone` with CLONE_NEWUSER fail with EPERM;
+- `clone3` fails with ENOSYS (its flags sit in memory a filter cannot read;
+  the C library then falls back to `clone`, which the filter can judge);
+- on x86_64, x32 system calls fail with ENOSYS (a second numbering of the same
+  calls, which nothing in a test run uses);
+- anything else is allowed.
+
+`setns` into an existing user namespace needs CAP_SYS_ADMIN over it, which
+the run does not have, and is left alone.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+from dataclasses import dataclass
+
+CLONE_NEWUSER = 0x10000000
+
+# BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_JSET_K = 0x45
+_RET_K = 0x06
+_ALLOW = 0x7FFF0000
+_ERRNO = 0x00050000
+
+# struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6].
+_NR, _ARCH, _ARG0_LOW = 0, 4, 16  # little-endian: the low half of args[0] comes first
+
+
+@dataclass(frozen=True)
+class _Abi:
+    audit_arch: int
+    unshare: int
+    clone: int
+    clone3: int
+    x32_floor: int | None = None  # x86_64: numbers from here on are x32's
+
+
+# The ABIs each machine runs natively or in compat mode, by `platform.machine()`.
+_ABIS: dict[str, tuple[_Abi, ...]] = {
+    "x86_64": (
+        _Abi(0xC000003E, unshare=272, clone=56, clone3=435, x32_floor=0x40000000),
+        _Abi(0x40000003, unshare=310, clone=120, clone3=435),  # i386
+    ),
+    "aarch64": (
+        _Abi(0xC00000B7, unshare=97, clone=220, clone3=435),
+        _Abi(0x40000028, unshare=337, clone=120, clone3=435),  # arm (compat)
+    ),
+}
+
+
+def supported(machine: str | None = None) -> bool:
+    return (machine or platform.machine()) in _ABIS
+
+
+def no_new_userns(machine: str | None = None) -> bytes | None:
+    """The filter program for `machine` (this one by default); None where none is known.
+
+    A call from an ABI the table does not know fails with EPERM: it could
+    create a namespace the table cannot see.
+    """
+    abis = _ABIS.get(machine or platform.machine())
+    if abis is None:
+        return None
+    code: list[tuple[int, str | int, str | int, int]] = []  # (op, jt, jf, k)
+    labels: dict[str, int] = {}
+
+    def at(label: str) -> None:
+        labels[label] = len(code)
+
+    def op(opcode: int, k: int, jt: str | int = 0, jf: str | int = 0) -> None:
+        code.append((opcode, jt, jf, k))
+
+    op(_LD_W_ABS, _ARCH)
+    for i, abi in enumerate(abis):
+        op(_JEQ_K, abi.audit_arch, f"abi{i}", 0)
+    op(_RET_K, _ERRNO | errno.EPERM)  # an ABI not in the table
+    for i, abi in enumerate(abis):
+        at(f"abi{i}")
+        op(_LD_W_ABS, _NR)
+        if abi.x32_floor is not None:
+            op(_JGE_K, abi.x32_floor, "enosys", 0)
+        op(_JEQ_K, abi.unshare, "flags", 0)
+        op(_JEQ_K, abi.clone, "flags", 0)
+        op(_JEQ_K, abi.clone3, "enosys", 0)
+        op(_RET_K, _ALLOW)
+    at("flags")
+    op(_LD_W_ABS, _ARG0_LOW)
+    op(_JSET_K, CLONE_NEWUSER, "eperm", 0)
+    op(_RET_K, _ALLOW)
+    at("eperm")
+    op(_RET_K, _ERRNO | errno.EPERM)
+    at("enosys")
+    op(_RET_K, _ERRNO | errno.ENOSYS)
+
+    out = bytearray()
+    for index, (opcode, jt, jf, k) in enumerate(code):
+        jumps = []
+        for target in (jt, jf):
+            offset = target if isinstance(target, int) else labels[target] - index - 1
+            if not 0 <= offset <= 255:
+                raise AssertionError(f"seccomp jump out of range at {index}")
+            jumps.append(offset)
+        out += struct.pack("<HBBI", opcode, jumps[0], jumps[1], k)
+    return bytes(out)
