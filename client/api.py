@@ -54,6 +54,30 @@ def _read_file(path: str | Path, what: str) -> bytes:
         ) from None
 
 
+def _check_fetch_dest(dest: Path, force: bool) -> None:
+    """Refuse a destination a fetch would merge into or overwrite, unless asked to."""
+    if dest.exists() and not dest.is_dir():
+        raise ClientError(
+            f"cannot fetch into {dest}: it exists and is not a directory",
+            Kind.INVALID_ARGUMENT,
+            hint="choose a new directory for --out",
+        )
+    if dest.is_dir() and not force and any(dest.iterdir()):
+        raise ClientError(
+            f"{dest} is not empty: fetching into it would overwrite edits or mix two trees",
+            Kind.INVALID_ARGUMENT,
+            hint="choose a new or empty directory for --out, or pass --force to write over it",
+        )
+
+
+def _write_error(path: Path, err: OSError) -> ClientError:
+    return ClientError(
+        f"cannot write {err.filename or path}: {err.strerror or err}",
+        Kind.INVALID_ARGUMENT,
+        hint="check the path and its permissions, and the free space there",
+    )
+
+
 def channel_credentials(
     target: str,
     *,
@@ -164,6 +188,12 @@ class Client:
     def _error(self, err: grpc.RpcError) -> ClientError:
         code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
+        trailing = err.trailing_metadata() if isinstance(err, grpc.Call) else None
+        # The daemon names the kind of every refusal it makes; anything else is the transport.
+        from_daemon = any(key == "jouled-error" for key, _ in trailing or ())
+        message, _, hint = details.partition("\n  hint: ")
+        if from_daemon:
+            return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
         if code == grpc.StatusCode.UNAVAILABLE and (
             "handshake" in details.lower() or "ssl" in details.lower()
         ):
@@ -173,13 +203,13 @@ class Client:
                 hint="pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it "
                 "wants client certificates)",
             )
-        if code == grpc.StatusCode.UNAVAILABLE and "jouled" not in details:
+        if code == grpc.StatusCode.UNAVAILABLE:
             return ClientError(
                 f"cannot reach the daemon at {self.target}: {details}",
                 Kind.UNAVAILABLE,
                 hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
             )
-        return ClientError(details, _KINDS.get(code, Kind.INTERNAL))
+        return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
         try:
@@ -199,20 +229,31 @@ class Client:
     def task(self, task_id: str) -> dict[str, Any]:
         return _task(self._call(self._stub.GetTask, pb.GetTaskRequest(task_id=task_id)))
 
-    def fetch(self, task_id: str, dest: Path) -> list[str]:
-        """Write a task's pristine tree into dest; returns the relative paths written."""
+    def fetch(self, task_id: str, dest: str | Path, *, force: bool = False) -> list[str]:
+        """Write a task's pristine tree into `dest`, a new or empty directory (with `force`,
+        over what a non-empty one holds); returns the relative paths written."""
+        dest = Path(dest)
+        _check_fetch_dest(dest, force)
         written = []
         try:
             for f in self._stub.FetchTask(
                 pb.FetchTaskRequest(task_id=task_id), timeout=self.timeout_s
             ):
-                target = dest / f.path
+                rel = Path(f.path)
+                if rel.is_absolute() or ".." in rel.parts:
+                    raise ClientError(
+                        f"the daemon sent a file outside the task's tree: {f.path!r}",
+                        Kind.INTERNAL,
+                    )
+                target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(f.content)
                 os.chmod(target, f.mode or 0o644)
                 written.append(f.path)
         except grpc.RpcError as err:
             raise self._error(err) from None
+        except OSError as err:
+            raise _write_error(dest, err) from None
         return written
 
     # -- attempts ---------------------------------------------------------------------------
@@ -313,10 +354,29 @@ class Client:
         except grpc.RpcError as err:
             raise self._error(err) from None
 
-    def export(self, out: Path) -> dict[str, Any]:
+    def export(self, out: str | Path) -> dict[str, Any]:
         """Write the entries to `out` (JSONL), the checkpoint history and a Parquet snapshot."""
         from jouled.ledger.snapshot import write_parquet  # DuckDB loads only when exporting
 
+        out = Path(out)
+        if not out.parent.is_dir():
+            raise ClientError(
+                f"cannot write the export {out}: {out.parent} is not a directory",
+                Kind.INVALID_ARGUMENT,
+                hint="create the directory first, or choose another --out",
+            )
+        if out.is_dir():
+            raise ClientError(
+                f"cannot write the export {out}: it is a directory",
+                Kind.INVALID_ARGUMENT,
+                hint="name a file, e.g. --out ledger.jsonl",
+            )
+        try:
+            return self._export(out, write_parquet)
+        except OSError as err:
+            raise _write_error(out, err) from None
+
+    def _export(self, out: Path, write_parquet: Callable[[Path, Path], Any]) -> dict[str, Any]:
         history = checkpoint_history_path(out)
         tmp_out, tmp_hist = (
             out.with_name(out.name + ".tmp"),

@@ -173,17 +173,24 @@ def tasks(suite: Suite = "", as_json: Json = False) -> None:
 @app.command()
 def fetch(
     task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
-    out: Annotated[Path, typer.Option("--out", help="Directory to write the buggy tree into.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="A new or empty directory to write the buggy tree into.")
+    ],
+    force: Annotated[
+        bool, typer.Option("--force", help="Write over what a non-empty --out holds.")
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Fetch a task's prompt and pristine buggy tree to work on."""
     try:
         with _client() as c:
             meta = c.task(task)
-            written = c.fetch(task, out)
+            written = c.fetch(task, out, force=force)
+        (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
+    except OSError as err:
+        _fail(UsageError(f"cannot write {out / 'PROMPT.md'}: {err.strerror}"))
     except JouledError as err:
         _fail(err)
-    (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
     if as_json:
         _emit({"task": meta, "files": written, "out": str(out)})
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -497,12 +497,27 @@ def _compact_json(value: Any) -> str:
 
 
 def kv(title: str, data: dict[str, Any]) -> None:
+    """A two-column table; nested fields get a row each, named by their path."""
     table = _table(title, show_header=False)
     table.add_column("key")
     table.add_column("value")
-    for k, v in data.items():
-        table.add_row(str(k), str(v))
+    for k, v in _flat(data):
+        table.add_row(k, v)
     _console(False).print(table)
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """(dotted path, text) of every leaf: no Python repr of a dict or list reaches a reader."""
+    rows: list[tuple[str, str]] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            rows += _flat(value, path + ".")
+        elif isinstance(value, list | tuple):
+            rows.append((path, ", ".join("-" if v is None else str(v) for v in value) or "-"))
+        else:
+            rows.append((path, "-" if value is None or value == {} else str(value)))
+    return rows
 
 
 def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:

@@ -96,6 +96,7 @@ def _deny(context: grpc.ServicerContext, err: JouledError) -> None:
         if isinstance(err, UnauthenticatedError)
         else grpc.StatusCode.PERMISSION_DENIED
     )
+    context.set_trailing_metadata((("jouled-error", code.name.lower()),))
     context.abort(code, err.diagnostics())
 
 

@@ -59,9 +59,16 @@ REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 T = TypeVar("T")
 
 
+# Trailing metadata on every refusal the daemon makes: its error kind. A client tells
+# the daemon's own UNAVAILABLE ("stopping") from a daemon it cannot reach by it.
+ERROR_KEY = "jouled-error"
+
+
 def _abort(context: grpc.ServicerContext, err: BaseException) -> None:
     if isinstance(err, JouledError):
+        context.set_trailing_metadata(((ERROR_KEY, err.kind.value),))
         context.abort(STATUS[err.kind], err.diagnostics())
+    context.set_trailing_metadata(((ERROR_KEY, "internal"),))
     log.error("unexpected error serving a request", exc_info=err)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err}; see the daemon's log")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jouled.contracts.contract import Contract, split_task_id
 from jouled.contracts.task import discover
-from jouled.errors import TaskError, UnknownTaskError
+from jouled.errors import NotFoundError, TaskError, UnknownTaskError
 
 __all__ = ["Contract", "TaskRegistry"]
 
@@ -55,7 +55,12 @@ class TaskRegistry:
             ) from None
 
     def list(self, suite: str = "") -> builtins.list[Contract]:
-        return [c for tid, c in sorted(self._by_id.items()) if not suite or c.suite == suite]
+        """Every task, or the tasks of `suite` (an unknown suite is NotFoundError)."""
+        found = [c for tid, c in sorted(self._by_id.items()) if not suite or c.suite == suite]
+        if suite and not found:
+            known = ", ".join(self.suites()) or "none"
+            raise NotFoundError(f"no suite {suite!r} on this daemon", hint=f"its suites: {known}")
+        return found
 
     def suites(self) -> builtins.list[str]:
         return sorted({c.suite for c in self._by_id.values()})

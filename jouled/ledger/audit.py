@@ -15,14 +15,48 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from jouled.errors import VerificationError
+from jouled.errors import UsageError, VerificationError
 from jouled.ledger import merkle
 from jouled.ledger.checkpoint import parse_note, verify_note
 from jouled.ledger.entry import parse_export_record, record_payload_type
 from jouled.ledger.signing import PAYLOAD_TYPE, key_id, verify_signature
 
+_RECEIPT_HINT = "pass a receipt as `jb-client submit --json` or `jb-client receipt --json` print it"
+_JSON_TYPES: dict[type, str] = {dict: "object", list: "array", str: "string"}
+
+
+def _check_shape(receipt: object) -> None:
+    """Refuse a document that is not a receipt at all, naming what is missing."""
+    if not isinstance(receipt, dict):
+        raise UsageError(
+            f"a receipt is a JSON object, not a JSON {_json_type(receipt)}", hint=_RECEIPT_HINT
+        )
+    for name, kind in (("entry", dict), ("proof", dict), ("checkpoint", str)):
+        if not isinstance(receipt.get(name), kind):
+            raise UsageError(
+                f"the receipt's {name!r} is missing or not a JSON {_JSON_TYPES[kind]}",
+                hint=_RECEIPT_HINT,
+            )
+    proof = receipt["proof"]
+    hashes, size = proof.get("hashes"), proof.get("tree_size")
+    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+        raise UsageError("the receipt's proof has no list of hashes", hint=_RECEIPT_HINT)
+    if type(size) is not int:
+        raise UsageError("the receipt's proof has no tree_size", hint=_RECEIPT_HINT)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
 
 def audit_receipt(receipt: dict[str, Any], pubkeys: Sequence[Ed25519PublicKey]) -> dict[str, Any]:
+    _check_shape(receipt)
     try:
         payload_type = record_payload_type(receipt["entry"])
         entry = parse_export_record(receipt["entry"])

@@ -153,3 +153,18 @@ def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
     assert "idle package-0" in text and "4.100 W ± 0.120 W" in text
     assert "ledger entry 1" in text and "(2 h ago)" in text
     assert "domain package-1" in text and "'name'" not in text
+
+
+def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixture[str]) -> None:
+    render._console.cache_clear()
+    calibration = {
+        "seq": 3,
+        "source": "rapl",
+        "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
+        "warnings": [],
+    }
+    render.kv("calibration (ledger entry 3)", calibration)
+    out = capsys.readouterr().out
+    render._console.cache_clear()
+    assert "{" not in out and "[" not in out, out
+    assert "domains.package-0.idle_mw" in out and "4100" in out

@@ -65,6 +65,45 @@ def test_fetch_writes_the_buggy_tree(daemon: Daemon, tmp_path: Path) -> None:
     assert "evicts entries" in (out / "PROMPT.md").read_text()
 
 
+def test_fetch_never_writes_over_a_tree_or_into_a_file(daemon: Daemon, tmp_path: Path) -> None:
+    out = tmp_path / "work"
+    assert daemon.client("fetch", "--task", "smoke/lrucache", "--out", str(out)).returncode == 0
+    edited = out / "lrucache" / "cache.py"
+    edited.write_text("# my edits\n")
+    again = daemon.client("fetch", "--task", "smoke/lrucache", "--out", str(out))
+    assert again.returncode == 2 and "is not empty" in again.stderr and "--force" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert edited.read_text() == "# my edits\n"  # nothing was written over
+    forced = daemon.client("fetch", "--task", "smoke/lrucache", "--out", str(out), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert edited.read_bytes() == (LRU / "before" / "lrucache" / "cache.py").read_bytes()
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    into_file = daemon.client("fetch", "--task", "smoke/lrucache", "--out", str(a_file))
+    assert into_file.returncode == 2 and "is not a directory" in into_file.stderr
+    assert "Traceback" not in into_file.stderr and a_file.read_text() == "mine\n"
+
+
+def test_the_python_api_fetches_into_a_path_given_as_text(daemon: Daemon, tmp_path: Path) -> None:
+    from jb_client.api import Client
+
+    with Client(daemon.target) as client:
+        written = client.fetch("smoke/lrucache", str(tmp_path / "tree"))
+    assert "lrucache/cache.py" in written and (tmp_path / "tree" / "lrucache").is_dir()
+
+
+def test_an_unknown_suite_is_an_error_that_names_the_known_ones(daemon: Daemon) -> None:
+    done = daemon.client("tasks", "--suite", "smok")
+    assert done.returncode == 2
+    assert "no suite 'smok'" in done.stderr and "smoke" in done.stderr
+
+
+def test_export_into_a_missing_directory_says_so(daemon: Daemon, tmp_path: Path) -> None:
+    done = daemon.client("export", "--out", str(tmp_path / "nonexistent" / "x.jsonl"))
+    assert done.returncode == 2, done.stderr
+    assert "is not a directory" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_reference_resolves_every_smoke_task_and_noop_none(daemon: Daemon) -> None:
     report = daemon.client_json("run", "--suite", "smoke", "--solvers", "reference,noop")
     by_solver: dict[str, list[dict]] = {}
@@ -314,6 +353,17 @@ def test_a_receipt_is_verifiable_alone(daemon: Daemon, tmp_path: Path) -> None:
     bad = daemon.client("audit", str(path), "--pubkey", str(daemon.pubkey))
     assert bad.returncode == 1
     assert "inclusion proof does not lead" in bad.stderr
+
+    # Not a receipt at all: bad input (exit 2) that names what is missing, in plain words.
+    for doc, says in (
+        ([receipt], "a receipt is a JSON object, not a JSON array"),
+        ({**receipt, "entry": 5}, "the receipt's 'entry' is missing or not a JSON object"),
+        ({**receipt, "proof": {"hashes": "ab"}}, "the receipt's proof has no list of hashes"),
+    ):
+        path.write_text(json.dumps(doc))
+        odd = daemon.client("audit", str(path), "--pubkey", str(daemon.pubkey))
+        assert odd.returncode == 2 and says in odd.stderr, odd.stderr
+        assert "object has no attribute" not in odd.stderr and "Traceback" not in odd.stderr
 
 
 def test_consistency_between_two_sizes(daemon: Daemon) -> None:

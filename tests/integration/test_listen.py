@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jouled.auth import add_token
 
-from .conftest import TASKS, free_port, start_daemon
+from .conftest import TASKS, Daemon, free_port, start_daemon
 
 
 def test_a_loopback_tcp_listener_serves_a_token_holder(tmp_path: Path) -> None:
@@ -67,3 +67,33 @@ def test_an_unreachable_daemon_exits_3(tmp_path: Path) -> None:
     )
     assert done.returncode == 3
     assert "cannot reach the daemon" in done.stderr and "jouled serve" in done.stderr
+
+
+def test_no_daemon_at_a_path_named_jouled_still_says_how_to_start_one(tmp_path: Path) -> None:
+    # The default socket, and the systemd unit's, are /run/jouled/jouled.sock.
+    missing = tmp_path / "jouled" / "jouled.sock"
+    done = subprocess.run(
+        [sys.executable, "-m", "jb_client", "--target", f"unix:{missing}", "tasks"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert "cannot reach the daemon" in done.stderr and "jouled serve" in done.stderr
+
+
+def test_the_daemons_refusals_keep_their_hint_in_the_python_api(daemon: Daemon) -> None:
+    from jb_client.api import Client, ClientError
+
+    from jouled.errors import Kind
+
+    with Client(daemon.target) as client:
+        try:
+            client.submit("smoke/no-such-task", b"", solver="me")
+        except ClientError as err:
+            refused = err
+        else:
+            raise AssertionError("an unknown task was accepted")
+    assert refused.kind == Kind.NOT_FOUND
+    assert "smoke/no-such-task" in refused.message and "hint:" not in refused.message
+    assert refused.hint, refused.diagnostics()
