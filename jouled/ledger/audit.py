@@ -23,6 +23,12 @@ from jouled.ledger.signing import PAYLOAD_TYPE, key_id, verify_signature
 
 
 def audit_receipt(receipt: dict[str, Any], pubkeys: Sequence[Ed25519PublicKey]) -> dict[str, Any]:
+    if isinstance(receipt, dict) and receipt.get("entry") is None and receipt.get("withheld"):
+        raise VerificationError(
+            f"this receipt has no signed entry to check: {receipt['withheld']}",
+            hint="an auditor or operator of the daemon gets the whole receipt "
+            "(jb-client receipt --seq N), which checks alone",
+        )
     try:
         payload_type = record_payload_type(receipt["entry"])
         entry = parse_export_record(receipt["entry"])
