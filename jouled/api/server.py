@@ -319,16 +319,18 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def GetReceipt(self, request: pb.GetReceiptRequest, context: Any) -> pb.Receipt:
-        which = request.WhichOneof("key")
+        which, caller = request.WhichOneof("key"), current_identity()
         if which == "idempotency_key":
-            return _receipt(self.daemon.get_receipt(idempotency_key=request.idempotency_key))
+            return _receipt(
+                self.daemon.get_receipt(idempotency_key=request.idempotency_key, caller=caller)
+            )
         if which == "seq":
-            return _receipt(self.daemon.get_receipt(seq=request.seq))
+            return _receipt(self.daemon.get_receipt(seq=request.seq, caller=caller))
         raise UsageError("GetReceipt needs an idempotency_key or a seq")
 
     @_unary
     def GetLogs(self, request: pb.GetLogsRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.get_logs(request.seq))
+        return _doc(self.daemon.get_logs(request.seq, caller=current_identity()))
 
     @_unary
     def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:
