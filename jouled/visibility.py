@@ -8,8 +8,9 @@
   counts and the ids of its failing *visible* tests, nothing else that came out
   of a run: no output, no exit codes or byte counts, no hidden test id, and not
   the signed entry (its payload lists the failing ids, hidden ones included).
-  The same holds for the progress messages of its own Submit. What is signed
-  and hashed does not change; only what an agent is sent does.
+  The same holds for the progress messages of its own Submit, and a task's
+  listing names no expected test id in a hidden file. What is signed and
+  hashed does not change; only what an agent is sent does.
 
 Which results count as having run hidden tests is decided from the task the
 daemon serves now: one whose digest is the result's and that names no hidden
@@ -83,6 +84,13 @@ class Secrecy:
             if (contract.pristine / rel).is_file():
                 out.append(str(test_id))
         return out
+
+
+def expected_ids(contract: Contract, ids: Iterable[str], caller: Identity | None) -> list[str]:
+    """A task's expected test ids as `caller` may see them: none in a hidden file for agents."""
+    if sees_all(caller) or not contract.hidden:
+        return list(ids)
+    return Secrecy(True, contract).visible(ids)
 
 
 def receipt(document: dict[str, Any], secrecy: Secrecy) -> dict[str, Any]:

@@ -40,6 +40,12 @@ LRU = "vis/lrucache"
 HIDDEN = "tests/test_hidden_windows.py"
 VISIBLE = "tests/test_windows.py"
 SLIDING_DIR = TASKS / "smoke" / "slidingwindow"
+# A copy of it whose task.toml lists its expected ids, hidden ones among them.
+LISTED = "listed/slidingwindow"
+LISTED_F2P = [
+    f"{VISIBLE}::test_window_as_long_as_input",
+    "tests/test_hidden_windows.py::test_moving_average_covers_the_last_window",
+]
 
 
 def _test_names(path: Path) -> set[str]:
@@ -87,6 +93,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tasks = root / "tasks"
     shutil.copytree(SLIDING_DIR, tasks / "smoke" / "slidingwindow")
     shutil.copytree(TASKS / "smoke" / "lrucache", tasks / "vis" / "lrucache")
+    listed = tasks / "listed" / "slidingwindow"
+    shutil.copytree(SLIDING_DIR, listed)
+    with (listed / "task.toml").open("a") as fh:
+        fh.write(f"fail_to_pass = {json.dumps(LISTED_F2P)}\npass_to_pass = []\n")
     gate.write_tasks(tasks)
     tokens_file = root / "tokens.toml"
     tokens = {
@@ -274,6 +284,17 @@ def test_an_agent_sees_all_of_a_task_without_hidden_tests(world: World) -> None:
     assert "withheld" not in receipt and receipt["output_tail"]
     assert receipt["tests_failed"] == signed_body(receipt)["tests_failed"]
     assert logs["runs"]["grade"]["text"] and "withheld" not in logs
+
+
+def test_a_task_listing_names_no_hidden_test_to_an_agent(world: World) -> None:
+    with world.client() as c:  # the operator: the ids as the task lists them
+        assert c.task(LISTED)["fail_to_pass"] == LISTED_F2P
+    with world.client("alice") as c:
+        assert c.task(LISTED)["fail_to_pass"] == LISTED_F2P[:1]
+        listing = c.tasks("listed")
+    assert [t["fail_to_pass"] for t in listing] == [LISTED_F2P[:1]]
+    done = world.cli("alice", "tasks", "--json")
+    assert_nothing_hidden([cli_ok(done)])
 
 
 def test_agents_may_not_export_the_ledger(world: World, tmp_path: Path) -> None:
