@@ -671,6 +671,8 @@ def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int
                 f"    ... {total - min(len(ids), ids_shown)} more (jb-client logs --seq {r.seq})",
                 highlight=False,
             )
+    if r.withheld:
+        console.print(f"  withheld: {r.withheld}", highlight=False, markup=False)
     tail = r.output_tail.rstrip("\n").splitlines()[-tail_lines:]
     if tail:
         console.print(f"  output (last {len(tail)} lines):", highlight=False)
@@ -695,8 +697,13 @@ def logs_report(doc: dict[str, Any]) -> None:
             console.print(test_id, highlight=False, markup=False)
         if item.get("clipped"):
             console.print("... clipped: the answer's size bound was reached", highlight=False)
+    if doc.get("withheld"):
+        console.print(f"withheld: {doc['withheld']}", highlight=False, markup=False)
     for phase, run in doc.get("runs", {}).items():
         status = run["status"]
+        if status == "withheld":
+            console.print(f"== {phase}: withheld", highlight=False)
+            continue
         shown = f"[red]{status}[/]" if status == "missing" else status
         console.print(
             f"== {phase}: {shown} ({run['kept_bytes']} bytes kept, {run['dropped_bytes']} "

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from jouled import __version__, frontier, limits, metrics
+from jouled import __version__, frontier, limits, metrics, visibility
 from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
@@ -189,6 +189,19 @@ class Ticket:
         if self._job is not None:
             self._daemon.cancel(self._job)
 
+    def through(self, view: Callable[[dict[str, Any]], dict[str, Any]]) -> Ticket:
+        """The same attempt, its receipt passed through `view` once it comes."""
+        shown: Future[dict[str, Any]] = Future()
+
+        def done(f: Future[dict[str, Any]]) -> None:
+            try:
+                shown.set_result(view(f.result()))
+            except BaseException as err:
+                shown.set_exception(err)
+
+        self.future.add_done_callback(done)
+        return Ticket(shown, self._daemon, self._job)
+
 
 def _age_s(rfc3339: str) -> int | None:
     try:
@@ -286,7 +299,8 @@ class Daemon:
             max_per_agent=config.op_windows_per_agent,
             max_s=config.op_window_max_s,
         )
-        self._inflight: dict[str, Future[dict[str, Any]]] = {}
+        # Attempts running, by (agent, idempotency key).
+        self._inflight: dict[tuple[str, str], Future[dict[str, Any]]] = {}
         self._inflight_lock = threading.Lock()
         self._trees = swebench.TreeDigests(config.tree_digests_path)
         self._load_registrations()
@@ -542,9 +556,47 @@ class Daemon:
         return self.start(sub, progress).future.result()
 
     def start(self, sub: Submission, progress: Progress | None = None) -> Ticket:
-        """Accept a submission into the attempt queue; refuses at once when it is full."""
-        progress = progress or (lambda phase, message: None)
+        """Accept a submission into the attempt queue; refuses at once when it is full.
+
+        The receipt, and the progress messages on the way, are what the caller may
+        see (`jouled.visibility`). An idempotency key belongs to the credential that
+        used it (the result's agent): only its holder gets a replay.
+        """
         attempt = self._attempt(sub)
+        progress = self._shown_progress(sub.caller, attempt.contract, progress)
+        ticket = self._start(attempt, progress)
+        if visibility.sees_all(sub.caller):
+            return ticket
+        return ticket.through(lambda receipt: self._shown_receipt(receipt, sub.caller))
+
+    def _shown_progress(
+        self, caller: Identity | None, contract: Contract, progress: Progress | None
+    ) -> Progress:
+        """The caller's progress callback, passed only what it may see of this task's runs."""
+        send = progress or (lambda phase, message: None)
+        if visibility.sees_all(caller) or not contract.hidden:
+            return send
+        return lambda phase, message: send(
+            phase, visibility.progress_message(phase, message, hidden=True)
+        )
+
+    def _shown_receipt(self, receipt: dict[str, Any], caller: Identity | None) -> dict[str, Any]:
+        """A receipt as `caller` may see it (from the signed body the receipt carries)."""
+        if visibility.sees_all(caller):
+            return receipt
+        record = ExportRecord.parse(receipt["entry"])
+        body = record.parsed_payload().body
+        visibility.check_owner(caller, body, record.seq)
+        return visibility.receipt(receipt, self._secrecy(body))
+
+    def _secrecy(self, body: Mapping[str, Any]) -> visibility.Secrecy:
+        try:
+            contract: Contract | None = self.registry.get(str(body.get("task_id", "")))
+        except JouledError:
+            contract = None
+        return visibility.Secrecy.of(contract, body)
+
+    def _start(self, attempt: Attempt, progress: Progress) -> Ticket:
         held = self.ops.holds_host(attempt.agent) if attempt.agent else None
         if held is not None:
             # Its grading phases would wait for that very window: refuse rather than hang.
@@ -553,10 +605,11 @@ class Daemon:
                 "the metered host: a graded phase cannot run until it closes",
                 hint="close the op window before submitting",
             )
-        key = sub.idempotency_key
-        if not key:
+        if not attempt.idempotency_key:
             job = self._enqueue(attempt, progress)
             return Ticket(job.future, self, job)
+        # A key is its holder's: another credential's use of the same key is its own.
+        key = (attempt.agent, attempt.idempotency_key)
         with self._inflight_lock:
             running = self._inflight.get(key)
             if running is None:
@@ -568,7 +621,7 @@ class Daemon:
         # Looked up only once this key's slot is held: a run that finished
         # meanwhile had signed its result before it gave the slot up.
         try:
-            previous = self.ledger.result_for_key(key)
+            previous = self.ledger.result_for_key(attempt.idempotency_key, agent=attempt.agent)
             if previous is not None:
                 replay = self.receipt(previous, replayed=True)
                 self._check_same(previous, attempt)
@@ -589,7 +642,7 @@ class Daemon:
 
     def _settle(
         self,
-        key: str,
+        key: tuple[str, str],
         mine: Future[dict[str, Any]],
         receipt: dict[str, Any] | None,
         err: BaseException | None,
@@ -883,14 +936,24 @@ class Daemon:
             return ""
         return data.decode(errors="replace")[-OUTPUT_TAIL_CHARS:]
 
-    def get_logs(self, seq: int) -> dict[str, Any]:
+    def get_logs(self, seq: int, caller: Identity | None = None) -> dict[str, Any]:
         """A result's captured runs and its full failing and missing test ids.
 
         Every text is checked against the sha256 its result signs: one absent or
         changed on disk is reported `missing` and never served. The answer carries
-        at most LOGS_RESPONSE_BYTES of text; a longer text keeps its tail.
+        at most LOGS_RESPONSE_BYTES of text; a longer text keeps its tail. An agent
+        reads only its own results, and of those what hidden tests leave it
+        (`jouled.visibility`).
         """
         entry = self._result_entry(seq)
+        body = entry.body
+        visibility.check_owner(caller, body, seq)
+        document = self._logs(entry)
+        if visibility.sees_all(caller):
+            return document
+        return visibility.logs(document, self._secrecy(body))
+
+    def _logs(self, entry: Entry) -> dict[str, Any]:
         body = entry.body
         budget = LOGS_RESPONSE_BYTES
         ids: dict[str, Any] = {}
@@ -1071,22 +1134,33 @@ class Daemon:
             calibration_age_s=None if cal is None or not cal.time else _age_s(cal.time),
         )
 
-    def get_receipt(self, idempotency_key: str = "", seq: int | None = None) -> dict[str, Any]:
-        """A result's receipt again, by its idempotency key or its seq, with a fresh proof."""
+    def get_receipt(
+        self, idempotency_key: str = "", seq: int | None = None, caller: Identity | None = None
+    ) -> dict[str, Any]:
+        """A result's receipt again, by its idempotency key or its seq, with a fresh proof.
+
+        A key finds the caller's own result (keys belong to the credential that used
+        them; an in-process caller finds anyone's); an agent reads only its own
+        results, and of those what hidden tests leave it (`jouled.visibility`).
+        """
         if idempotency_key:
             limits.name("idempotency key", idempotency_key, max_len=limits.KEY_MAX)
-            entry = self.ledger.result_for_key(idempotency_key)
+            entry = self.ledger.result_for_key(
+                idempotency_key, agent=None if caller is None else caller.name
+            )
             if entry is None:
                 raise NotFoundError(
-                    f"no result has the idempotency key {idempotency_key!r}",
-                    hint="an attempt still running has no receipt yet; one that was refused "
-                    "or cancelled never will",
+                    f"no result of yours has the idempotency key {idempotency_key!r}",
+                    hint="keys belong to the credential that used them; an attempt still "
+                    "running has no receipt yet, and one that was refused or cancelled never "
+                    "will",
                 )
         elif seq is not None:
             entry = self._result_entry(seq)
         else:
             raise UsageError("give an idempotency key or a seq")
-        return self.receipt(entry)
+        visibility.check_owner(caller, entry.body, entry.seq)
+        return self._shown_receipt(self.receipt(entry), caller)
 
     def _result_entry(self, seq: int) -> Entry:
         limits.integer("seq", seq)

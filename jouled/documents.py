@@ -603,7 +603,9 @@ class Receipt(Document):
     """Everything needed to check one result alone (docs/ledger.md, Receipts).
 
     Only `entry`, `proof` and `checkpoint` are worth trusting; the other fields
-    are unsigned copies of the signed body, for convenience.
+    are unsigned copies of the signed body, for convenience. An agent's receipt of
+    a result graded with hidden tests has `entry` null and says why in `withheld`
+    (`jouled.visibility`): its payload lists hidden test ids.
     """
 
     NAME: ClassVar[str] = "receipt"
@@ -624,9 +626,10 @@ class Receipt(Document):
     tests_failed: list[str] = field(default_factory=list)
     tests_missing: list[str] = field(default_factory=list)
     output_tail: str = ""
-    entry: ExportRecord
+    entry: ExportRecord | None  # null: withheld from this caller (see `withheld`)
     proof: InclusionProof
     checkpoint: str
+    withheld: str | None = None  # what this caller is not sent, and why
 
     @classmethod
     def of(

@@ -947,7 +947,8 @@ def _attempt_identity(body: Mapping[str, Any]) -> tuple[str, ...] | None:
 
     A client that retries an attempt on another host reuses its idempotency key,
     so the key (with the attempt's coordinates, in case two callers chose the
-    same key for different work) names one attempt across the fleet.
+    same key for different work) names one attempt across the fleet. A key
+    belongs to the credential that used it: another agent's is another attempt.
     """
     key = str(body.get("idempotency_key") or "")
     if not key:
@@ -959,6 +960,7 @@ def _attempt_identity(body: Mapping[str, Any]) -> tuple[str, ...] | None:
         str(body.get("model") or ""),
         str(body.get("run_id") or ""),
         str(int(body.get("rollout") or 0)),
+        str(body.get("agent") or ""),
     )
 
 

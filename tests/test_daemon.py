@@ -126,6 +126,6 @@ def test_a_result_in_an_older_shape_still_gets_a_receipt(daemon: Daemon) -> None
     receipt = Receipt.parse(daemon.get_receipt(seq=entry.seq))
     assert receipt.status == "unresolved" and receipt.audit == [] and receipt.tests_failed == []
     assert receipt.output_tail == ""  # its output was never kept in the log store
-    assert receipt.entry.payload_bytes() == entry.payload
+    assert receipt.entry is not None and receipt.entry.payload_bytes() == entry.payload
     body = ResultBody.parse(receipt.entry.parsed_payload().body)
     assert body.to_dict() == old and body.attempt_id is None

@@ -83,3 +83,14 @@ def test_results_without_a_key_or_with_other_coordinates_are_all_counted() -> No
 def test_two_ledgers_cannot_share_a_host_name() -> None:
     with pytest.raises(UsageError):
         fleet_frontier([HostLedger("a", []), HostLedger("a", [])])
+
+
+def test_the_same_key_from_two_agents_is_two_attempts() -> None:
+    # A key belongs to the credential that used it: the same coordinates from two agents
+    # (two tokens with one solver prefix, say) are two attempts, on one host or several.
+    alice = {**body("s/x", key="k"), "agent": "alice"}
+    bob = {**body("s/x", key="k"), "agent": "bob"}
+    kept, duplicates = count_once([HostLedger("a", [alice]), HostLedger("b", [bob])])
+    assert len(kept["a"]) == 1 and len(kept["b"]) == 1 and duplicates == []
+    kept, duplicates = count_once([HostLedger("a", [alice]), HostLedger("b", [dict(alice)])])
+    assert kept["b"] == [] and len(duplicates) == 1

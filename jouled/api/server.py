@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from jouled import limits
+from jouled import limits, visibility
 from jouled.api.auth import (
     Authenticator,
     RoleInterceptor,
@@ -31,6 +31,7 @@ from jouled.api.auth import (
 )
 from jouled.api.metrics import MetricsServer
 from jouled.api.peercred import PeerCred, PeerRelay
+from jouled.auth import Identity
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon, Submission, Ticket
@@ -89,7 +90,7 @@ def _doc(value: Any) -> pb.Document:
     return pb.Document(json=json.dumps(value, sort_keys=True, allow_nan=False))
 
 
-def _task(c: Contract) -> pb.Task:
+def _task(c: Contract, caller: Identity) -> pb.Task:
     return pb.Task(
         task_id=c.task_id,
         suite=c.suite,
@@ -99,8 +100,8 @@ def _task(c: Contract) -> pb.Task:
         test_cmd=list(c.test_cmd),
         test_files=list(c.test_files),
         timeout_s=c.timeout_s,
-        fail_to_pass=list(c.fail_to_pass or ()),
-        pass_to_pass=list(c.pass_to_pass or ()),
+        fail_to_pass=visibility.expected_ids(c, c.fail_to_pass or (), caller),
+        pass_to_pass=visibility.expected_ids(c, c.pass_to_pass or (), caller),
         source=c.source,
         license=c.license,
         kind=c.kind,
@@ -143,11 +144,14 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
-        return pb.ListTasksResponse(tasks=[_task(c) for c in self.daemon.tasks(request.suite)])
+        caller = current_identity()
+        return pb.ListTasksResponse(
+            tasks=[_task(c, caller) for c in self.daemon.tasks(request.suite)]
+        )
 
     @_unary
     def GetTask(self, request: pb.GetTaskRequest, context: Any) -> pb.Task:
-        return _task(self.daemon.task(request.task_id))
+        return _task(self.daemon.task(request.task_id), current_identity())
 
     def FetchTask(self, request: pb.FetchTaskRequest, context: Any) -> Iterator[pb.TaskFile]:
         try:
@@ -326,16 +330,18 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def GetReceipt(self, request: pb.GetReceiptRequest, context: Any) -> pb.Receipt:
-        which = request.WhichOneof("key")
+        which, caller = request.WhichOneof("key"), current_identity()
         if which == "idempotency_key":
-            return _receipt(self.daemon.get_receipt(idempotency_key=request.idempotency_key))
+            return _receipt(
+                self.daemon.get_receipt(idempotency_key=request.idempotency_key, caller=caller)
+            )
         if which == "seq":
-            return _receipt(self.daemon.get_receipt(seq=request.seq))
+            return _receipt(self.daemon.get_receipt(seq=request.seq, caller=caller))
         raise UsageError("GetReceipt needs an idempotency_key or a seq")
 
     @_unary
     def GetLogs(self, request: pb.GetLogsRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.get_logs(request.seq))
+        return _doc(self.daemon.get_logs(request.seq, caller=current_identity()))
 
     @_unary
     def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:

@@ -56,6 +56,12 @@ def _json_type(value: object) -> str:
 
 
 def audit_receipt(receipt: dict[str, Any], pubkeys: Sequence[Ed25519PublicKey]) -> dict[str, Any]:
+    if isinstance(receipt, dict) and receipt.get("entry") is None and receipt.get("withheld"):
+        raise VerificationError(
+            f"this receipt has no signed entry to check: {receipt['withheld']}",
+            hint="an auditor or operator of the daemon gets the whole receipt "
+            "(jb-client receipt --seq N), which checks alone",
+        )
     _check_shape(receipt)
     try:
         payload_type = record_payload_type(receipt["entry"])

@@ -966,12 +966,16 @@ class Ledger:
                 "WHERE seq >= ? AND seq < ?", [chunk.start, chunk.stop], _seq_in(chunk)
             )
 
-    def result_for_key(self, idempotency_key: str) -> Entry | None:
+    def result_for_key(self, idempotency_key: str, agent: str | None = None) -> Entry | None:
+        """The result signed with this key; with `agent`, only one that credential submitted
+        (a key belongs to the credential that used it)."""
         found = self._entries(
             "WHERE kind = 'result' AND idempotency_key = ?",
             [idempotency_key],
             lambda e: e.kind == "result" and _column(e, "idempotency_key") == idempotency_key,
         )
+        if agent is not None:
+            found = [e for e in found if str(e.body.get("agent") or "") == agent]
         return found[0] if found else None
 
     def baseline_for(self, task_digest: str) -> Entry | None:

@@ -78,6 +78,7 @@ def test_what_the_daemon_really_wrote_parses_and_serialises_to_its_signed_bytes(
     assert canonical.dumpb(line.parsed_payload().to_dict()) == line.payload_bytes()
     receipt = Receipt.parse(real.receipt)
     assert receipt.to_dict() == real.receipt
+    assert receipt.entry is not None
     assert (
         receipt.entry.parsed_payload().typed_body().to_dict()
         == json.loads(receipt.entry.payload_bytes())["body"]
