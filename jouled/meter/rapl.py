@@ -14,10 +14,16 @@ explained (`plan_zones`, shown by `jouled meter probe`):
 
 Counters wrap at `max_energy_range_uj`; the sampler reads often enough that at
 most one wrap falls between reads while the zone stays under its *ceiling*, the
-most power it can plausibly draw: twice the largest `constraint_*_max_power_uw`
-the zone declares, or a default per kind of zone where it declares none. A
-counter whose range the ceiling crosses faster than the sampler can read twice
-is refused at open, not metered into null windows. Since CVE-2020-8694 `energy_uj` is readable
+most power it can draw at all. Parts often declare only their base power (a
+desktop's long-term 125 W with a short-term maximum of 0, while it runs at its
+253 W PL2), so the ceiling is never below a floor per kind of zone that no
+shipping part reaches (`KIND_FLOOR_W`), and rises above it when any of the
+zone's own figures (every `constraint_*_max_power_uw`, every
+`constraint_*_power_limit_uw`, `max_power_range_uw`) times `CONSTRAINT_MARGIN`
+says more. A reading is judged impossible only against that ceiling over the
+time between two reads. A counter whose range the ceiling crosses faster than
+the sampler can read twice is refused at open, not metered into null windows.
+Since CVE-2020-8694 `energy_uj` is readable
 by root only; `deploy/99-jouled-powercap.rules` makes it group-readable.
 """
 
@@ -43,14 +49,16 @@ from jouled.meter.sampler import (
 
 SOURCE = "rapl"
 DEFAULT_ROOT = Path("/sys/class/powercap")
-# A zone may briefly draw more than its constraints' maximum (turbo peaks);
-# anything above twice that is a misread, not power.
+# A zone may briefly draw more than its declared figures (turbo above PL1, PL2
+# above a stale max_power_uw): twice the largest is still a bound.
 CONSTRAINT_MARGIN = 2.0
-# Where a zone declares no maximum: well above the largest parts shipped (a
-# 500 W socket, a workstation's platform, a full set of DIMMs), far below what a
-# misread wrap implies.
-DEFAULT_CEILING_W = {"package": 1000.0, "psys": 2000.0, "dram": 250.0}
-OTHER_CEILING_W = 1000.0
+# The least ceiling per kind of zone, whatever the zone declares: above the peak
+# of every shipping part of that kind (the largest server sockets are rated
+# 500 W and peak near 600 W; a workstation platform's psys stays under 1.5 kW;
+# a socket's full set of DIMMs under 400 W), and still thousands of times below
+# what a misread wrap of the common 262 kJ range implies over a 1 s read gap.
+KIND_FLOOR_W = {"package": 1000.0, "psys": 2000.0, "dram": 500.0}
+OTHER_FLOOR_W = 1000.0
 # Two reads per range-crossing at the sampler's fastest poll is the least that
 # still sees every wrap.
 MIN_READS_PER_WRAP = 2
@@ -96,7 +104,8 @@ class Zone:
     parent: str  # the parent zone's name for a subzone, "" for a top-level zone
     mmio: bool
     max_range_uj: int | None  # None: the wrap point is unknown
-    # The largest constraint_*_max_power_uw; None: the zone declares none.
+    # The largest power figure the zone declares (constraint maxima and limits,
+    # max_power_range_uw); None: it declares none.
     max_power_uw: int | None = None
 
     @property
@@ -104,19 +113,25 @@ class Zone:
         return self.path / "energy_uj"
 
     @property
+    def floor_w(self) -> float:
+        return KIND_FLOOR_W.get(self.kind, OTHER_FLOOR_W)
+
+    @property
     def ceiling_w(self) -> float:
-        """The most power this zone can plausibly draw (see the module docstring)."""
-        if self.max_power_uw:
-            return CONSTRAINT_MARGIN * self.max_power_uw / 1e6
-        return DEFAULT_CEILING_W.get(self.kind, OTHER_CEILING_W)
+        """The most power this zone can draw (see the module docstring)."""
+        declared = CONSTRAINT_MARGIN * self.max_power_uw / 1e6 if self.max_power_uw else 0.0
+        return max(self.floor_w, declared)
 
     @property
     def ceiling_from(self) -> str:
-        if self.max_power_uw:
-            return (
-                f"{CONSTRAINT_MARGIN:g} x constraint max_power_uw ({self.max_power_uw / 1e6:g} W)"
-            )
-        return f"default for a {self.kind} zone (no constraint_*_max_power_uw)"
+        floor = f"the {self.floor_w:g} W floor for a {self.kind} zone"
+        if not self.max_power_uw:
+            return f"{floor} (the zone declares no power figure)"
+        most = self.max_power_uw / 1e6
+        declared = f"{CONSTRAINT_MARGIN:g} x the largest power it declares ({most:g} W)"
+        if CONSTRAINT_MARGIN * self.max_power_uw / 1e6 > self.floor_w:
+            return declared
+        return f"{floor}, above {declared}"
 
     @property
     def kind(self) -> str:
@@ -210,17 +225,21 @@ def _read_max(reader: Reader, path: Path) -> int | None:
     return value if value > 0 else None
 
 
-_MAX_POWER_FILE = re.compile(r"^constraint_\d+_max_power_uw$")
+_POWER_FILE = re.compile(
+    r"^(constraint_\d+_max_power_uw|constraint_\d+_power_limit_uw|max_power_range_uw)$"
+)
 
 
 def _read_max_power(reader: Reader, path: Path) -> int | None:
-    """The largest maximum power any of the zone's constraints declares.
+    """The largest power any of the zone's figures declares: each constraint's
+    maximum and limit (long term, short term, peak) and the zone's
+    `max_power_range_uw`.
 
     Kernels and parts differ: some zones have no constraints, some report 0 or
-    fail the read for a constraint they do not implement; those say nothing.
+    fail the read for a figure they do not implement; those say nothing.
     """
     try:
-        names = sorted(e.name for e in path.iterdir() if _MAX_POWER_FILE.match(e.name))
+        names = sorted(e.name for e in path.iterdir() if _POWER_FILE.match(e.name))
     except OSError:
         return None
     values = []
