@@ -9,8 +9,11 @@ explained (`plan_zones`, shown by `jouled meter probe`):
 - `dram` subzones are outside the package and opt-in;
 - `core` and `uncore` are inside the package and never added to it;
 - `intel-rapl-mmio:N` re-exposes an MSR package zone: the MSR one is kept;
-- on multi-die parts every die can expose the same socket counter; zones
-  whose deltas are identical over a short probe are read once.
+- zones are summed per socket by identity (the socket in the zone's name or
+  its parent's); on multi-die parts every die of one socket can expose the
+  same counter, and such zones of one socket whose offset stays constant over
+  a short probe are read once. Zones of different sockets are never merged,
+  whatever their values.
 
 Counters wrap at `max_energy_range_uj`; the sampler reads often enough that at
 most one wrap falls between reads while the zone stays under its *ceiling*, the
@@ -347,6 +350,18 @@ def read_energy(reader: Reader, path: Path) -> int:
 MIRROR_INTERVALS = 3
 
 
+_SOCKET = re.compile(r"^package-(\d+)(?:-die-\d+)?$")
+
+
+def socket_of(zone: Zone) -> str | None:
+    """The socket a zone belongs to, from its own name or its parent's
+    (`package-1`, `package-1-die-0`, a `dram` under either: "1"); None when the
+    names do not say."""
+    name = zone.parent if zone.parent else zone.name
+    m = _SOCKET.match(name)
+    return m.group(1) if m else None
+
+
 def find_mirrors(
     plans: Sequence[ZonePlan],
     reader: Reader,
@@ -354,20 +369,23 @@ def find_mirrors(
     probe_s: float = MIRROR_PROBE_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[ZonePlan]:
-    """Skip selected zones that mirror an earlier one of the same kind.
+    """Skip selected zones that mirror an earlier one of the same socket.
 
-    Two zones that are one counter exposed twice (one per die of a multi-die
-    socket) keep a constant offset from each other; summing them would
-    multiply the energy by the die count. The zones are read one after
-    another, so a counter update can land between the two reads at one read
-    point: the probe reads several times and calls two advancing zones mirrors
-    when most read points show the same offset. Distinct sockets drift apart
-    by a different number of microjoules every interval. Idle zones (no
-    advance) prove nothing and are kept.
+    Zones are summed per socket by their identity: two zones are only ever
+    compared when they are the same kind of zone on the same socket (dies of
+    one package, `package-0-die-0` and `package-0-die-1`, or a dram under
+    each), never because their values agree: two sockets whose DRAM advances
+    identically both count. Two such zones that are one counter exposed twice
+    keep a constant offset from each other; summing them would multiply the
+    energy by the die count. The zones are read one after another, so a
+    counter update can land between the two reads at one read point: the
+    probe reads several times and calls two advancing zones mirrors when most
+    read points show the same offset. Idle zones (no advance) prove nothing
+    and are kept.
     """
     chosen = [p for p in plans if p.selected]
-    kinds = [p.zone.kind for p in chosen]
-    if all(kinds.count(k) < 2 for k in kinds):
+    keys = [_twin_key(p) for p in chosen]
+    if all(k is None or keys.count(k) < 2 for k in keys):
         return list(plans)
     reads = [{p.zone.id: _read_open(reader, p.zone) for p in chosen}]
     for _ in range(MIRROR_INTERVALS):
@@ -375,7 +393,9 @@ def find_mirrors(
         reads.append({p.zone.id: _read_open(reader, p.zone) for p in chosen})
 
     def mirrors(p: ZonePlan, k: ZonePlan) -> bool:
-        if p.zone.kind != k.zone.kind or reads[-1][p.zone.id] == reads[0][p.zone.id]:
+        if _twin_key(p) is None or _twin_key(p) != _twin_key(k):
+            return False
+        if reads[-1][p.zone.id] == reads[0][p.zone.id]:
             return False
         offsets = Counter(r[p.zone.id] - r[k.zone.id] for r in reads)
         return offsets.most_common(1)[0][1] * 2 > len(reads)
@@ -390,10 +410,19 @@ def find_mirrors(
         mirrored[p.zone.id] = replace(
             p,
             selected=False,
-            reason=f"mirrors {twin.zone.name} ({twin.zone.id}): a constant offset over a "
-            f"{probe_s * 1000:.0f} ms probe, one counter exposed per die",
+            reason=f"mirrors {twin.zone.name} ({twin.zone.id}) on the same socket: a constant "
+            f"offset over a {probe_s * 1000:.0f} ms probe, one counter exposed per die",
         )
     return [mirrored.get(p.zone.id, p) for p in plans]
+
+
+def _twin_key(p: ZonePlan) -> tuple[str, str, str] | None:
+    """Zones that may be one counter exposed twice share this key: the same kind
+    and name of zone on the same socket. None: nothing says which socket."""
+    socket = socket_of(p.zone)
+    if socket is None:
+        return None
+    return (p.zone.kind, socket, p.zone.name if p.zone.parent else "")
 
 
 def _read_open(reader: Reader, zone: Zone) -> int:

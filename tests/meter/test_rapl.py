@@ -159,6 +159,46 @@ def test_mirrored_dies_are_read_once(fake: FakePowercap, clock: FakeClock) -> No
     assert pe.gross_mj == 68_000
 
 
+def test_two_sockets_that_advance_identically_both_count(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    """Two sockets under the same load: their packages and their DRAM advance by
+    the very same microjoules, which is no sign that they are one counter."""
+    for n in (0, 1):
+        fake.package(n, energy_uj=1_000_000 * (n + 1))
+        fake.subzone(f"intel-rapl:{n}", 0, "dram", energy_uj=3_000_000 * (n + 1))
+    fake.drive(
+        clock,
+        {"intel-rapl:0": 50.0, "intel-rapl:1": 50.0, "intel-rapl:0:0": 6.0, "intel-rapl:1:0": 6.0},
+    )
+    with open_rapl(fake, clock, dram=True, mirror_probe_s=0.05) as m:
+        assert names(m) == ["package-0", "dram-0", "package-1", "dram-1"]
+        pe = window(m, clock, 1.0)
+    assert pe.valid and pe.gross_mj == 112_000, pe
+    assert pe.domains == {
+        "package-0": 50_000,
+        "dram-0": 6_000,
+        "package-1": 50_000,
+        "dram-1": 6_000,
+    }
+
+
+def test_the_dram_of_mirrored_dies_is_read_once(fake: FakePowercap, clock: FakeClock) -> None:
+    """Dies of one socket that expose one package counter and one DRAM counter."""
+    fake.package(0, name="package-0-die-0")
+    fake.package(1, name="package-0-die-1")
+    fake.subzone("intel-rapl:0", 0, "dram", energy_uj=5_000)
+    fake.subzone("intel-rapl:1", 0, "dram")
+    fake.mirror("intel-rapl:1", of="intel-rapl:0")
+    fake.mirror("intel-rapl:1:0", of="intel-rapl:0:0")
+    fake.drive(clock, {"intel-rapl:0": 68.0, "intel-rapl:0:0": 7.0})
+    with open_rapl(fake, clock, dram=True, mirror_probe_s=0.05) as m:
+        assert names(m) == ["package-0-die-0", "dram-0-die-0"]
+        assert "same socket" in reasons(m)["intel-rapl:1:0"]
+        pe = window(m, clock, 1.0)
+    assert pe.gross_mj == 75_000
+
+
 def test_distinct_packages_and_idle_packages_are_both_kept(
     fake: FakePowercap, clock: FakeClock
 ) -> None:
