@@ -17,6 +17,13 @@ from datetime import UTC, datetime
 from jouled.errors import ConfigError, MeterError
 from jouled.meter.base import Calibration, DomainIdle, Meter, Snapshot
 
+# The update period is measured from a burst of back-to-back reads after the
+# idle stretch (so the burst's own CPU does not count as idle): until every
+# domain has shown this many steps, or for at most this long.
+BURST_STEPS = 16
+BURST_S = 1.5
+BURST_GAP_S = 0.0002
+
 
 def calibrate(
     meter: Meter,
@@ -34,8 +41,11 @@ def calibrate(
 
     Each snapshot's reads took time (`Snapshot.spread_ns`): inside a stretch of
     good sub-intervals that cancels out, so only the two ends of each stretch
-    can shift its energy against its wall time. `timing_mw` is the most that
-    shift can move a domain's idle power.
+    can shift its energy against its wall time. A counter also shows energy in
+    steps (`update_us`, measured from a burst of reads after the idle stretch:
+    the longest it went without a new value), so each stretch's energy may
+    cover up to one update period more or less than its wall time.
+    `timing_mw` is the most that both can move a domain's idle power.
 
     Estimator domains get idle 0 and spread 0 without sampling: the estimator
     models active power only (its coefficient is already the cost of working),
@@ -60,6 +70,7 @@ def calibrate(
     powers_mw: dict[str, list[float]] = {name: [] for name in measured}
     good_ns = 0
     edges_ns = 0  # read spreads at the two ends of every stretch of good sub-intervals
+    stretches = 0
     stretch_end: Snapshot | None = None
     for a, b in itertools.pairwise(snaps):
         dt_ns = b.t_ns - a.t_ns
@@ -67,6 +78,7 @@ def calibrate(
             continue
         if stretch_end is not a:
             edges_ns += a.spread_ns + (stretch_end.spread_ns if stretch_end else 0)
+            stretches += 1
         stretch_end = b
         good_ns += dt_ns
         for name in measured:
@@ -81,19 +93,59 @@ def calibrate(
         )
     assert stretch_end is not None
     edges_ns += stretch_end.spread_ns
+    update_us = update_periods(meter, measured, sleep=sleep)
     for name in measured:
         spread = statistics.stdev(powers_mw[name]) if len(powers_mw[name]) > 1 else 0.0
         idle_mw = energy_uj[name] * 1e6 / good_ns
+        # A counter read up to edges_ns away from its stamp, and showing energy
+        # up to one update period late at each end of a stretch, moves this much
+        # energy in or out of good_ns; the ratio cannot exceed 1 when the
+        # windows are longer than their reads.
+        off_ns = edges_ns + stretches * update_us[name] * 1000
         idle[name] = DomainIdle(
             idle_mw=round(idle_mw),
             stddev_mw=round(spread),
-            # A counter read up to edges_ns away from its stamp moves this much
-            # energy in or out of good_ns; the ratio cannot exceed 1 when the
-            # windows are longer than their reads.
-            timing_mw=math.ceil(idle_mw * edges_ns / max(1, good_ns - edges_ns)),
+            timing_mw=math.ceil(idle_mw * off_ns / max(1, good_ns - off_ns)),
+            update_us=update_us[name],
         )
     wall_s = (snaps[-1].t_ns - snaps[0].t_ns) / 1e9
     return Calibration(source=meter.source, seconds=round(wall_s), domains=idle, time=_now())
+
+
+def update_periods(
+    meter: Meter, names: list[str], *, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, int]:
+    """The longest each domain's counter went without showing new energy, in
+    microseconds, over a burst of back-to-back reads.
+
+    Each step is seen at the first read after it, so a gap between two seen
+    steps is at most the update period plus one read gap: the figure is an upper
+    bound. A domain that showed fewer than two steps gets the burst's whole
+    length (its period is at least that long); reads across a failed one are
+    left out.
+    """
+    last = meter.snapshot()
+    began = last.t_ns
+    steps: dict[str, list[int]] = {name: [] for name in names}
+    longest = dict.fromkeys(names, 0)
+    while last.t_ns - began < BURST_S * 1e9:
+        sleep(BURST_GAP_S)
+        snap = meter.snapshot()
+        if snap.faults != last.faults or snap.t_ns <= last.t_ns:
+            for name in names:  # a step seen across a failed read says nothing
+                steps[name].clear()
+        else:
+            for name in names:
+                if snap.totals_uj.get(name) != last.totals_uj.get(name):
+                    seen = steps[name]
+                    if seen:
+                        longest[name] = max(longest[name], snap.t_ns - seen[-1])
+                    seen.append(snap.t_ns)
+        last = snap
+        if all(len(seen) > BURST_STEPS for seen in steps.values()):
+            break
+    burst_ns = last.t_ns - began
+    return {name: -(-(longest[name] if longest[name] else burst_ns) // 1000) for name in names}
 
 
 def _good(a: Snapshot, b: Snapshot, names: list[str]) -> bool:

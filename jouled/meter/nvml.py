@@ -40,6 +40,8 @@ RESOLUTION_UJ = 1000
 # The counter updates in chunks (some boards every few hundred ms): judge a
 # step's power over at least this long.
 COUNTER_SLACK_S = 1.0
+# Until a calibration measures it, a window's edges allow that long a step.
+COUNTER_UPDATE_US = round(COUNTER_SLACK_S * 1e6)
 MIG_ENABLED = 1
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 
@@ -231,6 +233,8 @@ class NvmlMeter(SampledMeter):
                 kind="gpu" if g.counter else "gpu-power",
                 resolution_uj=RESOLUTION_UJ,
                 min_window_ms=COUNTER_MIN_WINDOW_MS if g.counter else POWER_MIN_WINDOW_MS,
+                # The counter shows new energy in steps of up to this long.
+                update_us=COUNTER_UPDATE_US if g.counter else 0,
             )
             for g in self.gpus
         )

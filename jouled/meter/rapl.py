@@ -69,6 +69,9 @@ MIRROR_PROBE_S = 0.1
 # The common RAPL energy status unit is 2^-14 J; sysfs scales it away but the
 # counter cannot show finer steps.
 RESOLUTION_UJ = 61
+# Intel and AMD update the energy status about every millisecond; calibration
+# measures the real period from the counter's own steps.
+UPDATE_US = 1000
 MIN_WINDOW_MS = 10
 ZONE_CHOICES = ("package", "psys")
 
@@ -480,6 +483,7 @@ class RaplMeter(SampledMeter):
                 kind=p.zone.kind,
                 resolution_uj=RESOLUTION_UJ,
                 min_window_ms=MIN_WINDOW_MS,
+                update_us=UPDATE_US,
             )
             for p in selected
         )

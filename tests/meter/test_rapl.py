@@ -563,6 +563,29 @@ def test_a_wrap_at_a_surge_is_still_a_wrap(fake: FakePowercap, clock: FakeClock)
     assert pe.valid and pe.gross_mj == 2_250
 
 
+# -- a frozen counter -----------------------------------------------------------------
+
+
+def test_a_counter_that_stands_still_while_the_phase_is_busy_is_frozen_not_zero(
+    fake: FakePowercap, clock: FakeClock
+) -> None:
+    fake.package(0, energy_uj=7_000_000)
+    fake.package(1)
+    fake.drive(clock, {"intel-rapl:1": 20.0})  # package-0 never moves
+    with open_rapl(fake, clock) as m:
+        start = m.snapshot()
+        clock.sleep(1.0)
+        end = m.snapshot()
+    busy = phase_energy(m.source, m.domains(), start, end, None, busy_ns=300_000_000)
+    assert not busy.valid and busy.gross_mj is None and busy.marginal_mj is None
+    assert busy.domains == {"package-0": None, "package-1": None}
+    assert any("package-0" in r and "frozen" in r for r in busy.reasons), busy.reasons
+    # Without CPU time (or without knowing it) nothing says the host was busy.
+    for quiet in (0, None):
+        pe = phase_energy(m.source, m.domains(), start, end, None, busy_ns=quiet)
+        assert pe.valid and pe.domains == {"package-0": 0, "package-1": 20_000}
+
+
 # -- every figure of an invalid window is null --------------------------------------------
 
 
