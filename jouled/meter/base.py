@@ -95,6 +95,7 @@ class Meter(ABC):
                     "kind": d.kind,
                     "resolution_uj": d.resolution_uj,
                     "min_window_ms": d.min_window_ms,
+                    "update_us": d.update_us,
                 }
                 for d in self.domains()
             ],

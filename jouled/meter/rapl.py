@@ -516,10 +516,18 @@ class RaplMeter(SampledMeter):
 
     def describe(self) -> dict[str, object]:
         info = super().describe()
+        last = self._sampler.last_reads()
         info["rapl"] = {
             "root": str(self.root),
             "interval_s": self.interval_s,
-            "zones": [{**p.to_dict(), **self._ceiling(p.zone)} for p in self.plans],
+            "zones": [
+                {
+                    **p.to_dict(),
+                    **self._ceiling(p.zone),
+                    **(_last_read(last.get(p.domain)) if p.selected else {}),
+                }
+                for p in self.plans
+            ],
         }
         return info
 
@@ -527,6 +535,12 @@ class RaplMeter(SampledMeter):
         if zone.id in self.ceilings and self._ceiling_given:
             return {"ceiling_w": self.ceilings[zone.id], "ceiling_from": "set when opened"}
         return {}
+
+
+def _last_read(last: tuple[int, int] | None) -> dict[str, object]:
+    if last is None:
+        return {}
+    return {"last_read_uj": last[0], "last_read_age_ms": last[1] // 1_000_000}
 
 
 def _energy_reader(reader: Reader, path: Path) -> Callable[[], int]:

@@ -257,6 +257,9 @@ class PowerChannel(Channel):
     def read(self) -> int:
         return int(self._read_mw())
 
+    def last_read(self) -> tuple[int, int] | None:
+        return self._last
+
     def step(self, reading: Reading, t_ns: int) -> Step:
         if isinstance(reading, Exception):
             return self._lost(f"read failed: {type(reading).__name__}: {reading}")
@@ -355,10 +358,16 @@ class Sampler:
             dues = [d for c in self._channels if (d := c.due_s()) is not None]
         return min([self.interval_s, *dues])
 
-    def last_reads(self) -> dict[str, tuple[int, int] | None]:
-        """Each channel's last good raw reading and its time."""
+    def last_reads(self) -> dict[str, tuple[int, int]]:
+        """Each channel's last good raw reading and how many ns ago it was taken
+        (channels without one are left out)."""
         with self._lock:
-            return {c.name: c.last_read() for c in self._channels}
+            now = self._clock()
+            return {
+                c.name: (last[0], max(0, now - last[1]))
+                for c in self._channels
+                if (last := c.last_read()) is not None
+            }
 
     def _run(self) -> None:
         while not self._stop.wait(self.next_wait_s()):

@@ -226,6 +226,18 @@ def test_daemon_meters_a_wrapping_rapl_counter(rapl_daemon: Daemon, powered: Pow
     ceilings = {z["id"]: z["ceiling_w"] for z in meter["rapl"]["zones"]}
     assert ceilings == {"intel-rapl:0": 1000.0, "intel-rapl:1": 1000.0}, meter
 
+    # The text form: a row per zone with its range, ceiling, last read and timing,
+    # and no host path (the JSON above has them).
+    rapl_daemon.extra_env["COLUMNS"] = "200"
+    shown = rapl_daemon.client("meter")
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert str(powered.fake.root) not in text and "/dev/shm" not in text, text
+    for zone_id, name in DOMAIN.items():
+        row = next(line for line in text.splitlines() if f"{name} ({zone_id})" in line)
+        assert "640.0 J" in row and "1000 W" in row and "ms ago" in row, text
+        assert "(calibrated)" in row, text
+
 
 def test_a_frozen_counter_makes_a_graded_window_null_never_zero(
     tmp_path: Path, powered: PoweredTree
