@@ -32,7 +32,10 @@ from jouled.meter.base import Domain, Meter, Snapshot
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.01
-MAX_INTERVAL_S = 1.0
+# Reads are never further apart than this, whatever the range: a step back is
+# only visible when it is larger than the energy counted between two reads
+# (3 J at 30 W), and a poll costs microseconds.
+MAX_INTERVAL_S = 0.1
 # Without a known range nothing bounds the wrap period; poll often enough that
 # a counter reset is seen soon after it happens.
 UNKNOWN_RANGE_INTERVAL_S = 0.1

@@ -405,3 +405,35 @@ def test_a_window_keeps_microseconds_and_its_edges() -> None:
     pe = phase_energy("rapl", [domain()], start, end, None)
     wire = pe.to_wire()
     assert (wire["wall_ms"], wire["wall_us"], wire["edge_us"]) == (499, 499_999, 4)
+
+
+def test_the_sampler_thread_sees_a_step_back_between_its_reads() -> None:
+    """Real time, the thread alone: a 262 kJ counter at 30 W steps back by 20 J.
+    Reads a second apart would see 10 J where 30 J were counted, a quiet error;
+    the thread reads often enough that the step shows as a decrease, and no
+    window across it has a figure."""
+    import time
+
+    t0 = time.monotonic_ns()
+    back_at: list[int] = []
+
+    def counter() -> int:
+        now = time.monotonic_ns()
+        back = 20_000_000 if back_at and now >= back_at[0] else 0
+        return 5_000_000_000 + (now - t0) * 30 // 1000 - back
+
+    ch = CounterChannel("c", counter, ceiling_w=1000.0, modulus=TOP + 1)
+    sampler = Sampler([ch], interval_s=poll_interval(TOP, 1000.0))
+    try:
+        start = sampler.snapshot()
+        back_at.append(time.monotonic_ns())
+        deadline = time.monotonic() + 30
+        while sampler.faults == 0:
+            assert time.monotonic() < deadline, "the step back was never seen"
+            time.sleep(0.01)
+        end = sampler.snapshot()
+    finally:
+        sampler.close()
+    pe = phase_energy("rapl", [domain()], start, end, None)
+    assert not pe.valid and pe.gross_mj is None
+    assert any("went backwards" in r for r in pe.reasons), pe.reasons
