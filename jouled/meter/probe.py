@@ -18,6 +18,7 @@ from jouled.errors import JouledError, MeterError, MeterPermissionError
 from jouled.meter.nvml import COUNTER_PROBE_S, init, inspect_gpus, load_nvml, shutdown
 from jouled.meter.rapl import (
     DEFAULT_ROOT,
+    FROZEN_PROBE_S,
     MIRROR_PROBE_S,
     MISSING_HINT,
     Reader,
@@ -28,6 +29,7 @@ from jouled.meter.rapl import (
     plan_zones,
     read_energy,
     read_text,
+    spin,
 )
 
 
@@ -54,18 +56,6 @@ def probe(
     )
     nvml = probe_nvml(nvml_module, gpus=gpus, sleep=sleep)
     return {"rapl": rapl, "nvml": nvml, "auto": _auto(rapl, nvml)}
-
-
-# A RAPL counter updates about every millisecond: kept busy this long, a package
-# that is metered at all shows thousands of updates.
-FROZEN_PROBE_S = 0.05
-
-
-def spin(seconds: float) -> None:
-    """Keep this CPU busy for `seconds`."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
 
 
 def probe_rapl(

@@ -73,6 +73,9 @@ RESOLUTION_UJ = 61
 # measures the real period from the counter's own steps.
 UPDATE_US = 1000
 MIN_WINDOW_MS = 10
+# A RAPL counter updates about every millisecond: kept busy this long, a zone
+# that is metered at all shows dozens of updates.
+FROZEN_PROBE_S = 0.05
 ZONE_CHOICES = ("package", "psys")
 
 PERMISSION_HINT = (
@@ -338,6 +341,13 @@ def _unique_domains(plans: list[ZonePlan]) -> list[ZonePlan]:
             seen.add(domain)
         out.append(replace(p, domain=domain))
     return out
+
+
+def spin(seconds: float) -> None:
+    """Keep this CPU busy for `seconds` (a load under which a counter must move)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def read_energy(reader: Reader, path: Path) -> int:
