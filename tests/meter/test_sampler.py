@@ -152,14 +152,14 @@ def test_the_sampler_thread_reads_densely_near_the_top_and_tells_a_reset_apart()
 
     top = 10**12
     t0 = time.monotonic_ns()
-    state = {"base": top - 101_000_000, "reset_at": None}
+    base = top - 101_000_000
+    reset_at: list[int] = []
 
     def counter() -> int:
         now = time.monotonic_ns()
-        at_reset = state["reset_at"]
-        if at_reset is not None and now >= at_reset:
-            return (now - at_reset) * 30 // 1000
-        return (state["base"] + (now - t0) * 30 // 1000) % (top + 1)
+        if reset_at and now >= reset_at[0]:
+            return (now - reset_at[0]) * 30 // 1000
+        return (base + (now - t0) * 30 // 1000) % (top + 1)
 
     ch = CounterChannel("c", counter, ceiling_w=1000.0, modulus=top + 1)
     sampler = Sampler([ch], interval_s=1.0)
@@ -169,7 +169,7 @@ def test_the_sampler_thread_reads_densely_near_the_top_and_tells_a_reset_apart()
         while (due := ch.due_s()) is None or due > 0.03:
             assert time.monotonic() < deadline, "the counter never neared its top"
             time.sleep(0.005)
-        state["reset_at"] = time.monotonic_ns()
+        reset_at.append(time.monotonic_ns())
         while sampler.faults == 0:
             assert time.monotonic() < deadline, "the reset was never seen"
             time.sleep(0.005)
