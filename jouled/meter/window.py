@@ -95,17 +95,15 @@ def phase_energy(
     wall_ms = wall_ns // 1_000_000
     wall_us = (wall_ns + 500) // 1000
     cal_domains = calibration.domains if calibration else {}
-    update_us = max(
-        (
-            cal_domains[d.name].update_us
-            if d.name in cal_domains and cal_domains[d.name].update_us
-            else d.update_us
-            for d in domains
-        ),
-        default=0,
-    )
+    # Each domain's update period: as calibration measured it, else as documented.
+    period_us = {
+        d.name: cal_domains[d.name].update_us
+        if d.name in cal_domains and cal_domains[d.name].update_us
+        else d.update_us
+        for d in domains
+    }
     # rounded up: a bound
-    edge_us = -(-(start.spread_ns + end.spread_ns) // 1000) + update_us
+    edge_us = -(-(start.spread_ns + end.spread_ns) // 1000) + max(period_us.values(), default=0)
     reasons: list[str] = []
 
     gross_uj: dict[str, int] = {}
@@ -118,7 +116,9 @@ def phase_energy(
             reasons.append(f"{d.name}: counter went backwards")
             continue
         gross_uj[d.name] = b - a
-        if b == a and d.measured and busy_ns and wall_ns >= max(1, d.min_window_ms) * 1_000_000:
+        # A window that spans two of the counter's periods (and its floor) must see a step.
+        spans_ns = max(d.min_window_ms * 1_000_000, 2 * period_us[d.name] * 1000, 1)
+        if b == a and d.measured and busy_ns and wall_ns >= spans_ns:
             reasons.append(
                 f"{d.name}: the counter did not advance in {wall_ns / 1e6:.0f} ms while the "
                 f"phase used {busy_ns / 1e6:.0f} ms of CPU: a frozen counter, not 0 J"

@@ -437,3 +437,20 @@ def test_the_sampler_thread_sees_a_step_back_between_its_reads() -> None:
     pe = phase_energy("rapl", [domain()], start, end, None)
     assert not pe.valid and pe.gross_mj is None
     assert any("went backwards" in r for r in pe.reasons), pe.reasons
+
+
+def test_a_counter_that_steps_slowly_is_frozen_only_over_two_of_its_steps() -> None:
+    """A GPU counter may show new energy once a second: 300 ms without a step while
+    the phase is busy says nothing; 3 s without one is a frozen counter."""
+    from jouled.meter.base import Snapshot
+
+    gpu = Domain("gpu-0", "nvml", "gpu", 1000, 100, update_us=1_000_000)
+    still = {"gpu-0": 5_000_000}
+    short = phase_energy(
+        "nvml", [gpu], Snapshot(0, still), Snapshot(300_000_000, still), None, busy_ns=10**8
+    )
+    assert short.valid and short.domains == {"gpu-0": 0}
+    long = phase_energy(
+        "nvml", [gpu], Snapshot(0, still), Snapshot(3_000_000_000, still), None, busy_ns=10**8
+    )
+    assert not long.valid and any("frozen" in r for r in long.reasons)
