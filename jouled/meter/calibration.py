@@ -23,6 +23,9 @@ from jouled.meter.base import Calibration, DomainIdle, Meter, Snapshot
 BURST_STEPS = 16
 BURST_S = 1.5
 BURST_GAP_S = 0.0002
+# A read later than this after the one before was the reader's delay, not the
+# counter's: the step pairs it ends are left out where others are not.
+BURST_ON_TIME_S = 0.002
 
 
 def calibrate(
@@ -118,34 +121,45 @@ def update_periods(
     """The longest each domain's counter went without showing new energy, in
     microseconds, over a burst of back-to-back reads.
 
-    Each step is seen at the first read after it, so a gap between two seen
-    steps is at most the update period plus one read gap: the figure is an upper
-    bound. A domain that showed fewer than two steps gets the burst's whole
-    length (its period is at least that long); reads across a failed one are
-    left out.
+    A step is seen at the first read after it, so it happened within the read
+    gap before that read: two steps seen `g` apart, the first after a read gap
+    `r`, are less than `g + r` apart, an upper bound. Only pairs whose reads
+    both came on time (`BURST_ON_TIME_S` after the read before) are kept where
+    there are any: a read this process was late to make stretches the gap it
+    ends and says nothing about the counter. A domain that showed fewer than
+    two steps gets 0, not measured: windows then use the documented period,
+    and a counter that did not move at all is frozen, not slow. Steps seen
+    across a failed read are left out.
     """
     last = meter.snapshot()
     began = last.t_ns
-    steps: dict[str, list[int]] = {name: [] for name in names}
-    longest = dict.fromkeys(names, 0)
+    on_time_ns = BURST_ON_TIME_S * 1e9
+    seen: dict[str, tuple[int, int] | None] = dict.fromkeys(names)  # last step: time, read gap
+    steps = dict.fromkeys(names, 0)
+    longest = dict.fromkeys(names, 0)  # over pairs whose reads came on time
+    longest_any = dict.fromkeys(names, 0)
     while last.t_ns - began < BURST_S * 1e9:
         sleep(BURST_GAP_S)
         snap = meter.snapshot()
-        if snap.faults != last.faults or snap.t_ns <= last.t_ns:
-            for name in names:  # a step seen across a failed read says nothing
-                steps[name].clear()
+        gap_ns = snap.t_ns - last.t_ns
+        if snap.faults != last.faults or gap_ns <= 0:
+            seen = dict.fromkeys(names)  # a step seen across a failed read says nothing
         else:
             for name in names:
-                if snap.totals_uj.get(name) != last.totals_uj.get(name):
-                    seen = steps[name]
-                    if seen:
-                        longest[name] = max(longest[name], snap.t_ns - seen[-1])
-                    seen.append(snap.t_ns)
+                if snap.totals_uj.get(name) == last.totals_uj.get(name):
+                    continue
+                before = seen[name]
+                if before is not None:
+                    bound = snap.t_ns - before[0] + before[1]
+                    longest_any[name] = max(longest_any[name], bound)
+                    if before[1] <= on_time_ns and gap_ns <= on_time_ns:
+                        longest[name] = max(longest[name], bound)
+                seen[name] = (snap.t_ns, gap_ns)
+                steps[name] += 1
         last = snap
-        if all(len(seen) > BURST_STEPS for seen in steps.values()):
+        if all(n > BURST_STEPS for n in steps.values()):
             break
-    burst_ns = last.t_ns - began
-    return {name: -(-(longest[name] if longest[name] else burst_ns) // 1000) for name in names}
+    return {name: -(-(longest[name] or longest_any[name]) // 1000) for name in names}
 
 
 def _good(a: Snapshot, b: Snapshot, names: list[str]) -> bool:

@@ -94,8 +94,9 @@ def test_sub_intervals_with_a_failed_read_are_left_out(tmp_path: Path, clock: Fa
     # Counting the sub-intervals around the failure would have pulled the mean down.
     got = cal.domains["package-0"]
     assert (got.idle_mw, got.stddev_mw) == (8_000, 0)
-    # The fake counter shows new energy at every read: the period is the burst's gap.
-    assert got.update_us == 200
+    # The fake counter shows new energy at every read, 0.2 ms apart: each step
+    # happened within the 0.2 ms before it was seen, so steps are at most 0.4 ms apart.
+    assert got.update_us == 400
 
 
 def test_calibration_that_never_reads_fails(tmp_path: Path, clock: FakeClock) -> None:
@@ -167,14 +168,15 @@ def test_read_time_at_the_edges_of_each_stretch_bounds_the_idle_power(
         one = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep).domains["package-0"]
     two = measure()
     # Each read sees a new value 2.2 ms after the last in the burst (two 1 ms clock
-    # reads and the 0.2 ms gap): that is the update period the reads can tell.
-    assert one.update_us == two.update_us == 2200
-    # one stretch: 2 x 0.5 ms of edges and one 2.2 ms period over ~1 s at 12 W is ~38 mW
-    assert one.idle_mw == 12_000 and 38 <= one.timing_mw <= 39
+    # reads and the 0.2 ms gap), so steps are at most 4.4 ms apart: as close as
+    # reads that slow can tell the update period.
+    assert one.update_us == two.update_us == 4400
+    # one stretch: 2 x 0.5 ms of edges and one 4.4 ms period over ~1 s at 12 W is ~65 mW
+    assert one.idle_mw == 12_000 and 64 <= one.timing_mw <= 66
     # a failed read splits it in two and loses two sub-intervals (the failure and
-    # the resume): four edges and two periods over ~0.8 s, ~96 mW
+    # the resume): four edges and two periods over ~0.8 s, ~161 mW
     assert abs(two.idle_mw - 12_000) <= two.timing_mw
-    assert 94 <= two.timing_mw <= 99
+    assert 158 <= two.timing_mw <= 164
 
 
 def test_a_calibration_signed_before_timing_was_measured_still_loads() -> None:
@@ -222,3 +224,32 @@ def test_a_counter_that_shows_energy_in_steps_widens_every_windows_edge(
             # W x us = uJ; 1 mJ of rounding
             outside += abs(pe.gross_mj * 1000 - 40 * pe.wall_us) > 40 * pe.edge_us + 1000
     assert outside == 0
+
+
+def test_a_late_read_in_the_burst_does_not_stretch_the_period(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A counter stepping every 1 ms, read every 0.2 ms but for one read that comes
+    20 ms late (this process descheduled): the period stays what the on-time reads
+    show, not the 20 ms the late one spanned."""
+    from jouled.meter.calibration import update_periods
+
+    fake = FakePowercap(tmp_path / "stepped")
+    fake.package(0)
+    elapsed = [0]
+
+    def advance(seconds: float) -> None:
+        elapsed[0] += round(seconds * 1e9)
+        fake.set("intel-rapl:0", elapsed[0] // 1_000_000 * 30_000)  # 30 W in 1 ms steps
+
+    clock.on_advance(advance)
+    calls = [0]
+
+    def sleep(seconds: float) -> None:
+        calls[0] += 1
+        clock.sleep(0.02 if calls[0] == 30 else seconds)
+
+    with open_rapl(fake, clock) as m:
+        period = update_periods(m, ["package-0"], sleep=sleep)["package-0"]
+    assert calls[0] > 30  # the late read happened inside the burst
+    assert 1000 <= period <= 1400, period
