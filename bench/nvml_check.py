@@ -210,18 +210,20 @@ class MatmulLoad:
 
 def gpu_step(gpu: int) -> tuple[Callable[[], None] | None, str]:
     """One synchronous burst of GPU work, from torch or cupy; None and why if neither."""
+    why = []
     try:
         torch = importlib.import_module("torch")
         if torch.cuda.is_available():
             return _torch_step(torch, gpu), "a 4096 x 4096 torch matmul in a loop"
-    except ImportError:
-        pass
+        why.append("torch sees no CUDA device")
+    except Exception as err:  # not installed, or installed without a working CUDA
+        why.append(f"torch: {type(err).__name__}")
     try:
         cupy = importlib.import_module("cupy")
         return _cupy_step(cupy, gpu), "a 4096 x 4096 cupy matmul in a loop"
-    except ImportError:
-        pass
-    return None, "no torch or cupy with CUDA: only the idle row is measured"
+    except Exception as err:
+        why.append(f"cupy: {type(err).__name__}")
+    return None, f"no GPU load ({'; '.join(why)}): only the idle row is measured"
 
 
 def _torch_step(torch: Any, gpu: int) -> Callable[[], None]:

@@ -115,3 +115,16 @@ def test_the_section_replaces_an_earlier_one_in_results(check: ModuleType, tmp_p
     text = results.read_text()
     assert text.count(check.HEADING) == 1 and "second" in text and "first" not in text
     assert "## Issue 3: meter\n\nold" in text
+
+
+def test_the_script_runs_end_to_end_on_the_fake_module(
+    check: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The command line, in real time, without a GPU library: the idle row only."""
+    monkeypatch.setattr(check, "OUT", tmp_path)
+    monkeypatch.setattr(check, "gpu_step", lambda gpu: (None, "no GPU load (test)"))
+    section = check.main(
+        ["--window", "0.05", "--period-s", "0.05", "--sample-ms", "10"], nvml=FakeNVML.with_gpus(1)
+    )
+    assert (tmp_path / "nvml.md").read_text() == section
+    assert "| 0: NVIDIA H100 80GB HBM3 | idle |" in section and "no GPU load (test)" in section
