@@ -27,11 +27,18 @@ What is measured, side by side in one run:
    so it also contains the replay's publishing lag (the fake, not the meter).
 
 4. Fault cells: the cases where a meter can sign a wrong figure or none at
-   all, each measured the same way on this tree and on an older one (run the
-   script from that tree with `--cells-only`): a 50 J counter at 30 W, a counter
-   unreadable for a whole window, a 10 J drop and a reset to zero that are not
-   wraps, and read timing with a busy Python thread in the meter's process
-   (counters produced at the moment of the read by another process).
+   all, each measured the same way on this tree and on an older one
+   (`--compare DIR`, DIR holding the older `jouled/`, e.g. from `git archive
+   REV jouled | tar -x -C DIR`: both run in one invocation, side by side): a
+   50 J counter at 30 W, a counter unreadable for a whole window, a 10 J drop
+   and resets to zero (1 kJ, 300 J and 100 J below the top) that are not
+   wraps, a wrap 20 ms before a window's close, read timing with a busy Python
+   thread in the meter's process (counters produced at the moment of the read
+   by another process), shipping parts under turbo (a desktop PBP 125 W / PL2
+   253 W part at 253 W, a 28 W laptop part at 60 W), a frozen counter in a busy
+   phase, a 10 J step back with and without the sampler thread, two sockets
+   whose counters advance identically, and a counter that shows energy in 5 ms
+   steps (windows against their stated edges).
 
 Only the hardware boundary is fake (`tests/meter/fakes.FakePowercap`: plain
 files, by default on /dev/shm, not sysfs; it replaces `energy_uj` atomically
@@ -43,7 +50,8 @@ Nothing here asserts: it is a measurement, not a test. Medians are over
 `--repeats` repeats (each repeat's figure is itself a median over its
 iterations) unless a table says otherwise.
 
-Run: .venv/bin/python bench/meter_bench.py [--quick] [--tmp DIR]
+Run: .venv/bin/python bench/meter_bench.py [--quick] [--tmp DIR] [--cells-only [--json]]
+     .venv/bin/python bench/meter_bench.py --compare DIR
 The Markdown goes to stdout and bench/out/meter.md; progress goes to stderr.
 """
 
@@ -69,18 +77,24 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 # The fake powercap tree lives with the meter tests; the bench reuses it.
 sys.path.insert(0, str(REPO))
+# `--compare` runs the fault cells against another tree's `jouled` (a directory
+# holding it, without tests/): the fakes still come from this one.
+if os.environ.get("METER_BENCH_TREE"):
+    sys.path.insert(0, os.environ["METER_BENCH_TREE"])
 
 from jouled.meter.base import Calibration, DomainIdle, Meter, Snapshot  # noqa: E402
 from jouled.meter.estimator import EstimatorMeter  # noqa: E402
 from jouled.meter.rapl import RaplMeter, read_text  # noqa: E402
 from jouled.meter.window import phase_energy  # noqa: E402
-from tests.meter.fakes import FakePowercap  # noqa: E402
+from tests.meter.fakes import FakeClock, FakePowercap, LiveCounters  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 
 AIM_WINDOW_US = 100.0
 AIM_SAMPLER_PCT = 1.0
 AIM_ERROR_PCT = 1.0
+
+TOP_UJ = 262_143_328_850  # the common package range: 2^32 units of 61 uJ
 
 # Accuracy runs: a ceiling low enough that a small range still gives the sampler
 # a 15 ms poll (range / ceiling / 4), with traces peaking at half the ceiling.
@@ -544,7 +558,9 @@ class _Clock:
 def _window_text(pe: Any, truth_mj: float | None) -> str:
     wire = pe.to_wire()
     if not pe.valid:
-        return f"invalid, figures {wire['gross_mj']} / domains {wire['domains']}"
+        why = pe.reasons[-1] if pe.reasons else "no reason given"  # the note says why
+        why = why if len(why) <= 110 else why[:107] + "..."
+        return f"null (gross {wire['gross_mj']}, domains {wire['domains']}): {why}"
     err = "" if truth_mj is None else f", error {100 * (pe.gross_mj - truth_mj) / truth_mj:+.1f} %"
     return f"valid, reliable={pe.reliable}, {pe.gross_mj} mJ{err}"
 
@@ -708,20 +724,259 @@ def cell_busy_thread(tmp: Path, windows: int = 20) -> Cell:
     )
 
 
+def _scripted_zone(
+    tmp: Path,
+    tag: str,
+    watts: float,
+    polls: int,
+    glitch: Any = None,
+    *,
+    start_uj: int = 5_000_000_000,
+    max_uj: int = TOP_UJ,
+    poll_s: float = 1.0,
+    **zone: Any,
+) -> tuple[Any, float, Any]:
+    """`watts` through `polls` reads `poll_s` apart in fake time, after four reads
+    that show the counter's power; `glitch(fake)` runs before the middle read.
+    Returns the window, its truth in mJ and the meter's description."""
+    fake = FakePowercap(tmp / f"cell-{tag}")
+    fake.package(0, energy_uj=start_uj, max_uj=max_uj, **zone)
+    clock = _Clock()
+    with RaplMeter(fake.root, clock=clock, interval_s=3600.0) as m:
+        step = round(watts * poll_s * 1e6)
+        for _ in range(4):
+            clock.now_ns += round(poll_s * 1e9)
+            fake.add("intel-rapl:0", step)
+            m.snapshot()
+        a = m.snapshot()
+        for k in range(polls):
+            clock.now_ns += round(poll_s * 1e9)
+            fake.add("intel-rapl:0", step)
+            if glitch is not None and k == polls // 2:
+                glitch(fake)
+            m.snapshot()
+        b = m.snapshot()
+        info = m.describe()
+    return phase_energy(m.source, m.domains(), a, b, None), watts * poll_s * polls * 1000, info
+
+
+def _ceiling_text(info: Any) -> str:
+    zone = info["rapl"]["zones"][0]
+    return f"ceiling {zone['ceiling_w']:g} W"
+
+
+def cell_desktop_turbo(tmp: Path) -> Cell:
+    pe, truth, info = _scripted_zone(
+        tmp,
+        "desktop",
+        253.0,
+        5,
+        max_power_uw=(125_000_000, 0),
+        power_limit_uw=(125_000_000, 253_000_000),
+    )
+    return Cell(
+        "desktop part (PBP 125 W, PL2 253 W; max_power_uw 125 W / 0) at 253 W, 1 s reads, 5 s",
+        f"{_window_text(pe, truth)}; {_ceiling_text(info)}",
+    )
+
+
+def cell_laptop_turbo(tmp: Path) -> Cell:
+    pe, truth, info = _scripted_zone(tmp, "laptop", 60.0, 5, max_power_uw=(28_000_000, 0))
+    return Cell(
+        "28 W laptop part (max_power_uw 28 W / 0) at 60 W, 1 s reads, 5 s window",
+        f"{_window_text(pe, truth)}; {_ceiling_text(info)}",
+    )
+
+
+def cell_frozen(tmp: Path) -> Cell:
+    fake = FakePowercap(tmp / "cell-frozen")
+    fake.package(0, energy_uj=7_000_000)
+    clock = _Clock()
+    with RaplMeter(fake.root, clock=clock, interval_s=3600.0) as m:
+        a = m.snapshot()
+        clock.now_ns += 5_000_000_000
+        b = m.snapshot()
+    try:
+        pe = phase_energy(m.source, m.domains(), a, b, None, busy_ns=3_000_000_000)
+    except TypeError:  # a tree that cannot be told the phase was busy
+        pe = phase_energy(m.source, m.domains(), a, b, None)
+    return Cell(
+        "frozen counter, 5 s window while the phase used 3 s of CPU", _window_text(pe, None)
+    )
+
+
+def cell_step_back_scripted(tmp: Path) -> Cell:
+    pe, truth, _ = _scripted_zone(
+        tmp, "back", 30.0, 5, lambda f: f.add("intel-rapl:0", -10_000_000)
+    )
+    return Cell(
+        "262 kJ counter at 30 W, reads 1 s apart (no sampler thread), a 10 J step back, 5 s",
+        _window_text(pe, truth),
+    )
+
+
+def cell_step_back_live(tmp: Path) -> Cell:
+    """The sampler thread in real time; the counter is produced at each read."""
+    fake = FakePowercap(tmp / "cell-back-live")
+    fake.package(0)
+    t0 = time.monotonic_ns()
+    back_at: list[int] = []
+
+    def counter(t: int) -> int:
+        back = 10_000_000 if back_at and t >= back_at[0] else 0
+        return 5_000_000_000 + 30 * (t - t0) // 1000 - back
+
+    with LiveCounters(fake, {"intel-rapl:0": counter}), RaplMeter(fake.root) as m:
+        a = m.snapshot()
+        time.sleep(0.5)
+        back_at.append(time.monotonic_ns())
+        time.sleep(1.5)
+        b = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), a, b, None)
+    truth = 30 * (b.t_ns - a.t_ns) / 1e6
+    return Cell(
+        "262 kJ counter at 30 W, the sampler thread in real time, a 10 J step back, 2 s window",
+        _window_text(pe, truth),
+    )
+
+
+def cell_reset_near(tmp: Path, below_j: int) -> Cell:
+    # The reset happens at the middle read, `below_j` below the top at the read before.
+    start = TOP_UJ - below_j * 1_000_000 - 6 * 30_000_000
+    pe, truth, _ = _scripted_zone(
+        tmp, f"reset-{below_j}", 30.0, 5, lambda f: f.set("intel-rapl:0", 0), start_uj=start
+    )
+    return Cell(
+        f"262 kJ counter at 30 W, 1 s reads, reset to 0 from {below_j} J below the top, 5 s",
+        _window_text(pe, truth),
+    )
+
+
+def cell_wrap_before_close(tmp: Path) -> Cell:
+    # 30 J a read: the counter crosses its top 20 ms before the window's last read.
+    start = TOP_UJ + 1 - 9 * 30_000_000 + 600_000
+    pe, truth, _ = _scripted_zone(tmp, "wrap-close", 30.0, 5, start_uj=start)
+    return Cell(
+        "262 kJ counter at 30 W, 1 s reads, a wrap 20 ms before the close", _window_text(pe, truth)
+    )
+
+
+def cell_identical_dram(tmp: Path) -> Cell:
+    fake = FakePowercap(tmp / "cell-dram")
+    for n in (0, 1):
+        fake.package(n, energy_uj=1_000_000 * (n + 1))
+        fake.subzone(f"intel-rapl:{n}", 0, "dram", energy_uj=3_000_000 * (n + 1))
+    clock = FakeClock()
+    watts = {
+        "intel-rapl:0": 50.0,
+        "intel-rapl:1": 50.0,
+        "intel-rapl:0:0": 6.0,
+        "intel-rapl:1:0": 6.0,
+    }
+    fake.drive(clock, watts)
+    with RaplMeter(
+        fake.root, dram=True, clock=clock, sleep=clock.sleep, interval_s=3600.0, mirror_probe_s=0.05
+    ) as m:
+        a = m.snapshot()
+        clock.sleep(1.0)
+        b = m.snapshot()
+    pe = phase_energy(m.source, m.domains(), a, b, None)
+    return Cell(
+        "two sockets, packages 50 W and DRAM 6 W each, advancing identically, 1 s window",
+        f"{_window_text(pe, sum(watts.values()) * 1000)}; domains {sorted(pe.domains)}",
+    )
+
+
+def cell_stepped_edges(tmp: Path) -> Cell:
+    from jouled.meter.calibration import calibrate
+
+    fake = FakePowercap(tmp / "cell-stepped")
+    fake.package(0)
+    clock = FakeClock()
+    elapsed = [0]
+
+    def advance(seconds: float) -> None:
+        elapsed[0] += round(seconds * 1e9)
+        fake.set("intel-rapl:0", elapsed[0] // 5_000_000 * 5_000_000 * 40 // 1000)
+
+    clock.on_advance(advance)
+    outside, edges, errs = 0, [], []
+    with RaplMeter(fake.root, clock=clock, sleep=clock.sleep, interval_s=3600.0) as m:
+        cal = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep)
+        for k in range(20):
+            clock.sleep(0.0007 * (k + 1))
+            a = m.snapshot()
+            clock.sleep(0.0503)
+            b = m.snapshot()
+            pe = phase_energy(m.source, m.domains(), a, b, cal)
+            if pe.gross_mj is None:  # a null window claims nothing to be outside of
+                continue
+            err_uj = abs(pe.gross_mj * 1000 - 40 * pe.wall_us)
+            errs.append(err_uj / (40 * pe.wall_us) * 100)
+            edges.append(pe.edge_us)
+            outside += err_uj > 40 * pe.edge_us + 1000
+    period = getattr(cal.domains["package-0"], "update_us", None)
+    return Cell(
+        "40 W shown in 5 ms steps: 20 windows of 50.3 ms after a 1 s calibration",
+        f"{outside} of 20 outside power x (wall ± edge); |error| median "
+        f"{statistics.median(errs):.2f} %, max {max(errs):.2f} %; edge_us median "
+        f"{statistics.median(edges):.0f}; signed update_us {period}",
+    )
+
+
 def bench_cells(tmp: Path) -> list[Cell]:
     log("fault cells")
-    return [
-        cell_small_counter(tmp),
-        cell_unreadable(tmp),
-        cell_drop(tmp),
-        cell_reset(tmp),
-        cell_busy_thread(tmp),
+    cells = [
+        cell_small_counter,
+        cell_unreadable,
+        cell_drop,
+        cell_reset,
+        cell_busy_thread,
+        cell_desktop_turbo,
+        cell_laptop_turbo,
+        cell_frozen,
+        cell_step_back_scripted,
+        cell_step_back_live,
+        lambda t: cell_reset_near(t, 100),
+        lambda t: cell_reset_near(t, 300),
+        cell_wrap_before_close,
+        cell_identical_dram,
+        cell_stepped_edges,
     ]
+    out = []
+    for cell in cells:
+        try:
+            out.append(cell(tmp))
+        except Exception as err:  # a tree whose meter cannot run the cell says so
+            name = getattr(cell, "__name__", "cell")
+            out.append(Cell(name, f"error: {type(err).__name__}: {err}"))
+    return out
 
 
 def render_cells(cells: list[Cell]) -> str:
     out = ["### Fault cells", "", "| cell | this tree |", "|---|---|"]
-    out += [f"| {c.name} | {c.result} |" for c in cells]
+    out += [f"| {c.name} | {c.result.replace('|', chr(92) + '|')} |" for c in cells]
+    return "\n".join([*out, ""])
+
+
+def compare_cells(old_tree: Path, tmp: str | None) -> str:
+    """The fault cells run against `old_tree`'s jouled and this tree's, each in
+    its own process, one after the other, side by side."""
+    import json
+    import subprocess
+
+    def run(tree: Path) -> list[dict[str, str]]:
+        env = {**os.environ, "METER_BENCH_TREE": str(tree)}
+        argv = [sys.executable, __file__, "--cells-only", "--json"]
+        argv += ["--tmp", tmp] if tmp else []
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        return list(json.loads(done.stdout))
+
+    before, after = run(old_tree), run(REPO)
+    out = ["### Fault cells", "", "| cell | before | after |", "|---|---|---|"]
+    for b, a in zip(before, after, strict=True):
+        cells = (a["name"], b["result"], a["result"])
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join([*out, ""])
 
 
@@ -902,10 +1157,26 @@ def main() -> None:
         help="where the fake trees live (default: /dev/shm, in memory like sysfs)",
     )
     parser.add_argument("--cells-only", action="store_true", help="only the fault cells")
+    parser.add_argument("--json", action="store_true", help="the fault cells as JSON")
+    parser.add_argument(
+        "--compare",
+        metavar="TREE",
+        help="only the fault cells, before (TREE: a directory holding an older jouled/) "
+        "and after (this tree), side by side",
+    )
     args = parser.parse_args()
+    if args.compare:
+        print(compare_cells(Path(args.compare).resolve(), args.tmp))
+        return
     if args.cells_only:
         with tempfile.TemporaryDirectory(prefix="meter-cells-", dir=args.tmp) as tmp_name:
-            print(render_cells(bench_cells(Path(tmp_name))))
+            cells = bench_cells(Path(tmp_name))
+        if args.json:
+            import json
+
+            print(json.dumps([{"name": c.name, "result": c.result} for c in cells]))
+        else:
+            print(render_cells(cells))
         return
     if args.quick:
         args.repeats, args.iterations = 3, 300

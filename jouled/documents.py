@@ -345,7 +345,7 @@ class EnergyWindow(TypedDict, total=False):
     wall_ms: int
     wall_us: int
     edge_us: int
-    domains: dict[str, int]
+    domains: dict[str, int | None]  # every one null in an invalid window
     source: str
     attribution: str
     valid: bool

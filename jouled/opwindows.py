@@ -260,11 +260,13 @@ class OpWindows:
             deadline_ns=time.monotonic_ns() + int(self.max_s * 1e9),
             pid=pid if attribution == CPU_SHARE else None,
             holds_host=holds,
+            # Whatever the attribution: a counter that stands still while the host
+            # was busy is frozen (`phase_energy`'s busy_ns).
+            host_cpu_start=host_busy_cpu_ns(),
         )
         if attribution == CPU_SHARE:
             assert pid is not None
             tree = tree_cpu_ns(pid, self._proc)
-            window.host_cpu_start = host_busy_cpu_ns()
             if tree is not None:
                 window.tree_cpu_start, window.pid_start = tree
         return window
@@ -344,10 +346,15 @@ class OpWindows:
         m = self.metering
         share: float | None = None
         reasons: list[str] = []
+        host_end = host_busy_cpu_ns()
+        busy_ns = (
+            host_end - window.host_cpu_start
+            if host_end is not None and window.host_cpu_start is not None
+            else None
+        )
         if window.attribution == CPU_SHARE:
             assert window.pid is not None
             tree = tree_cpu_ns(window.pid, self._proc)
-            host_end = host_busy_cpu_ns()
             if (
                 tree is None
                 or window.tree_cpu_start is None
@@ -364,7 +371,13 @@ class OpWindows:
                 busy = host_end - window.host_cpu_start
                 share = (tree[0] - window.tree_cpu_start) / busy if busy > 0 else 0.0
         energy = phase_energy(
-            m.meter.source, m.meter.domains(), window.start, end, m.calibration, share=share
+            m.meter.source,
+            m.meter.domains(),
+            window.start,
+            end,
+            m.calibration,
+            share=share,
+            busy_ns=busy_ns,
         )
         if window.attribution == UNATTRIBUTED:
             reasons.append(

@@ -2,14 +2,16 @@
 
 `auto` meters every measured domain that reads (CPU packages and GPUs summed,
 as one `rapl+nvml` meter) and falls back to the estimator only when nothing
-measured reads; it says why on the log. An explicit `rapl` or `nvml` fails at
+measured reads; it says why on the log. RAPL zones that do not advance while a
+CPU is kept busy (a frozen counter: an emulated or disabled RAPL) do not count
+as reading. An explicit `rapl` or `nvml` fails at
 start with a one-line error instead of quietly estimating.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from jouled.errors import ConfigError, MeterError, MeterPermissionError
 from jouled.meter.base import Domain, Meter, Snapshot
 from jouled.meter.estimator import DEFAULT_ACTIVE_WATTS, DEFAULT_WATTS_PER_CORE, EstimatorMeter
 from jouled.meter.nvml import NvmlMeter
-from jouled.meter.rapl import DEFAULT_ROOT, RaplMeter
+from jouled.meter.rapl import DEFAULT_ROOT, FROZEN_PROBE_S, RaplMeter, spin
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,18 @@ class CompositeMeter(Meter):
         return info
 
 
+def _frozen(meter: Meter, busy: Callable[[float], None]) -> list[str]:
+    """The domains of `meter` that show no energy while a CPU is kept busy."""
+    start = meter.snapshot()
+    busy(FROZEN_PROBE_S)
+    end = meter.snapshot()
+    if end.faults != start.faults:
+        return []  # a read that fails is reported by the windows, not taken for a frozen one
+    return [
+        d.name for d in meter.domains() if end.totals_uj.get(d.name) == start.totals_uj.get(d.name)
+    ]
+
+
 def open_meter(
     kind: str,
     *,
@@ -84,8 +98,11 @@ def open_meter(
     estimator_mode: str = "wall",
     nvml_module: Any = None,
     rapl_zones: str = "package",
+    busy: Callable[[float], None] = spin,
 ) -> Meter:
-    """The meter for `--energy KIND`; the caller must `close()` it (it may own threads)."""
+    """The meter for `--energy KIND`; the caller must `close()` it (it may own threads).
+
+    `busy` keeps a CPU busy while `auto` checks that RAPL counters move."""
     if kind not in KINDS:
         raise ConfigError(f"--energy {kind!r} is not one of {', '.join(KINDS)}")
 
@@ -110,7 +127,18 @@ def open_meter(
     measured: list[Meter] = []
     for name, opener in (("rapl", rapl), ("nvml", nvml)):
         try:
-            measured.append(opener())
+            meter = opener()
+            frozen = _frozen(meter, busy) if name == "rapl" else []
+            if frozen:
+                meter.close()
+                log.warning(
+                    "energy: rapl skipped: %s did not advance over %.0f ms of a busy CPU "
+                    "(a frozen counter would sign 0 J)",
+                    ", ".join(frozen),
+                    FROZEN_PROBE_S * 1000,
+                )
+                continue
+            measured.append(meter)
         except MeterError as err:
             # A host that has the counters but cannot read them deserves a louder word.
             level = logging.WARNING if isinstance(err, MeterPermissionError) else logging.INFO

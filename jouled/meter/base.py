@@ -27,6 +27,10 @@ class Domain:
     kind: str  # "package", "psys", "dram", "gpu", "gpu-power", "wall", "cpu-time"
     resolution_uj: int  # smallest energy step the counter can show
     min_window_ms: int  # windows shorter than this are not comparable
+    # How often the counter shows new energy, as the hardware documents it, until
+    # a calibration measures it (`DomainIdle.update_us`); 0 for a figure that is
+    # current at every read.
+    update_us: int = 0
 
     @property
     def measured(self) -> bool:
@@ -91,6 +95,7 @@ class Meter(ABC):
                     "kind": d.kind,
                     "resolution_uj": d.resolution_uj,
                     "min_window_ms": d.min_window_ms,
+                    "update_us": d.update_us,
                 }
                 for d in self.domains()
             ],
@@ -110,6 +115,10 @@ class DomainIdle:
     # How far idle_mw can be off because the counter reads at the edges of the
     # calibration's stretches were not instantaneous (their clock brackets).
     timing_mw: int = 0
+    # The longest the counter went without showing new energy, measured from its
+    # own steps: a read may miss up to this much time's energy at each end of a
+    # window. 0: not measured (a calibration signed before it was).
+    update_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,12 @@ class Calibration:
             "source": self.source,
             "seconds": self.seconds,
             "domains": {
-                name: {"idle_mw": d.idle_mw, "stddev_mw": d.stddev_mw, "timing_mw": d.timing_mw}
+                name: {
+                    "idle_mw": d.idle_mw,
+                    "stddev_mw": d.stddev_mw,
+                    "timing_mw": d.timing_mw,
+                    "update_us": d.update_us,
+                }
                 for name, d in sorted(self.domains.items())
             },
         }
@@ -143,9 +157,13 @@ class Calibration:
             source=str(body["source"]),
             seconds=int(body["seconds"]),  # type: ignore[call-overload]
             domains={
-                # timing_mw is absent from calibrations signed before it was measured.
+                # timing_mw and update_us are absent from calibrations signed
+                # before they were measured.
                 str(k): DomainIdle(
-                    int(v["idle_mw"]), int(v["stddev_mw"]), int(v.get("timing_mw", 0))
+                    int(v["idle_mw"]),
+                    int(v["stddev_mw"]),
+                    int(v.get("timing_mw", 0)),
+                    int(v.get("update_us", 0)),
                 )
                 for k, v in raw.items()
             },

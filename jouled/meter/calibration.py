@@ -17,6 +17,16 @@ from datetime import UTC, datetime
 from jouled.errors import ConfigError, MeterError
 from jouled.meter.base import Calibration, DomainIdle, Meter, Snapshot
 
+# The update period is measured from a burst of back-to-back reads after the
+# idle stretch (so the burst's own CPU does not count as idle): until every
+# domain has shown this many steps, or for at most this long.
+BURST_STEPS = 16
+BURST_S = 1.5
+BURST_GAP_S = 0.0002
+# A read later than this after the one before was the reader's delay, not the
+# counter's: the step pairs it ends are left out where others are not.
+BURST_ON_TIME_S = 0.002
+
 
 def calibrate(
     meter: Meter,
@@ -34,8 +44,11 @@ def calibrate(
 
     Each snapshot's reads took time (`Snapshot.spread_ns`): inside a stretch of
     good sub-intervals that cancels out, so only the two ends of each stretch
-    can shift its energy against its wall time. `timing_mw` is the most that
-    shift can move a domain's idle power.
+    can shift its energy against its wall time. A counter also shows energy in
+    steps (`update_us`, measured from a burst of reads after the idle stretch:
+    the longest it went without a new value), so each stretch's energy may
+    cover up to one update period more or less than its wall time.
+    `timing_mw` is the most that both can move a domain's idle power.
 
     Estimator domains get idle 0 and spread 0 without sampling: the estimator
     models active power only (its coefficient is already the cost of working),
@@ -60,6 +73,7 @@ def calibrate(
     powers_mw: dict[str, list[float]] = {name: [] for name in measured}
     good_ns = 0
     edges_ns = 0  # read spreads at the two ends of every stretch of good sub-intervals
+    stretches = 0
     stretch_end: Snapshot | None = None
     for a, b in itertools.pairwise(snaps):
         dt_ns = b.t_ns - a.t_ns
@@ -67,6 +81,7 @@ def calibrate(
             continue
         if stretch_end is not a:
             edges_ns += a.spread_ns + (stretch_end.spread_ns if stretch_end else 0)
+            stretches += 1
         stretch_end = b
         good_ns += dt_ns
         for name in measured:
@@ -81,19 +96,70 @@ def calibrate(
         )
     assert stretch_end is not None
     edges_ns += stretch_end.spread_ns
+    update_us = update_periods(meter, measured, sleep=sleep)
     for name in measured:
         spread = statistics.stdev(powers_mw[name]) if len(powers_mw[name]) > 1 else 0.0
         idle_mw = energy_uj[name] * 1e6 / good_ns
+        # A counter read up to edges_ns away from its stamp, and showing energy
+        # up to one update period late at each end of a stretch, moves this much
+        # energy in or out of good_ns; the ratio cannot exceed 1 when the
+        # windows are longer than their reads.
+        off_ns = edges_ns + stretches * update_us[name] * 1000
         idle[name] = DomainIdle(
             idle_mw=round(idle_mw),
             stddev_mw=round(spread),
-            # A counter read up to edges_ns away from its stamp moves this much
-            # energy in or out of good_ns; the ratio cannot exceed 1 when the
-            # windows are longer than their reads.
-            timing_mw=math.ceil(idle_mw * edges_ns / max(1, good_ns - edges_ns)),
+            timing_mw=math.ceil(idle_mw * off_ns / max(1, good_ns - off_ns)),
+            update_us=update_us[name],
         )
     wall_s = (snaps[-1].t_ns - snaps[0].t_ns) / 1e9
     return Calibration(source=meter.source, seconds=round(wall_s), domains=idle, time=_now())
+
+
+def update_periods(
+    meter: Meter, names: list[str], *, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, int]:
+    """The longest each domain's counter went without showing new energy, in
+    microseconds, over a burst of back-to-back reads.
+
+    A step is seen at the first read after it, so it happened within the read
+    gap before that read: two steps seen `g` apart, the first after a read gap
+    `r`, are less than `g + r` apart, an upper bound. Only pairs whose reads
+    both came on time (`BURST_ON_TIME_S` after the read before) are kept where
+    there are any: a read this process was late to make stretches the gap it
+    ends and says nothing about the counter. A domain that showed fewer than
+    two steps gets 0, not measured: windows then use the documented period,
+    and a counter that did not move at all is frozen, not slow. Steps seen
+    across a failed read are left out.
+    """
+    last = meter.snapshot()
+    began = last.t_ns
+    on_time_ns = BURST_ON_TIME_S * 1e9
+    seen: dict[str, tuple[int, int] | None] = dict.fromkeys(names)  # last step: time, read gap
+    steps = dict.fromkeys(names, 0)
+    longest = dict.fromkeys(names, 0)  # over pairs whose reads came on time
+    longest_any = dict.fromkeys(names, 0)
+    while last.t_ns - began < BURST_S * 1e9:
+        sleep(BURST_GAP_S)
+        snap = meter.snapshot()
+        gap_ns = snap.t_ns - last.t_ns
+        if snap.faults != last.faults or gap_ns <= 0:
+            seen = dict.fromkeys(names)  # a step seen across a failed read says nothing
+        else:
+            for name in names:
+                if snap.totals_uj.get(name) == last.totals_uj.get(name):
+                    continue
+                before = seen[name]
+                if before is not None:
+                    bound = snap.t_ns - before[0] + before[1]
+                    longest_any[name] = max(longest_any[name], bound)
+                    if before[1] <= on_time_ns and gap_ns <= on_time_ns:
+                        longest[name] = max(longest[name], bound)
+                seen[name] = (snap.t_ns, gap_ns)
+                steps[name] += 1
+        last = snap
+        if all(n > BURST_STEPS for n in steps.values()):
+            break
+    return {name: -(-(longest[name] or longest_any[name]) // 1000) for name in names}
 
 
 def _good(a: Snapshot, b: Snapshot, names: list[str]) -> bool:

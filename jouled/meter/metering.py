@@ -90,4 +90,5 @@ class Metering:
                 end,
                 self.calibration,
                 share=share,
+                busy_ns=window.cpu_ns,
             )

@@ -40,6 +40,8 @@ RESOLUTION_UJ = 1000
 # The counter updates in chunks (some boards every few hundred ms): judge a
 # step's power over at least this long.
 COUNTER_SLACK_S = 1.0
+# Until a calibration measures it, a window's edges allow that long a step.
+COUNTER_UPDATE_US = round(COUNTER_SLACK_S * 1e6)
 MIG_ENABLED = 1
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 
@@ -231,6 +233,8 @@ class NvmlMeter(SampledMeter):
                 kind="gpu" if g.counter else "gpu-power",
                 resolution_uj=RESOLUTION_UJ,
                 min_window_ms=COUNTER_MIN_WINDOW_MS if g.counter else POWER_MIN_WINDOW_MS,
+                # The counter shows new energy in steps of up to this long.
+                update_us=COUNTER_UPDATE_US if g.counter else 0,
             )
             for g in self.gpus
         )
@@ -239,6 +243,7 @@ class NvmlMeter(SampledMeter):
             sampled = not all(g.counter for g in self.gpus)
             interval_s = POWER_INTERVAL_S if sampled else COUNTER_INTERVAL_S
         self._sampler = Sampler(channels, interval_s=interval_s, clock=clock, name="jouled-nvml")
+        self._ceiling_w = ceiling_w
         self._closed = False
 
     def _open(
@@ -272,6 +277,16 @@ class NvmlMeter(SampledMeter):
                     ) from err
         return found
 
+    def _last(self, g: Gpu, last: dict[str, tuple[int, int]]) -> dict[str, object]:
+        info: dict[str, object] = {"ceiling_w": self._ceiling_w}
+        if g.domain in last:
+            value, age_ns = last[g.domain]
+            # The counter reads in mJ, sampled power in mW.
+            info["last_read"] = value
+            info["last_read_unit"] = "mJ" if g.counter else "mW"
+            info["last_read_age_ms"] = age_ns // 1_000_000
+        return info
+
     def _channel(self, g: Gpu, ceiling_w: float) -> Channel:
         nvml, handle = self._nvml, g.handle
         if g.counter:
@@ -300,8 +315,9 @@ class NvmlMeter(SampledMeter):
 
     def describe(self) -> dict[str, object]:
         info = super().describe()
+        last = self._sampler.last_reads()
         info["nvml"] = {
             "interval_s": self.interval_s,
-            "gpus": [g.to_dict() for g in self.gpus],
+            "gpus": [{**g.to_dict(), **self._last(g, last)} for g in self.gpus],
         }
         return info

@@ -1,7 +1,8 @@
 """`jouled meter probe`: what a new host offers, what would be metered, and why.
 
 Pure data for the CLI to print: every RAPL zone with the reason it is selected
-or skipped and whether it reads (with the fix when it does not), every GPU
+or skipped and whether it reads (with the fix when it does not) and advances
+while a CPU is kept busy (a frozen counter would sign 0 J), every GPU
 NVML sees with whether its energy counter works, and what `--energy auto`
 would choose from them.
 """
@@ -17,6 +18,7 @@ from jouled.errors import JouledError, MeterError, MeterPermissionError
 from jouled.meter.nvml import COUNTER_PROBE_S, init, inspect_gpus, load_nvml, shutdown
 from jouled.meter.rapl import (
     DEFAULT_ROOT,
+    FROZEN_PROBE_S,
     MIRROR_PROBE_S,
     MISSING_HINT,
     Reader,
@@ -27,6 +29,7 @@ from jouled.meter.rapl import (
     plan_zones,
     read_energy,
     read_text,
+    spin,
 )
 
 
@@ -40,6 +43,7 @@ def probe(
     reader: Reader = read_text,
     mirror_probe_s: float = MIRROR_PROBE_S,
     sleep: Callable[[float], None] = time.sleep,
+    busy: Callable[[float], None] | None = None,
 ) -> dict[str, object]:
     rapl = probe_rapl(
         Path(powercap_root),
@@ -48,6 +52,7 @@ def probe(
         reader=reader,
         mirror_probe_s=mirror_probe_s,
         sleep=sleep,
+        busy=busy or spin,
     )
     nvml = probe_nvml(nvml_module, gpus=gpus, sleep=sleep)
     return {"rapl": rapl, "nvml": nvml, "auto": _auto(rapl, nvml)}
@@ -61,6 +66,7 @@ def probe_rapl(
     reader: Reader = read_text,
     mirror_probe_s: float = MIRROR_PROBE_S,
     sleep: Callable[[float], None] = time.sleep,
+    busy: Callable[[float], None] = spin,
 ) -> dict[str, object]:
     report: dict[str, object] = {"root": str(root), "available": False, "zones": [], "selected": []}
     found = discover(root, reader)
@@ -86,6 +92,8 @@ def probe_rapl(
             except MeterError as err:
                 problems[p.zone.id], fixes[p.zone.id] = err.message, err.hint
     readable = [p for p in plans if p.selected and p.zone.id not in problems]
+    problems.update(_frozen(readable, reader, busy))
+    readable = [p for p in readable if p.zone.id not in problems]
     try:
         checked = {
             p.zone.id: p
@@ -108,6 +116,26 @@ def probe_rapl(
     else:
         report["available"] = True
     return report
+
+
+def _frozen(
+    plans: Sequence[ZonePlan], reader: Reader, busy: Callable[[float], None]
+) -> dict[str, str]:
+    """Zones whose counter does not move while this process keeps a CPU busy."""
+    if not plans:
+        return {}
+    try:
+        before = {p.zone.id: read_energy(reader, p.zone.energy_path) for p in plans}
+        busy(FROZEN_PROBE_S)
+        after = {p.zone.id: read_energy(reader, p.zone.energy_path) for p in plans}
+    except (JouledError, OSError, ValueError):
+        return {}  # a failing read is reported where it fails, by the meter
+    return {
+        zone_id: f"the counter did not advance over {FROZEN_PROBE_S * 1000:.0f} ms of a busy "
+        "CPU: it is frozen (an emulated or disabled RAPL), and every window would be null"
+        for zone_id, value in after.items()
+        if value == before[zone_id]
+    }
 
 
 def _zone(p: ZonePlan, problem: str | None, fix: str | None) -> dict[str, object]:

@@ -9,15 +9,24 @@ explained (`plan_zones`, shown by `jouled meter probe`):
 - `dram` subzones are outside the package and opt-in;
 - `core` and `uncore` are inside the package and never added to it;
 - `intel-rapl-mmio:N` re-exposes an MSR package zone: the MSR one is kept;
-- on multi-die parts every die can expose the same socket counter; zones
-  whose deltas are identical over a short probe are read once.
+- zones are summed per socket by identity (the socket in the zone's name or
+  its parent's); on multi-die parts every die of one socket can expose the
+  same counter, and such zones of one socket whose offset stays constant over
+  a short probe are read once. Zones of different sockets are never merged,
+  whatever their values.
 
 Counters wrap at `max_energy_range_uj`; the sampler reads often enough that at
 most one wrap falls between reads while the zone stays under its *ceiling*, the
-most power it can plausibly draw: twice the largest `constraint_*_max_power_uw`
-the zone declares, or a default per kind of zone where it declares none. A
-counter whose range the ceiling crosses faster than the sampler can read twice
-is refused at open, not metered into null windows. Since CVE-2020-8694 `energy_uj` is readable
+most power it can draw at all. Parts often declare only their base power (a
+desktop's long-term 125 W with a short-term maximum of 0, while it runs at its
+253 W PL2), so the ceiling is never below a floor per kind of zone that no
+shipping part reaches (`KIND_FLOOR_W`), and rises above it when any of the
+zone's own figures (every `constraint_*_max_power_uw`, every
+`constraint_*_power_limit_uw`, `max_power_range_uw`) times `CONSTRAINT_MARGIN`
+says more. A reading is judged impossible only against that ceiling over the
+time between two reads. A counter whose range the ceiling crosses faster than
+the sampler can read twice is refused at open, not metered into null windows.
+Since CVE-2020-8694 `energy_uj` is readable
 by root only; `deploy/99-jouled-powercap.rules` makes it group-readable.
 """
 
@@ -43,14 +52,16 @@ from jouled.meter.sampler import (
 
 SOURCE = "rapl"
 DEFAULT_ROOT = Path("/sys/class/powercap")
-# A zone may briefly draw more than its constraints' maximum (turbo peaks);
-# anything above twice that is a misread, not power.
+# A zone may briefly draw more than its declared figures (turbo above PL1, PL2
+# above a stale max_power_uw): twice the largest is still a bound.
 CONSTRAINT_MARGIN = 2.0
-# Where a zone declares no maximum: well above the largest parts shipped (a
-# 500 W socket, a workstation's platform, a full set of DIMMs), far below what a
-# misread wrap implies.
-DEFAULT_CEILING_W = {"package": 1000.0, "psys": 2000.0, "dram": 250.0}
-OTHER_CEILING_W = 1000.0
+# The least ceiling per kind of zone, whatever the zone declares: above the peak
+# of every shipping part of that kind (the largest server sockets are rated
+# 500 W and peak near 600 W; a workstation platform's psys stays under 1.5 kW;
+# a socket's full set of DIMMs under 400 W), and still thousands of times below
+# what a misread wrap of the common 262 kJ range implies over a 1 s read gap.
+KIND_FLOOR_W = {"package": 1000.0, "psys": 2000.0, "dram": 500.0}
+OTHER_FLOOR_W = 1000.0
 # Two reads per range-crossing at the sampler's fastest poll is the least that
 # still sees every wrap.
 MIN_READS_PER_WRAP = 2
@@ -58,7 +69,13 @@ MIRROR_PROBE_S = 0.1
 # The common RAPL energy status unit is 2^-14 J; sysfs scales it away but the
 # counter cannot show finer steps.
 RESOLUTION_UJ = 61
+# Intel and AMD update the energy status about every millisecond; calibration
+# measures the real period from the counter's own steps.
+UPDATE_US = 1000
 MIN_WINDOW_MS = 10
+# A RAPL counter updates about every millisecond: kept busy this long, a zone
+# that is metered at all shows dozens of updates.
+FROZEN_PROBE_S = 0.05
 ZONE_CHOICES = ("package", "psys")
 
 PERMISSION_HINT = (
@@ -96,7 +113,8 @@ class Zone:
     parent: str  # the parent zone's name for a subzone, "" for a top-level zone
     mmio: bool
     max_range_uj: int | None  # None: the wrap point is unknown
-    # The largest constraint_*_max_power_uw; None: the zone declares none.
+    # The largest power figure the zone declares (constraint maxima and limits,
+    # max_power_range_uw); None: it declares none.
     max_power_uw: int | None = None
 
     @property
@@ -104,19 +122,25 @@ class Zone:
         return self.path / "energy_uj"
 
     @property
+    def floor_w(self) -> float:
+        return KIND_FLOOR_W.get(self.kind, OTHER_FLOOR_W)
+
+    @property
     def ceiling_w(self) -> float:
-        """The most power this zone can plausibly draw (see the module docstring)."""
-        if self.max_power_uw:
-            return CONSTRAINT_MARGIN * self.max_power_uw / 1e6
-        return DEFAULT_CEILING_W.get(self.kind, OTHER_CEILING_W)
+        """The most power this zone can draw (see the module docstring)."""
+        declared = CONSTRAINT_MARGIN * self.max_power_uw / 1e6 if self.max_power_uw else 0.0
+        return max(self.floor_w, declared)
 
     @property
     def ceiling_from(self) -> str:
-        if self.max_power_uw:
-            return (
-                f"{CONSTRAINT_MARGIN:g} x constraint max_power_uw ({self.max_power_uw / 1e6:g} W)"
-            )
-        return f"default for a {self.kind} zone (no constraint_*_max_power_uw)"
+        floor = f"the {self.floor_w:g} W floor for a {self.kind} zone"
+        if not self.max_power_uw:
+            return f"{floor} (the zone declares no power figure)"
+        most = self.max_power_uw / 1e6
+        declared = f"{CONSTRAINT_MARGIN:g} x the largest power it declares ({most:g} W)"
+        if CONSTRAINT_MARGIN * self.max_power_uw / 1e6 > self.floor_w:
+            return declared
+        return f"{floor}, above {declared}"
 
     @property
     def kind(self) -> str:
@@ -210,17 +234,21 @@ def _read_max(reader: Reader, path: Path) -> int | None:
     return value if value > 0 else None
 
 
-_MAX_POWER_FILE = re.compile(r"^constraint_\d+_max_power_uw$")
+_POWER_FILE = re.compile(
+    r"^(constraint_\d+_max_power_uw|constraint_\d+_power_limit_uw|max_power_range_uw)$"
+)
 
 
 def _read_max_power(reader: Reader, path: Path) -> int | None:
-    """The largest maximum power any of the zone's constraints declares.
+    """The largest power any of the zone's figures declares: each constraint's
+    maximum and limit (long term, short term, peak) and the zone's
+    `max_power_range_uw`.
 
     Kernels and parts differ: some zones have no constraints, some report 0 or
-    fail the read for a constraint they do not implement; those say nothing.
+    fail the read for a figure they do not implement; those say nothing.
     """
     try:
-        names = sorted(e.name for e in path.iterdir() if _MAX_POWER_FILE.match(e.name))
+        names = sorted(e.name for e in path.iterdir() if _POWER_FILE.match(e.name))
     except OSError:
         return None
     values = []
@@ -315,6 +343,13 @@ def _unique_domains(plans: list[ZonePlan]) -> list[ZonePlan]:
     return out
 
 
+def spin(seconds: float) -> None:
+    """Keep this CPU busy for `seconds` (a load under which a counter must move)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def read_energy(reader: Reader, path: Path) -> int:
     """One counter read; a permission failure says how to fix it."""
     try:
@@ -328,6 +363,18 @@ def read_energy(reader: Reader, path: Path) -> int:
 MIRROR_INTERVALS = 3
 
 
+_SOCKET = re.compile(r"^package-(\d+)(?:-die-\d+)?$")
+
+
+def socket_of(zone: Zone) -> str | None:
+    """The socket a zone belongs to, from its own name or its parent's
+    (`package-1`, `package-1-die-0`, a `dram` under either: "1"); None when the
+    names do not say."""
+    name = zone.parent if zone.parent else zone.name
+    m = _SOCKET.match(name)
+    return m.group(1) if m else None
+
+
 def find_mirrors(
     plans: Sequence[ZonePlan],
     reader: Reader,
@@ -335,20 +382,23 @@ def find_mirrors(
     probe_s: float = MIRROR_PROBE_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[ZonePlan]:
-    """Skip selected zones that mirror an earlier one of the same kind.
+    """Skip selected zones that mirror an earlier one of the same socket.
 
-    Two zones that are one counter exposed twice (one per die of a multi-die
-    socket) keep a constant offset from each other; summing them would
-    multiply the energy by the die count. The zones are read one after
-    another, so a counter update can land between the two reads at one read
-    point: the probe reads several times and calls two advancing zones mirrors
-    when most read points show the same offset. Distinct sockets drift apart
-    by a different number of microjoules every interval. Idle zones (no
-    advance) prove nothing and are kept.
+    Zones are summed per socket by their identity: two zones are only ever
+    compared when they are the same kind of zone on the same socket (dies of
+    one package, `package-0-die-0` and `package-0-die-1`, or a dram under
+    each), never because their values agree: two sockets whose DRAM advances
+    identically both count. Two such zones that are one counter exposed twice
+    keep a constant offset from each other; summing them would multiply the
+    energy by the die count. The zones are read one after another, so a
+    counter update can land between the two reads at one read point: the
+    probe reads several times and calls two advancing zones mirrors when most
+    read points show the same offset. Idle zones (no advance) prove nothing
+    and are kept.
     """
     chosen = [p for p in plans if p.selected]
-    kinds = [p.zone.kind for p in chosen]
-    if all(kinds.count(k) < 2 for k in kinds):
+    keys = [_twin_key(p) for p in chosen]
+    if all(k is None or keys.count(k) < 2 for k in keys):
         return list(plans)
     reads = [{p.zone.id: _read_open(reader, p.zone) for p in chosen}]
     for _ in range(MIRROR_INTERVALS):
@@ -356,7 +406,9 @@ def find_mirrors(
         reads.append({p.zone.id: _read_open(reader, p.zone) for p in chosen})
 
     def mirrors(p: ZonePlan, k: ZonePlan) -> bool:
-        if p.zone.kind != k.zone.kind or reads[-1][p.zone.id] == reads[0][p.zone.id]:
+        if _twin_key(p) is None or _twin_key(p) != _twin_key(k):
+            return False
+        if reads[-1][p.zone.id] == reads[0][p.zone.id]:
             return False
         offsets = Counter(r[p.zone.id] - r[k.zone.id] for r in reads)
         return offsets.most_common(1)[0][1] * 2 > len(reads)
@@ -371,10 +423,19 @@ def find_mirrors(
         mirrored[p.zone.id] = replace(
             p,
             selected=False,
-            reason=f"mirrors {twin.zone.name} ({twin.zone.id}): a constant offset over a "
-            f"{probe_s * 1000:.0f} ms probe, one counter exposed per die",
+            reason=f"mirrors {twin.zone.name} ({twin.zone.id}) on the same socket: a constant "
+            f"offset over a {probe_s * 1000:.0f} ms probe, one counter exposed per die",
         )
     return [mirrored.get(p.zone.id, p) for p in plans]
+
+
+def _twin_key(p: ZonePlan) -> tuple[str, str, str] | None:
+    """Zones that may be one counter exposed twice share this key: the same kind
+    and name of zone on the same socket. None: nothing says which socket."""
+    socket = socket_of(p.zone)
+    if socket is None:
+        return None
+    return (p.zone.kind, socket, p.zone.name if p.zone.parent else "")
 
 
 def _read_open(reader: Reader, zone: Zone) -> int:
@@ -432,6 +493,7 @@ class RaplMeter(SampledMeter):
                 kind=p.zone.kind,
                 resolution_uj=RESOLUTION_UJ,
                 min_window_ms=MIN_WINDOW_MS,
+                update_us=UPDATE_US,
             )
             for p in selected
         )
@@ -464,10 +526,18 @@ class RaplMeter(SampledMeter):
 
     def describe(self) -> dict[str, object]:
         info = super().describe()
+        last = self._sampler.last_reads()
         info["rapl"] = {
             "root": str(self.root),
             "interval_s": self.interval_s,
-            "zones": [{**p.to_dict(), **self._ceiling(p.zone)} for p in self.plans],
+            "zones": [
+                {
+                    **p.to_dict(),
+                    **self._ceiling(p.zone),
+                    **(_last_read(last.get(p.domain)) if p.selected else {}),
+                }
+                for p in self.plans
+            ],
         }
         return info
 
@@ -475,6 +545,12 @@ class RaplMeter(SampledMeter):
         if zone.id in self.ceilings and self._ceiling_given:
             return {"ceiling_w": self.ceilings[zone.id], "ceiling_from": "set when opened"}
         return {}
+
+
+def _last_read(last: tuple[int, int] | None) -> dict[str, object]:
+    if last is None:
+        return {}
+    return {"last_read_uj": last[0], "last_read_age_ms": last[1] // 1_000_000}
 
 
 def _energy_reader(reader: Reader, path: Path) -> Callable[[], int]:

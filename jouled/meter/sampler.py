@@ -32,19 +32,30 @@ from jouled.meter.base import Domain, Meter, Snapshot
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.01
-MAX_INTERVAL_S = 1.0
+# Reads are never further apart than this, whatever the range: a step back is
+# only visible when it is larger than the energy counted between two reads
+# (3 J at 30 W), and a poll costs microseconds.
+MAX_INTERVAL_S = 0.1
 # Without a known range nothing bounds the wrap period; poll often enough that
 # a counter reset is seen soon after it happens.
 UNKNOWN_RANGE_INTERVAL_S = 0.1
 # Reading four times per range-crossing at the ceiling leaves room for a thread
 # that wakes up late.
 READS_PER_WRAP = 4
-# A backwards step is a wrap only if the power it implies is one the counter
-# could plausibly have drawn: under the ceiling, and no more than this many
-# times the highest power it showed over its last few reads (a load can surge
-# at a wrap) or this share of the ceiling, whichever allows more.
-WRAP_SURGE = 10
-WRAP_FLOOR_SHARE = 0.25
+# Telling a wrap from a reset. A wrap from `h` below the top, seen `dt` after the
+# read before it, implies the power (h + reading) / dt; a reset from there
+# implies at least h / dt. Near the top the sampler reads often (`due_s`: no
+# later than the time the ceiling needs to cover a quarter of what is left), so
+# a reset far from the top is seen after so short a gap that, read as a wrap,
+# it would be far above the ceiling. What stays ambiguous is a reset from
+# within `NEAR_TOP_S` of the top at the ceiling: such a step counts as a wrap.
+NEAR_TOP_READS = 4
+NEAR_TOP_S = 0.02
+# Reads late or sparse (a busy host, a caller that snapshots without the
+# thread) leave a backwards step far from the top ambiguous: it is a wrap only
+# if the power it implies is within this factor of the most the counter showed
+# over its last reads, and a fault otherwise (or when no power is known yet).
+LATE_SURGE = 2.0
 RECENT_READS = 8
 
 Reading = int | Exception
@@ -96,21 +107,31 @@ class Channel(ABC):
     def step(self, reading: Reading, t_ns: int) -> Step:
         """Judge `reading`, taken at `t_ns`; return the energy since the previous one."""
 
+    def due_s(self) -> float | None:
+        """Seconds after the last read by which this channel needs its next one
+        (None: the sampler's interval will do)."""
+        return None
+
+    def last_read(self) -> tuple[int, int] | None:
+        """The last good raw reading and its time, if any."""
+        return None
+
 
 class CounterChannel(Channel):
     """A cumulative hardware counter.
 
     With a `modulus` (a RAPL counter with a known `max_energy_range_uj`) a
-    backwards step may be a wrap: it is one only if the distance it implies
-    (from the last reading up to the top, then from zero to this one) is energy
-    the counter could have counted in the time between, judged against the
-    ceiling and the power it showed over its last reads (`WRAP_SURGE`; right
-    after the channel opens only the ceiling is known). A
-    counter that was far below its top and is found low again (a reset, a
-    glitch, a firmware correction) is a fault and the channel rebases. Without
-    a modulus a backwards step cannot be told from a reset at all;
-    `backwards` names the likely cause for the window's reasons (e.g. an NVML
-    driver reload).
+    backwards step may be a wrap. It is one only if the power it implies (from
+    the last reading up to the top, then from zero to this one, over the time
+    between) is under the ceiling, and, when the last reading was far from the
+    top (more than the ceiling covers in `NEAR_TOP_S`), also within
+    `LATE_SURGE` times the power the counter showed over its last reads. Any
+    other decrease (a reset, a glitch, a firmware correction, a step back) is a
+    fault and the channel rebases. `due_s` makes the sampler read densely as
+    the counter nears its top, so a wrap is seen from close to the top and a
+    reset from far below it is seen soon. Without a modulus a backwards step
+    cannot be told from a reset at all; `backwards` names the likely cause for
+    the window's reasons (e.g. an NVML driver reload).
     """
 
     def __init__(
@@ -178,25 +199,43 @@ class CounterChannel(Channel):
                 fault=f"implausible: {delta_uj} uJ in {dt / 1e6:.1f} ms is above "
                 f"{self._ceiling_uw / 1e6:.0f} W; rebased"
             )
-        self._recent_uw.append(delta_uj * 1e9 / span_ns)
+        if dt >= self._slack_ns:  # shorter gaps say little about power
+            self._recent_uw.append(delta_uj * 1e9 / dt)
         return Step(delta_uj=delta_uj)
 
+    def due_s(self) -> float | None:
+        if self._modulus is None or self._last is None:
+            return None
+        headroom_uj = (self._modulus - self._last[0]) * self._unit_uj
+        return max(MIN_INTERVAL_S, headroom_uj / (NEAR_TOP_READS * self._ceiling_uw))
+
+    def last_read(self) -> tuple[int, int] | None:
+        return self._last
+
     def _not_a_wrap(self, raw0: int, raw: int, wrap_uj: int, span_ns: int) -> str:
-        """Why a backwards step from `raw0` to `raw` is not a wrap, or "" if it may be one."""
+        """Why a backwards step from `raw0` to `raw` is not a wrap, or "" if it is one."""
         assert self._modulus is not None
-        recent_uw = max(self._recent_uw, default=0.0)
-        bound_uw = self._ceiling_uw
-        if self._recent_uw:  # right after open or a rebase only the ceiling is known
-            bound_uw = min(bound_uw, max(WRAP_SURGE * recent_uw, WRAP_FLOOR_SHARE * bound_uw))
-        implied_uw = wrap_uj * 1e9 / span_ns
-        if implied_uw <= bound_uw:
-            return ""
         below_top_uj = (self._modulus - raw0) * self._unit_uj
+        implied_uw = wrap_uj * 1e9 / span_ns
+        what = (
+            f"went backwards ({raw0} -> {raw}) from {below_top_uj / 1e6:.3f} J below its top: "
+            f"as a wrap that is {implied_uw / 1e6:.0f} W over {span_ns / 1e6:.1f} ms"
+        )
+        if implied_uw > self._ceiling_uw:
+            return f"{what}, above its {self._ceiling_uw / 1e6:.0f} W ceiling; not a wrap, rebased"
+        if below_top_uj <= self._ceiling_uw * NEAR_TOP_S:
+            return ""  # close enough to the top that only the ceiling can judge it
+        if not self._recent_uw:
+            return (
+                f"{what}, from far below the top with no power known yet to judge it by; "
+                "not a wrap, rebased"
+            )
+        recent_uw = max(self._recent_uw)
+        if implied_uw <= LATE_SURGE * recent_uw:
+            return ""
         return (
-            f"went backwards ({raw0} -> {raw}) from {below_top_uj} uJ below its top: as a wrap "
-            f"that is {implied_uw / 1e6:.0f} W over {span_ns / 1e6:.1f} ms, above the "
-            f"{bound_uw / 1e6:.0f} W it could draw (recently {recent_uw / 1e6:.0f} W); not a "
-            "wrap, rebased"
+            f"{what}, from far below the top and over {LATE_SURGE:g} x the "
+            f"{recent_uw / 1e6:.1f} W it recently showed; not a wrap, rebased"
         )
 
     def _lost(self, reason: str) -> Step:
@@ -220,6 +259,9 @@ class PowerChannel(Channel):
 
     def read(self) -> int:
         return int(self._read_mw())
+
+    def last_read(self) -> tuple[int, int] | None:
+        return self._last
 
     def step(self, reading: Reading, t_ns: int) -> Step:
         if isinstance(reading, Exception):
@@ -312,8 +354,26 @@ class Sampler:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=max(5.0, 2 * self.interval_s))
 
+    def next_wait_s(self) -> float:
+        """Seconds until the next poll: the interval, or sooner where a channel
+        needs it (a counter near its top)."""
+        with self._lock:
+            dues = [d for c in self._channels if (d := c.due_s()) is not None]
+        return min([self.interval_s, *dues])
+
+    def last_reads(self) -> dict[str, tuple[int, int]]:
+        """Each channel's last good raw reading and how many ns ago it was taken
+        (channels without one are left out)."""
+        with self._lock:
+            now = self._clock()
+            return {
+                c.name: (last[0], max(0, now - last[1]))
+                for c in self._channels
+                if (last := c.last_read()) is not None
+            }
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.next_wait_s()):
             self.poll()
 
     def _poll(self) -> tuple[int, int]:

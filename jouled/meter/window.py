@@ -4,13 +4,19 @@ marginal = gross - idle power x wall time, clamped at zero (and flagged). A
 window is `reliable: false` when it is shorter than the meter's floor, when a
 read failed inside it, or when its marginal energy is within the idle noise:
 the phase's grade stands, its joules are not comparable. An invalid window (a
-read failed or was implausible inside it) has no figure at all: gross, idle,
-marginal and every domain's figure are null, never zero.
+read failed or was implausible inside it, or a measured counter did not
+advance at all while the phase kept a CPU busy: a frozen counter) has no
+figure at all: gross, idle, marginal and every domain's figure are null, never
+zero.
 
 Time: `wall_us` is the window in microseconds (`wall_ms`, whole milliseconds
-rounded down, stays for readers of older entries); `edge_us` is how far the
-counter reads may sit from the window's two edges in total, so the energy
-covers wall_us +- edge_us of time.
+rounded down, stays for readers of older entries); `edge_us` bounds how far
+the time the energy covers can differ from wall_us: how far the counter reads
+may sit from the window's two edges in total, plus the longest update period
+of its domains (a counter shows energy in steps, so each read can miss up to
+one period's energy, and the two edges' misses differ by at most one period),
+as the calibration measured it or, before one, as the hardware documents it.
+The energy covers wall_us +- edge_us of time.
 """
 
 from __future__ import annotations
@@ -75,16 +81,29 @@ def phase_energy(
     calibration: Calibration | None,
     *,
     share: float | None = None,
+    busy_ns: int | None = None,
 ) -> PhaseEnergy:
     """Energy of the window [start, end].
 
     `share` (0..1) apportions the window's marginal energy to one attempt by
     its CPU time when phases run concurrently (attribution "cpu-share").
+    `busy_ns` is the CPU time the phase's processes used (None: not known); a
+    measured domain that shows no energy at all over a window at least its
+    floor long while that is positive is frozen, and the window invalid.
     """
     wall_ns = max(0, end.t_ns - start.t_ns)
     wall_ms = wall_ns // 1_000_000
     wall_us = (wall_ns + 500) // 1000
-    edge_us = -(-(start.spread_ns + end.spread_ns) // 1000)  # rounded up: a bound
+    cal_domains = calibration.domains if calibration else {}
+    # Each domain's update period: as calibration measured it, else as documented.
+    period_us = {
+        d.name: cal_domains[d.name].update_us
+        if d.name in cal_domains and cal_domains[d.name].update_us
+        else d.update_us
+        for d in domains
+    }
+    # rounded up: a bound
+    edge_us = -(-(start.spread_ns + end.spread_ns) // 1000) + max(period_us.values(), default=0)
     reasons: list[str] = []
 
     gross_uj: dict[str, int] = {}
@@ -97,6 +116,13 @@ def phase_energy(
             reasons.append(f"{d.name}: counter went backwards")
             continue
         gross_uj[d.name] = b - a
+        # A window that spans two of the counter's periods (and its floor) must see a step.
+        spans_ns = max(d.min_window_ms * 1_000_000, 2 * period_us[d.name] * 1000, 1)
+        if b == a and d.measured and busy_ns and wall_ns >= spans_ns:
+            reasons.append(
+                f"{d.name}: the counter did not advance in {wall_ns / 1e6:.0f} ms while the "
+                f"phase used {busy_ns / 1e6:.0f} ms of CPU: a frozen counter, not 0 J"
+            )
     if end.faults != start.faults:
         reasons.append(f"{end.faults - start.faults} failed read(s) inside the window")
     for name, note in end.notes.items():
@@ -104,7 +130,6 @@ def phase_energy(
             reasons.append(f"{name}: {note}")
     valid = not reasons
 
-    cal_domains = calibration.domains if calibration else {}
     # idle_mw x ns / 1e9 = mJ
     idle_mj = sum(
         cal_domains[n].idle_mw * wall_ns // 1_000_000_000 for n in gross_uj if n in cal_domains

@@ -131,7 +131,32 @@ METER = {
     "rapl": {
         "root": "/sys/class/powercap",
         "interval_s": 0.5,
-        "zones": [{"name": "package-0", "path": "/sys/class/powercap/intel-rapl:0" * 3}],
+        "zones": [
+            {
+                "id": f"intel-rapl:{i}",
+                "name": f"package-{i}",
+                "domain": f"package-{i}",
+                "path": f"/sys/class/powercap/intel-rapl:{i}",
+                "selected": True,
+                "reason": "top-level package zone (summed across sockets)",
+                "max_energy_range_uj": 262_143_328_850,
+                "ceiling_w": 1000.0,
+                "ceiling_from": "the 1000 W floor for a package zone",
+                "last_read_uj": 123_456_789_012,
+                "last_read_age_ms": 12,
+            }
+            for i in range(2)
+        ]
+        + [
+            {
+                "id": "intel-rapl-mmio:0",
+                "name": "package-0",
+                "domain": "package-0",
+                "path": "/sys/devices/virtual/powercap/intel-rapl-mmio/intel-rapl-mmio:0",
+                "selected": False,
+                "reason": "duplicate of the MSR zone named package-0",
+            }
+        ],
     },
     "calibration": {
         "source": "rapl",
@@ -139,7 +164,9 @@ METER = {
         "seq": 1,
         "time": "2026-01-01T00:00:10.000Z",
         "age_s": 7300,
-        "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
+        "domains": {
+            "package-0": {"idle_mw": 4100, "stddev_mw": 120, "timing_mw": 3, "update_us": 1100}
+        },
         "idle_w": {"package-0": 4.1},
     },
 }
@@ -168,3 +195,28 @@ def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixtur
     render._console.cache_clear()
     assert "{" not in out and "[" not in out, out
     assert "domains.package-0.idle_mw" in out and "4100" in out
+
+
+def test_meter_prints_a_zone_table_without_host_paths() -> None:
+    c, buf = console(80)
+    render.meter_table(METER, console=c)
+    assert max(len(line) for line in lines(buf)) <= 80
+    c, buf = console(160)
+    render.meter_table(METER, console=c)
+    text = buf.getvalue()
+    assert "/sys" not in text and "{" not in text
+    for column in render.ZONE_COLUMNS:
+        assert column in text
+    assert "package-0 (intel-rapl:0)" in text and "package-1 (intel-rapl:1)" in text
+    assert "262,143.3 J" in text and "1000 W" in text
+    assert "123,456.789 J, 12 ms ago" in text
+    # package-0 is calibrated (its timing and measured step), package-1 is not
+    assert "idle ± 3 mW, steps ≤ 1.1 ms" in text and "not calibrated" in text
+    assert "skipped intel-rapl-mmio:0" in text
+
+
+def test_the_reports_meter_lines_carry_the_zones_without_host_paths() -> None:
+    lines = dict(render.meter_lines(METER))
+    assert "zone package-0 (intel-rapl:0)" in lines
+    assert "range 262,143.3 J" in lines["zone package-0 (intel-rapl:0)"]
+    assert not any("/sys" in v for v in lines.values())

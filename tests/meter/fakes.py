@@ -64,9 +64,13 @@ class FakePowercap:
         energy_uj: int = 0,
         max_uj: int | None = DEFAULT_MAX_UJ,
         max_power_uw: Sequence[int] = (),
+        power_limit_uw: Sequence[int] = (),
+        max_power_range_uw: int | None = None,
     ) -> str:
-        """A zone; `max_power_uw` gives one `constraint_N_max_power_uw` file per value
-        (long term, short term, ...), as the intel_rapl driver exposes them."""
+        """A zone; `max_power_uw` and `power_limit_uw` give one
+        `constraint_N_max_power_uw` / `constraint_N_power_limit_uw` file per value
+        (long term, short term, ...), as the intel_rapl driver exposes them;
+        `max_power_range_uw` the zone's own file."""
         parent = zone_id.rsplit(":", 1)[0] if zone_id.count(":") == 2 else ""
         path = (self._paths[parent] if parent else self.root) / zone_id
         path.mkdir(parents=True)
@@ -74,9 +78,14 @@ class FakePowercap:
         (path / "enabled").write_text("1\n")
         if max_uj is not None:
             (path / "max_energy_range_uj").write_text(f"{max_uj}\n")
-        for n, uw in enumerate(max_power_uw):
+        for n in range(max(len(max_power_uw), len(power_limit_uw))):
             (path / f"constraint_{n}_name").write_text("long_term\n" if n == 0 else "short_term\n")
+        for n, uw in enumerate(max_power_uw):
             (path / f"constraint_{n}_max_power_uw").write_text(f"{uw}\n")
+        for n, uw in enumerate(power_limit_uw):
+            (path / f"constraint_{n}_power_limit_uw").write_text(f"{uw}\n")
+        if max_power_range_uw is not None:
+            (path / "max_power_range_uw").write_text(f"{max_power_range_uw}\n")
         self._paths[zone_id] = path
         self._max[zone_id] = max_uj
         self.set(zone_id, energy_uj)
@@ -90,6 +99,8 @@ class FakePowercap:
         energy_uj: int = 0,
         max_uj: int | None = DEFAULT_MAX_UJ,
         max_power_uw: Sequence[int] = (),
+        power_limit_uw: Sequence[int] = (),
+        max_power_range_uw: int | None = None,
     ) -> str:
         return self.zone(
             f"intel-rapl:{n}",
@@ -97,6 +108,8 @@ class FakePowercap:
             energy_uj=energy_uj,
             max_uj=max_uj,
             max_power_uw=max_power_uw,
+            power_limit_uw=power_limit_uw,
+            max_power_range_uw=max_power_range_uw,
         )
 
     def psys(self, n: int = 1, *, energy_uj: int = 0, max_uj: int | None = DEFAULT_MAX_UJ) -> str:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from jouled.meter.nvml import NvmlMeter
 from jouled.meter.rapl import RaplMeter
 from jouled.meter.window import phase_energy
 
-from .fakes import FakeNVML, FakePowercap
+from .fakes import FakeNVML, FakePowercap, LiveCounters
 
 
 @pytest.fixture
@@ -22,11 +24,19 @@ def no_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def powercap(tmp_path: Path) -> FakePowercap:
+def powercap(tmp_path: Path) -> Iterator[FakePowercap]:
+    """A package and its DRAM whose counters advance in real time (20 W, 3 W)."""
     fake = FakePowercap(tmp_path / "powercap")
     fake.package(0)
     fake.subzone("intel-rapl:0", 0, "dram")
-    return fake
+    t0 = time.monotonic_ns()
+    live = {
+        "intel-rapl:0": lambda t: 20 * (t - t0) // 1000,
+        "intel-rapl:0:0": lambda t: 3 * (t - t0) // 1000,
+    }
+    with LiveCounters(fake, live) as counters:
+        yield fake
+    assert not counters.errors, counters.errors
 
 
 def test_auto_combines_every_measured_source(powercap: FakePowercap) -> None:
@@ -57,6 +67,21 @@ def test_auto_with_gpus_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_pynvml")
+@pytest.mark.usefixtures("no_pynvml")
+def test_auto_does_not_pick_a_frozen_counter(tmp_path: Path) -> None:
+    """A RAPL zone that stands still while a CPU is kept busy would sign 0 J for
+    every phase: auto skips it and says so, as for a source that does not read."""
+    fake = FakePowercap(tmp_path / "powercap")
+    fake.package(0, energy_uj=123_456)  # never moves
+    spun: list[float] = []
+    with open_meter("auto", powercap_root=fake.root, busy=spun.append) as m:
+        assert isinstance(m, EstimatorMeter)
+    assert spun
+    # Asked for by name, it opens: its windows are null, with the reason, while busy.
+    with open_meter("rapl", powercap_root=fake.root) as m:
+        assert m.source == "rapl"
+
+
 def test_auto_estimates_when_nothing_measured_reads(tmp_path: Path) -> None:
     with open_meter("auto", powercap_root=tmp_path, active_watts=42.0) as m:
         assert isinstance(m, EstimatorMeter)

@@ -92,7 +92,11 @@ def test_sub_intervals_with_a_failed_read_are_left_out(tmp_path: Path, clock: Fa
     with open_rapl(fake, clock, reader=reader) as m:
         cal = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep)
     # Counting the sub-intervals around the failure would have pulled the mean down.
-    assert cal.domains["package-0"] == DomainIdle(8_000, 0)
+    got = cal.domains["package-0"]
+    assert (got.idle_mw, got.stddev_mw) == (8_000, 0)
+    # The fake counter shows new energy at every read, 0.2 ms apart: each step
+    # happened within the 0.2 ms before it was seen, so steps are at most 0.4 ms apart.
+    assert got.update_us == 400
 
 
 def test_calibration_that_never_reads_fails(tmp_path: Path, clock: FakeClock) -> None:
@@ -163,12 +167,16 @@ def test_read_time_at_the_edges_of_each_stretch_bounds_the_idle_power(
     ) as m:
         one = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep).domains["package-0"]
     two = measure()
-    # one stretch: 2 x 0.5 ms of edges over ~1 s at 12 W is ~12 mW
-    assert one.idle_mw == 12_000 and 12 <= one.timing_mw <= 13
+    # Each read sees a new value 2.2 ms after the last in the burst (two 1 ms clock
+    # reads and the 0.2 ms gap), so steps are at most 4.4 ms apart: as close as
+    # reads that slow can tell the update period.
+    assert one.update_us == two.update_us == 4400
+    # one stretch: 2 x 0.5 ms of edges and one 4.4 ms period over ~1 s at 12 W is ~65 mW
+    assert one.idle_mw == 12_000 and 64 <= one.timing_mw <= 66
     # a failed read splits it in two and loses two sub-intervals (the failure and
-    # the resume): four edges over ~0.8 s, 30 mW
+    # the resume): four edges and two periods over ~0.8 s, ~161 mW
     assert abs(two.idle_mw - 12_000) <= two.timing_mw
-    assert 29 <= two.timing_mw <= 31
+    assert 158 <= two.timing_mw <= 164
 
 
 def test_a_calibration_signed_before_timing_was_measured_still_loads() -> None:
@@ -178,3 +186,70 @@ def test_a_calibration_signed_before_timing_was_measured_still_loads() -> None:
         "domains": {"package-0": {"idle_mw": 5, "stddev_mw": 1}},
     }
     assert Calibration.from_body(body).domains["package-0"] == DomainIdle(5, 1, 0)
+
+
+def test_a_counter_that_shows_energy_in_steps_widens_every_windows_edge(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """40 W shown only at every 5 ms boundary (RAPL steps about every 1 ms):
+    calibration measures the period from the counter's own steps and signs it,
+    and every window's edge includes it, so the energy covers wall +- edge
+    wherever in a step the window's ends fall."""
+    from jouled.meter.window import phase_energy
+
+    fake = FakePowercap(tmp_path / "stepped")
+    fake.package(0)
+    elapsed = [0]
+
+    def advance(seconds: float) -> None:
+        elapsed[0] += round(seconds * 1e9)
+        steps = elapsed[0] // 5_000_000
+        fake.set("intel-rapl:0", steps * 5_000_000 * 40 // 1000)  # W x ns = nJ
+
+    clock.on_advance(advance)
+    with open_rapl(fake, clock) as m:
+        cal = calibrate(m, 1.0, interval_s=0.1, sleep=clock.sleep)
+        d = cal.domains["package-0"]
+        assert 5000 <= d.update_us <= 5200, d
+        assert Calibration.from_body(cal.body()).domains["package-0"] == d
+        assert abs(d.idle_mw - 40_000) <= d.timing_mw, d
+        outside = 0
+        for k in range(20):
+            clock.sleep(0.0007 * (k + 1))  # each window starts at another phase of a step
+            start = m.snapshot()
+            clock.sleep(0.0503)
+            end = m.snapshot()
+            pe = phase_energy(m.source, m.domains(), start, end, cal)
+            assert pe.valid and pe.gross_mj is not None and pe.edge_us >= d.update_us
+            # W x us = uJ; 1 mJ of rounding
+            outside += abs(pe.gross_mj * 1000 - 40 * pe.wall_us) > 40 * pe.edge_us + 1000
+    assert outside == 0
+
+
+def test_a_late_read_in_the_burst_does_not_stretch_the_period(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A counter stepping every 1 ms, read every 0.2 ms but for one read that comes
+    20 ms late (this process descheduled): the period stays what the on-time reads
+    show, not the 20 ms the late one spanned."""
+    from jouled.meter.calibration import update_periods
+
+    fake = FakePowercap(tmp_path / "stepped")
+    fake.package(0)
+    elapsed = [0]
+
+    def advance(seconds: float) -> None:
+        elapsed[0] += round(seconds * 1e9)
+        fake.set("intel-rapl:0", elapsed[0] // 1_000_000 * 30_000)  # 30 W in 1 ms steps
+
+    clock.on_advance(advance)
+    calls = [0]
+
+    def sleep(seconds: float) -> None:
+        calls[0] += 1
+        clock.sleep(0.02 if calls[0] == 30 else seconds)
+
+    with open_rapl(fake, clock) as m:
+        period = update_periods(m, ["package-0"], sleep=sleep)["package-0"]
+    assert calls[0] > 30  # the late read happened inside the burst
+    assert 1000 <= period <= 1400, period

@@ -39,7 +39,7 @@ def zones_by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_probe_explains_every_zone(host: FakePowercap, clock: FakeClock) -> None:
     gpus = FakeNVML([FakeGpu("GPU-a"), FakeGpu("GPU-b", energy_supported=False)])
-    report: dict[str, Any] = probe(host.root, gpus, sleep=clock.sleep)
+    report: dict[str, Any] = probe(host.root, gpus, sleep=clock.sleep, busy=clock.sleep)
     zones = zones_by_id(report)
     assert report["rapl"]["available"] is True
     assert report["rapl"]["selected"] == ["package-0-die-0"]
@@ -67,7 +67,7 @@ def test_probe_with_options_selects_what_the_meter_would(
     host: FakePowercap, clock: FakeClock
 ) -> None:
     report: dict[str, Any] = probe(
-        host.root, FakeNVML(), zones="psys", dram=True, sleep=clock.sleep
+        host.root, FakeNVML(), zones="psys", dram=True, sleep=clock.sleep, busy=clock.sleep
     )
     assert report["rapl"]["selected"] == ["psys"]
     assert "inside psys" in zones_by_id(report)["intel-rapl:0:2"]["reason"]
@@ -108,3 +108,27 @@ def test_probe_reports_mig_and_missing_rapl(tmp_path: Path, clock: FakeClock) ->
     assert "MIG slices cannot be metered separately" in report["nvml"]["problem"]
     assert report["auto"]["source"] == "estimator"
     assert gpus.inits == 0
+
+
+def test_probe_reports_a_frozen_counter(tmp_path: Path, clock: FakeClock) -> None:
+    """A package whose counter stands still while the probe keeps a CPU busy would
+    sign every window 0 J: the probe says so, and auto would not meter it."""
+    fake = FakePowercap(tmp_path / "powercap")
+    fake.package(0)
+    fake.package(1)
+    fake.drive(clock, {"intel-rapl:0": 20.0})  # package-1 never moves
+    spun: list[float] = []
+
+    def busy(seconds: float) -> None:
+        spun.append(seconds)
+        clock.sleep(seconds)
+
+    report: dict[str, Any] = probe(fake.root, FakeNVML(), sleep=clock.sleep, busy=busy)
+    rapl = report["rapl"]
+    assert spun, "the probe never kept a CPU busy"
+    assert rapl["available"] is False
+    assert "frozen" in rapl["problem"]
+    zones = zones_by_id(report)
+    assert "frozen" in zones["intel-rapl:1"]["problem"]
+    assert "problem" not in zones["intel-rapl:0"]
+    assert report["auto"]["source"] == "estimator"

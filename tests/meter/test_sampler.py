@@ -60,11 +60,124 @@ def test_poll_interval_is_a_quarter_of_the_fastest_range_crossing() -> None:
 
 
 def test_counter_single_wrap_counts_the_distance_through_the_top() -> None:
-    raw = Scripted(900_000_000)
+    raw = Scripted(800_000_000)
     ch = CounterChannel("c", raw, ceiling_w=100.0, modulus=10**9)
     assert at(ch, 0) == Step()
+    raw.value = 900_000_000  # 40 W
+    assert at(ch, 2_500_000_000) == Step(delta_uj=100_000_000)
     raw.value = 100_000_000  # 200 J in 5 s: 40 W, through the top of a 1 kJ counter
-    assert at(ch, 5_000_000_000) == Step(delta_uj=200_000_000)
+    assert at(ch, 7_500_000_000) == Step(delta_uj=200_000_000)
+
+
+def steady(ch: CounterChannel, raw: Scripted, start: int, watts: float, reads: int) -> int:
+    """`reads` reads 1 s apart at `watts` from `start`; returns the last read's time."""
+    t = 0
+    for k in range(reads):
+        raw.value = start + round(watts * 1e6) * k
+        t = k * 1_000_000_000
+        assert at(ch, t).fault == ""
+    return t
+
+
+TOP = 262_143_328_850
+
+
+@pytest.mark.parametrize("below_top_j", [100, 300, 1000])
+def test_a_reset_far_below_the_top_is_never_a_wrap(below_top_j: int) -> None:
+    """30 W read once a second, then the counter is found at 0: read as a wrap,
+    that is 100 J (or more) in one second, over three times what it showed."""
+    raw = Scripted()
+    ch = CounterChannel("c", raw, ceiling_w=1000.0, modulus=TOP + 1)
+    last = TOP - below_top_j * 1_000_000
+    t = steady(ch, raw, last - 4 * 30_000_000, 30.0, 5)
+    raw.value = 0
+    step = at(ch, t + 1_000_000_000)
+    assert step.delta_uj == 0 and "not a wrap" in step.fault, step
+
+
+def test_a_wrap_at_the_counters_own_power_is_a_wrap() -> None:
+    """The same reads, 20 J below the top at 30 W: the counter wraps 0.67 s later."""
+    raw = Scripted()
+    ch = CounterChannel("c", raw, ceiling_w=1000.0, modulus=TOP + 1)
+    t = steady(ch, raw, TOP - 20_000_000 - 4 * 30_000_000, 30.0, 5)
+    raw.value = 10_000_000 - 1  # 30 J later: 20 J to the top, 10 J past it
+    assert at(ch, t + 1_000_000_000) == Step(delta_uj=30_000_000)
+
+
+def test_a_step_back_is_never_a_wrap() -> None:
+    """10 J back on a large counter: as a wrap that is the whole range in 1 s."""
+    raw = Scripted()
+    ch = CounterChannel("c", raw, ceiling_w=1000.0, modulus=TOP + 1)
+    t = steady(ch, raw, 5_000_000_000, 30.0, 5)
+    raw.value = 5_000_000_000 + 4 * 30_000_000 - 10_000_000
+    step = at(ch, t + 1_000_000_000)
+    assert step.delta_uj == 0 and "above its 1000 W ceiling" in step.fault, step
+
+
+def test_a_backwards_step_right_after_open_is_not_guessed_a_wrap() -> None:
+    raw = Scripted(TOP - 100_000_000)
+    ch = CounterChannel("c", raw, ceiling_w=1000.0, modulus=TOP + 1)
+    assert at(ch, 0) == Step()
+    raw.value = 0
+    assert "no power known yet" in at(ch, 1_000_000_000).fault
+
+
+def test_near_the_top_the_channel_asks_for_dense_reads() -> None:
+    """Far from the top the interval will do; near it the next read is due before
+    the ceiling could cover a quarter of what is left, down to the fastest poll."""
+    raw = Scripted(0)
+    ch = CounterChannel("c", raw, ceiling_w=1000.0, modulus=TOP + 1)
+    assert ch.due_s() is None  # nothing read yet
+    at(ch, 0)
+    assert ch.due_s() is not None and ch.due_s() > MAX_INTERVAL_S  # type: ignore[operator]
+    raw.value = TOP - 100_000_000  # 100 J left: 25 ms at a quarter of 1 kW
+    at(ch, 100_000_000_000)
+    assert ch.due_s() == pytest.approx(0.025)
+    raw.value = TOP - 1_000_000
+    at(ch, 100_010_000_000)
+    assert ch.due_s() == MIN_INTERVAL_S
+    clock = FakeClock()
+    sampler = Sampler([ch], interval_s=IDLE, clock=clock)
+    try:
+        assert sampler.next_wait_s() == MIN_INTERVAL_S
+    finally:
+        sampler.close()
+
+
+def test_the_sampler_thread_reads_densely_near_the_top_and_tells_a_reset_apart() -> None:
+    """Real time, the thread alone: a counter at 30 W nearing its top is read every
+    few ms, so a reset 100 J below the top is seen within ~25 ms, where as a wrap
+    it would be over 4 kW."""
+    import time
+
+    top = 10**12
+    t0 = time.monotonic_ns()
+    base = top - 101_000_000
+    reset_at: list[int] = []
+
+    def counter() -> int:
+        now = time.monotonic_ns()
+        if reset_at and now >= reset_at[0]:
+            return (now - reset_at[0]) * 30 // 1000
+        return (base + (now - t0) * 30 // 1000) % (top + 1)
+
+    ch = CounterChannel("c", counter, ceiling_w=1000.0, modulus=top + 1)
+    sampler = Sampler([ch], interval_s=1.0)
+    try:
+        start = sampler.snapshot()
+        deadline = time.monotonic() + 30
+        while (due := ch.due_s()) is None or due > 0.03:
+            assert time.monotonic() < deadline, "the counter never neared its top"
+            time.sleep(0.005)
+        reset_at.append(time.monotonic_ns())
+        while sampler.faults == 0:
+            assert time.monotonic() < deadline, "the reset was never seen"
+            time.sleep(0.005)
+        end = sampler.snapshot()
+    finally:
+        sampler.close()
+    pe = phase_energy("rapl", [domain()], start, end, None)
+    assert not pe.valid and any("not a wrap" in r for r in pe.reasons), pe.reasons
 
 
 def test_sampler_interval_keeps_many_wraps_between_snapshots_exact() -> None:
@@ -292,3 +405,52 @@ def test_a_window_keeps_microseconds_and_its_edges() -> None:
     pe = phase_energy("rapl", [domain()], start, end, None)
     wire = pe.to_wire()
     assert (wire["wall_ms"], wire["wall_us"], wire["edge_us"]) == (499, 499_999, 4)
+
+
+def test_the_sampler_thread_sees_a_step_back_between_its_reads() -> None:
+    """Real time, the thread alone: a 262 kJ counter at 30 W steps back by 20 J.
+    Reads a second apart would see 10 J where 30 J were counted, a quiet error;
+    the thread reads often enough that the step shows as a decrease, and no
+    window across it has a figure."""
+    import time
+
+    t0 = time.monotonic_ns()
+    back_at: list[int] = []
+
+    def counter() -> int:
+        now = time.monotonic_ns()
+        back = 20_000_000 if back_at and now >= back_at[0] else 0
+        return 5_000_000_000 + (now - t0) * 30 // 1000 - back
+
+    ch = CounterChannel("c", counter, ceiling_w=1000.0, modulus=TOP + 1)
+    sampler = Sampler([ch], interval_s=poll_interval(TOP, 1000.0))
+    try:
+        start = sampler.snapshot()
+        back_at.append(time.monotonic_ns())
+        deadline = time.monotonic() + 30
+        while sampler.faults == 0:
+            assert time.monotonic() < deadline, "the step back was never seen"
+            time.sleep(0.01)
+        end = sampler.snapshot()
+    finally:
+        sampler.close()
+    pe = phase_energy("rapl", [domain()], start, end, None)
+    assert not pe.valid and pe.gross_mj is None
+    assert any("went backwards" in r for r in pe.reasons), pe.reasons
+
+
+def test_a_counter_that_steps_slowly_is_frozen_only_over_two_of_its_steps() -> None:
+    """A GPU counter may show new energy once a second: 300 ms without a step while
+    the phase is busy says nothing; 3 s without one is a frozen counter."""
+    from jouled.meter.base import Snapshot
+
+    gpu = Domain("gpu-0", "nvml", "gpu", 1000, 100, update_us=1_000_000)
+    still = {"gpu-0": 5_000_000}
+    short = phase_energy(
+        "nvml", [gpu], Snapshot(0, still), Snapshot(300_000_000, still), None, busy_ns=10**8
+    )
+    assert short.valid and short.domains == {"gpu-0": 0}
+    long = phase_energy(
+        "nvml", [gpu], Snapshot(0, still), Snapshot(3_000_000_000, still), None, busy_ns=10**8
+    )
+    assert not long.valid and any("frozen" in r for r in long.reasons)
