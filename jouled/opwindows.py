@@ -193,7 +193,7 @@ class OpWindows:
         limits.name("label", req.label)
         limits.name("agent", req.agent)
         limits.name("run id", req.run_id, empty=True)
-        limits.integer("rollout", req.rollout, high=limits.ROLLOUT_MAX)
+        limits.rollout(req.rollout)
         pid = self._tree_root(req.pid, peer_pid, peer_uid)
         with self._cond:
             if self._stopped:
