@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from jouled import __version__, frontier, limits, metrics
+from jouled import __version__, frontier, limits, metrics, pages
 from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
@@ -260,6 +260,7 @@ class Daemon:
         # Kept current as results are signed, so serving it never rescans the ledger;
         # built from the ledger's query columns, which opening it checked against the payloads.
         self._frontier = self.ledger.frontier(ops=(e.body for e in self.ledger.entries("op")))
+        self._rows = pages.RowCache()  # frontier and best-of-k rows, served a page at a time
         self.ops = OpWindows(
             self.metering,
             self._sign_op,
@@ -688,7 +689,7 @@ class Daemon:
         limits.name("agent", agent, empty=True)
         limits.name("run id", sub.run_id, empty=True)
         limits.name("idempotency key", sub.idempotency_key, max_len=limits.KEY_MAX, empty=True)
-        limits.integer("rollout", sub.rollout, high=limits.ROLLOUT_MAX)
+        limits.rollout(sub.rollout)
         claimed = {}
         for k, v in sub.claimed.items():
             if k not in CLAIMED_KEYS:
@@ -953,13 +954,42 @@ class Daemon:
     # -- reading the ledger ---------------------------------------------------------------
 
     def frontier(
-        self, suite: str = "", axis: str = "joules", *, merge_digests: bool = False
+        self,
+        suite: str = "",
+        axis: str = "joules",
+        *,
+        merge_digests: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
     ) -> dict[str, Any]:
-        rows = self._frontier.rows(suite=suite or None, axis=axis, merge_digests=merge_digests)
-        return {"rows": rows}
+        """A page of the frontier's rows (see `jouled.pages`)."""
+        limits.name("suite", suite, empty=True)
+        if axis not in frontier.AXES:
+            raise UsageError(
+                f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(frontier.AXES)}"
+            )
+        version = self._frontier.version
+        rows = self._rows.rows(
+            ("frontier", suite, axis, merge_digests),
+            version,
+            lambda: self._frontier.rows(
+                suite=suite or None, axis=axis, merge_digests=merge_digests
+            ),
+        )
+        return pages.page(rows, page_size, page_token, version)
 
-    def best_of_k(self, suite: str = "") -> dict[str, Any]:
-        return {"rows": frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None)}
+    def best_of_k(
+        self, suite: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> dict[str, Any]:
+        """A page of the best-of-k rows, computed once per change of the ledger."""
+        limits.name("suite", suite, empty=True)
+        version = self._frontier.version
+        rows = self._rows.rows(
+            ("best_of_k", suite),
+            version,
+            lambda: frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
+        )
+        return pages.page(rows, page_size, page_token, version)
 
     def export(self) -> tuple[Iterator[str], Callable[[], list[str]]]:
         """The export lines and the checkpoint history of one tree: the ledger as it is now.

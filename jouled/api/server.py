@@ -251,13 +251,21 @@ class Servicer(pb_grpc.JouledServicer):
     def Frontier(self, request: pb.FrontierRequest, context: Any) -> pb.Document:
         return _doc(
             self.daemon.frontier(
-                request.suite, request.axis or "joules", merge_digests=request.merge_digests
+                request.suite,
+                request.axis or "joules",
+                merge_digests=request.merge_digests,
+                page_size=request.page_size,
+                page_token=request.page_token,
             )
         )
 
     @_unary
     def BestOfK(self, request: pb.FrontierRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.best_of_k(request.suite))
+        return _doc(
+            self.daemon.best_of_k(
+                request.suite, page_size=request.page_size, page_token=request.page_token
+            )
+        )
 
     def Export(self, request: pb.ExportRequest, context: Any) -> Iterator[pb.ExportChunk]:
         try:
