@@ -61,6 +61,7 @@ from jouled.patch import Patch, parse_patch, patch_sha256
 from jouled.pipeline import container
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox
+from jouled.quotas import Places
 from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
@@ -267,12 +268,19 @@ class Daemon:
             max_open=config.op_windows_max,
             max_per_agent=config.op_windows_per_agent,
             max_s=config.op_window_max_s,
+            grading=lambda: len(self.queue) > 0 or self.running > 0,
         )
         self._inflight: dict[str, Future[dict[str, Any]]] = {}
         self._inflight_lock = threading.Lock()
         self._trees = swebench.TreeDigests(config.tree_digests_path)
         self._load_registrations()
         self.queue = AttemptQueue(config.queue_limit)
+        self.per_agent = Places(
+            "attempts queued or running",
+            total=self.max_callers,
+            per_holder=config.attempts_per_agent,
+            hint="retry with the same idempotency key once one of your attempts has ended",
+        )
         self._running = 0
         self._running_lock = threading.Lock()
         # Calls waiting on an attempt (queued, running or replaying) hold an RPC thread
@@ -500,7 +508,7 @@ class Daemon:
             )
         key = sub.idempotency_key
         if not key:
-            job = self._enqueue(attempt, progress)
+            job = self._enqueue(attempt, progress, sub.caller)
             return Ticket(job.future, self, job)
         with self._inflight_lock:
             running = self._inflight.get(key)
@@ -520,7 +528,7 @@ class Daemon:
                 progress("replay", f"idempotency key seen before: entry {previous.seq}")
                 self._settle(key, mine, replay, None)
                 return Ticket(mine, self, None)
-            job = self._enqueue(attempt, progress)
+            job = self._enqueue(attempt, progress, sub.caller)
         except BaseException as err:
             self._settle(key, mine, None, err)
             raise
@@ -564,10 +572,19 @@ class Daemon:
         running.add_done_callback(done)
         return out
 
-    def _enqueue(self, attempt: Attempt, progress: Progress) -> _Job:
+    def _enqueue(self, attempt: Attempt, progress: Progress, caller: Identity | None) -> _Job:
         self.check_free_space()
+        # Each credential's attempts waiting or running are bounded, so no one agent fills
+        # the queue; operators' (and in-process callers') count towards the queue only.
+        trusted = caller is None or OPERATOR in caller.roles
+        give_back = self.per_agent.take(None if trusted else attempt.agent)
         job = _Job(attempt, progress)
-        self.queue.put(job, self.running)
+        try:
+            self.queue.put(job, self.running)
+        except BaseException:
+            give_back()
+            raise
+        job.future.add_done_callback(lambda f: give_back())
         return job
 
     def check_free_space(self) -> None:
