@@ -985,10 +985,9 @@ class Daemon:
             raise UsageError(
                 f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(frontier.AXES)}"
             )
-        version = self._frontier.version
-        rows = self._rows.rows(
+        version, rows = self._rows.rows(
             ("frontier", suite, axis, merge_digests),
-            version,
+            self._frontier.version,
             lambda: self._frontier.rows(
                 suite=suite or None, axis=axis, merge_digests=merge_digests
             ),
@@ -1000,10 +999,9 @@ class Daemon:
     ) -> dict[str, Any]:
         """A page of the best-of-k rows, computed once per change of the ledger."""
         limits.name("suite", suite, empty=True)
-        version = self._frontier.version
-        rows = self._rows.rows(
+        version, rows = self._rows.rows(
             ("best_of_k", suite),
-            version,
+            self._frontier.results,  # op windows do not change best-of-k
             lambda: frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
         )
         return pages.page(rows, page_size, page_token, version)

@@ -679,6 +679,7 @@ class Frontier:
         self._ops: dict[_OpKey, _OpSum] = {}
         self._op_groups: dict[_OpKey, set[_RowKey]] = {}  # the rows holding each key
         self.version = 0  # grows with every result and op added: cached answers go stale
+        self.results = 0  # ... and with every result
         # Set when built from columns: which (suite, solver, model, task, digest) hold a key.
         self._holding: Callable[[_OpKey], list[tuple[str, str, str, str, str]]] | None = None
         self._lock = threading.Lock()
@@ -694,6 +695,7 @@ class Frontier:
             group = self._groups[group_key]
             group.add(attempt)
             self.version += 1
+            self.results += 1
             key = attempt.op_key
             if attempt.status != ERROR and key not in group.op_keys:
                 group.op_keys.add(key)

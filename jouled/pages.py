@@ -12,6 +12,7 @@ once share one computation.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -20,6 +21,11 @@ from jouled.errors import UsageError
 
 PAGE_ROWS_MAX = 1000  # rows per answer, and the page size when none is asked for
 CACHED_QUESTIONS = 16  # distinct (kind, suite, axis, ...) questions whose rows are kept
+# Rows whose computation took at least SLOW_S are kept, even after the ledger changed,
+# until LAG_FACTOR times that long has passed: however fast results are signed, a
+# question's rows take at most 1 / (1 + LAG_FACTOR) of one core to keep current.
+SLOW_S = 1.0
+LAG_FACTOR = 4.0
 
 
 def page_size(requested: int) -> int:
@@ -62,26 +68,36 @@ class RowCache:
 
     def __init__(self, size: int = CACHED_QUESTIONS) -> None:
         self._size = size
-        self._rows: OrderedDict[Hashable, tuple[int, list[dict[str, Any]]]] = OrderedDict()
+        # question -> (version, rows, when computed, seconds it took), monotonic clock
+        self._rows: OrderedDict[Hashable, tuple[int, list[dict[str, Any]], float, float]] = (
+            OrderedDict()
+        )
         # A fixed set of locks, one per question's hash: as many as there are kept rows.
         self._stripes = [threading.Lock() for _ in range(size)]
         self._lock = threading.Lock()
 
     def rows(
         self, question: Hashable, version: int, compute: Callable[[], list[dict[str, Any]]]
-    ) -> list[dict[str, Any]]:
-        """The rows for `question` at `version`, computed once however many ask at once."""
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """The rows for `question` and the version they are of: `version`, or an older one
+        while slow rows are kept (SLOW_S). Computed once however many ask at once."""
         # One computation per question: callers asking it meanwhile wait for it and share it.
         with self._stripes[hash(question) % len(self._stripes)]:
             with self._lock:
                 cached = self._rows.get(question)
-                if cached is not None and cached[0] == version:
-                    self._rows.move_to_end(question)
-                    return cached[1]
+                if cached is not None:
+                    old, rows, at, took = cached
+                    fresh = old == version
+                    kept = took >= SLOW_S and time.monotonic() < at + took * (1 + LAG_FACTOR)
+                    if fresh or kept:
+                        self._rows.move_to_end(question)
+                        return old, rows
+            start = time.monotonic()
             rows = compute()
+            end = time.monotonic()
             with self._lock:
-                self._rows[question] = (version, rows)
+                self._rows[question] = (version, rows, end, end - start)
                 self._rows.move_to_end(question)
                 while len(self._rows) > self._size:
                     self._rows.popitem(last=False)
-            return rows
+            return version, rows

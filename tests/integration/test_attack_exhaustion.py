@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from jb_client.api import Client, ClientError
 
-from jouled import limits, pages
+from jouled import limits
 from jouled.auth import add_token
 from jouled.config import Config
 from jouled.daemon import open_ledger
@@ -233,15 +233,6 @@ def payloads_of(d: Daemon) -> list[dict[str, Any]]:
         return [json.loads(e.payload) for e in ledger.entries()]
     finally:
         ledger.close()
-
-
-def test_a_page_never_holds_more_than_the_bound() -> None:
-    rows = [{"i": i} for i in range(2500)]
-    first = pages.page(rows, 0, "", 7)
-    assert len(first["rows"]) == pages.PAGE_ROWS_MAX == 1000
-    assert first["next_page_token"] == "1000" and first["rows_total"] == 2500
-    last = pages.page(rows, 5000, "2000", 7)
-    assert last["rows"] == rows[2000:] and last["next_page_token"] == ""
 
 
 def hold_reads(client: Client, n: int) -> list[Any]:
