@@ -91,7 +91,7 @@ LOADER = textwrap.dedent(
                 with lock:
                     counts[kind] += 1
                     if kind == "accepted" and keys is not None:
-                        keys.write(key + "\n")
+                        keys.write(key + "\\n")
                     if kind == "refused" and counts["refused"] == 1:
                         print("full", flush=True)
                 if kind != "accepted":
@@ -134,7 +134,7 @@ HOSTILE = textwrap.dedent(
             count(f"submit rollout={rollout}: {err.kind}")
         else:
             with lock:
-                keys.write(key + "\n")
+                keys.write(key + "\\n")
             count(f"submit rollout={rollout}: accepted")
 
     def loop(body):
