@@ -516,8 +516,12 @@ class Daemon:
                 mine: Future[dict[str, Any]] = Future()
                 self._inflight[key] = mine
         if running is not None:
+            # A call waiting on an attempt holds a place, whoever's attempt it is.
+            give_back = self.per_agent.take(_holder(sub.caller, attempt))
             progress("replay", "the same submission is being evaluated; waiting for it")
-            return Ticket(self._replay_of(running, attempt), self, None)
+            waiting = self._replay_of(running, attempt)
+            waiting.add_done_callback(lambda f: give_back())
+            return Ticket(waiting, self, None)
         # Looked up only once this key's slot is held: a run that finished
         # meanwhile had signed its result before it gave the slot up.
         try:
@@ -576,8 +580,7 @@ class Daemon:
         self.check_free_space()
         # Each credential's attempts waiting or running are bounded, so no one agent fills
         # the queue; operators' (and in-process callers') count towards the queue only.
-        trusted = caller is None or OPERATOR in caller.roles
-        give_back = self.per_agent.take(None if trusted else attempt.agent)
+        give_back = self.per_agent.take(_holder(caller, attempt))
         job = _Job(attempt, progress)
         try:
             self.queue.put(job, self.running)
@@ -1103,6 +1106,12 @@ class Daemon:
             t.join(timeout=1)
         self.meter.close()
         self.ledger.close()
+
+
+def _holder(caller: Identity | None, attempt: Attempt) -> str | None:
+    """Whose place an attempt takes: its agent's, or nobody's for operators and
+    in-process callers (they count towards the queue only)."""
+    return None if caller is None or OPERATOR in caller.roles else attempt.agent
 
 
 def container_images(name: str) -> swebench.Images | None:

@@ -301,6 +301,9 @@ def test_one_agent_cannot_fill_the_attempt_queue(
         assert err.kind == Kind.RESOURCE_EXHAUSTED
         assert f"mallory already has {PER_AGENT} attempts queued or running" in err.message
         assert "per credential" in err.message and "same idempotency key" in err.message
+        # Waiting on its own running attempt again and again takes places too.
+        err = refused(lambda: mallory.submit(TASK, hold, idempotency_key="m-running"))
+        assert err.kind == Kind.RESOURCE_EXHAUSTED and "per credential" in err.message
         # Another agent still gets a place in the queue behind them.
         other = Submitting(alice, fix, "a-queued")
         wait_for("alice's attempt to queue", lambda: bool(other.saw("queued")))
