@@ -15,6 +15,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +165,11 @@ def test_a_rollout_past_the_bound_is_refused_before_anything_is_signed(
     with as_agent(jd, tokens, "mallory") as mallory:
         size = jd.ledger_size()
         for rollout in (1_000_000, limits.ROLLOUT_MAX + 1):
-            err = refused(lambda r=rollout: mallory.submit(TASK, fix, rollout=r))
+            err = refused(partial(mallory.submit, TASK, fix, rollout=rollout))
             assert err.kind == Kind.INVALID_ARGUMENT
             assert f"rollout {rollout} is out of range" in err.message
             assert f"0 to {limits.ROLLOUT_MAX:,}" in err.message
-            err = refused(lambda r=rollout: mallory.open_window("tool", rollout=r))
+            err = refused(partial(mallory.open_window, "tool", rollout=rollout))
             assert err.kind == Kind.INVALID_ARGUMENT and "rollout" in err.message
         assert jd.ledger_size() == size  # refused before anything was signed
         # The bound itself is in bounds, and the daemon kept serving.
