@@ -222,7 +222,14 @@ def test_best_of_k_of_a_hostile_ledger_is_small_and_paged(
             err = refused(lambda: alice._doc(alice._stub.Frontier, bad))
             assert err.kind == Kind.INVALID_ARGUMENT and "page_token" in err.message
             assert healthy(alice)
-            [row] = [r for r in alice.frontier("gate")["rows"] if r["solver"] == "mallory"]
+            frontier = alice.frontier("gate")["rows"]
+            one = pb.FrontierRequest(suite="gate", page_size=1)
+            first = alice._doc(alice._stub.Frontier, one)
+            assert first["rows"] == frontier[:1] and first["rows_total"] == len(frontier) == 2
+            one.page_token = first["next_page_token"]
+            second = alice._doc(alice._stub.Frontier, one)
+            assert second["rows"] == frontier[1:] and second["next_page_token"] == ""
+            [row] = [r for r in frontier if r["solver"] == "mallory"]
             assert row["attempts"] == 1 and honest["status"] == "resolved"
     finally:
         assert d.stop() == 0, d.log.read_text()
