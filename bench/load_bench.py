@@ -17,8 +17,8 @@ phase's p50 and p99 are taken; the table shows the median of those over the
 repeats, and load / idle ratios of the medians. Nothing here asserts on time.
 
 With `--hostile`, the 64 clients are 64 agents (a bearer token each) and a third
-phase adds one hostile agent to the load, in its own process, doing everything
-issue 21 found at once: submissions numbered rollout 1,000,000; as many
+phase adds one hostile agent to the load, in its own process, trying every
+exhaustion at once: submissions numbered rollout 1,000,000; as many
 submissions as it can get in; `BestOfK` and `Frontier` from 8 threads back to
 back; a whole-host op window reopened the moment it ends (`--op-window-max-s
 2` here). At the end every accepted submission (a receipt came back) is looked

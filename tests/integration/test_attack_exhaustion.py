@@ -155,7 +155,7 @@ def payloads(d: Daemon, tmp: Path) -> list[dict[str, Any]]:
     ]
 
 
-# -- item 4: every read bounded -----------------------------------------------------------------
+# -- every read bounded ------------------------------------------------------------------------
 
 
 def test_a_rollout_past_the_bound_is_refused_before_anything_is_signed(
@@ -289,7 +289,7 @@ def test_streams_left_unread_cannot_take_the_threads_health_needs(
         client.close()
 
 
-# -- item 5: fair use of the host -------------------------------------------------------------
+# -- fair use of the host -----------------------------------------------------------------------
 
 
 def test_one_agent_cannot_fill_the_attempt_queue(
