@@ -13,9 +13,10 @@ counter allows:
   wait until the window closes, at most the maximum duration; while any
   attempt waits, new windows do not take the host, so the wait ends there.
 - `cpu-share`: the host was shared (the `shared` policy, or the lock was held
-  by a graded phase) and the daemon knows the caller's process from the Unix
-  socket's peer credentials: the window's energy times the share of the host's
-  busy CPU time that the process tree used.
+  by a graded phase or an attempt was waiting for it) and the daemon knows the
+  caller's process from the Unix socket's peer credentials: the window's
+  energy times the share of the host's busy CPU time that the process tree
+  used.
 - `unattributed`: the host was shared and the daemon cannot see the caller's
   process (a TCP caller): the figures are the whole host's over the window,
   flagged `reliable: false`.
