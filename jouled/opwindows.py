@@ -252,18 +252,15 @@ class OpWindows:
 
     def _start(self, req: WindowRequest, pid: int | None) -> OpWindow:
         holds = False
-        window_id = secrets.token_hex(8)
         if self.metering.policy == "exclusive" and not self._grading():
             # The lock every metered phase holds under the exclusive policy: taken only
             # when free and no attempt waits to be graded, so opening never waits behind a
             # graded phase and grading waits for at most the window open when it arrived.
-            holds = self.metering.take_host(
-                f"op window {window_id} ({req.label}) of {req.agent}, open at most "
-                f"{self.max_s:.0f} s"
-            )
+            # Others waiting are told how long it may last, not whose it is.
+            holds = self.metering.take_host(f"an agent's op window, open at most {self.max_s:g} s")
         attribution = WHOLE_HOST if holds else (CPU_SHARE if pid is not None else UNATTRIBUTED)
         window = OpWindow(
-            id=window_id,
+            id=secrets.token_hex(8),
             request=req,
             attribution=attribution,
             start=self.metering.meter.snapshot(),
