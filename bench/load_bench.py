@@ -16,13 +16,23 @@ health `Check` and a `ListTasks` for the given number of samples each, and the
 phase's p50 and p99 are taken; the table shows the median of those over the
 repeats, and load / idle ratios of the medians. Nothing here asserts on time.
 
-Run: `.venv/bin/python bench/load_bench.py [--repeats N] [--samples N]`. Prints a
-Markdown section and writes it to bench/out/load.md.
+With `--hostile`, the 64 clients are 64 agents (a bearer token each) and a third
+phase adds one hostile agent to the load, in its own process, trying every
+exhaustion at once: submissions numbered rollout 1,000,000; as many
+submissions as it can get in; `BestOfK` and `Frontier` from 8 threads back to
+back; a whole-host op window reopened the moment it ends (`--op-window-max-s
+2` here). At the end every accepted submission (a receipt came back) is looked
+up in the ledger's export: an accepted submission without a result is lost.
+
+Run: `.venv/bin/python bench/load_bench.py [--repeats N] [--samples N] [--hostile]`.
+Prints a Markdown section and writes it to bench/out/load.md (load-hostile.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import platform
 import shutil
@@ -41,6 +51,7 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from jb_client.api import Client, ClientError
 
+from jouled.auth import add_token
 from jouled.contracts.task import reference_patch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +59,7 @@ TASKS = REPO / "tasks"
 TASK_ID = "smoke/lrucache"
 TASK_DIR = TASKS / "smoke" / "lrucache"
 OUT = REPO / "bench" / "out" / "load.md"
+OUT_HOSTILE = REPO / "bench" / "out" / "load-hostile.md"
 CLIENTS = 64
 WORKERS = 2
 QUEUE_LIMIT = 8
@@ -62,34 +74,109 @@ LOADER = textwrap.dedent(
     from jouled.errors import Kind
 
     target, patch = sys.argv[1], open(sys.argv[2], "rb").read()
+    tokens = open(sys.argv[3]).read().split() if len(sys.argv) > 3 else [""] * %(clients)d
+    keys = open(sys.argv[4], "a") if len(sys.argv) > 4 else None
     stop, lock = threading.Event(), threading.Lock()
     counts = {"accepted": 0, "refused": 0, "other": 0}
 
-    def client():
-        with Client(target, timeout_s=600) as c:
+    def client(token):
+        with Client(target, timeout_s=600, token=token or None) as c:
             while not stop.is_set():
+                key = uuid.uuid4().hex
                 try:
-                    c.submit(%(task)r, patch, idempotency_key=uuid.uuid4().hex)
+                    c.submit(%(task)r, patch, idempotency_key=key)
                     kind = "accepted"
                 except ClientError as err:
                     kind = "refused" if err.kind == Kind.RESOURCE_EXHAUSTED else "other"
                 with lock:
                     counts[kind] += 1
+                    if kind == "accepted" and keys is not None:
+                        keys.write(key + "\\n")
                     if kind == "refused" and counts["refused"] == 1:
                         print("full", flush=True)
                 if kind != "accepted":
                     time.sleep(0.05)
 
-    threads = [threading.Thread(target=client) for _ in range(%(clients)d)]
+    threads = [threading.Thread(target=client, args=(t,)) for t in tokens]
     for t in threads:
         t.start()
     sys.stdin.readline()
     stop.set()
     for t in threads:
         t.join()
+    if keys is not None:
+        keys.close()
     print("accepted %%(accepted)d refused %%(refused)d other %%(other)d" %% counts, flush=True)
     """
 ) % {"task": TASK_ID, "clients": CLIENTS}
+
+# The hostile agent, run as `python -c HOSTILE TARGET PATCH_FILE TOKEN KEYS_FILE`: every
+# exhaustion at once until a line arrives on stdin; prints "started", then its counts.
+HOSTILE = textwrap.dedent(
+    """
+    import collections, sys, threading, uuid
+    from jb_client.api import Client, ClientError
+
+    target, patch, token = sys.argv[1], open(sys.argv[2], "rb").read(), sys.argv[3]
+    keys = open(sys.argv[4], "a")
+    stop, lock = threading.Event(), threading.Lock()
+    counts = collections.Counter()
+
+    def count(what):
+        with lock:
+            counts[what] += 1
+
+    def attempt(c, rollout):
+        key = uuid.uuid4().hex
+        try:
+            c.submit(%(task)r, patch, idempotency_key=key, rollout=rollout)
+        except ClientError as err:
+            count(f"submit rollout={rollout}: {err.kind}")
+        else:
+            with lock:
+                keys.write(key + "\\n")
+            count(f"submit rollout={rollout}: accepted")
+
+    def loop(body):
+        def run():
+            with Client(target, timeout_s=600, token=token) as c:
+                while not stop.is_set():
+                    body(c)
+        return threading.Thread(target=run)
+
+    def read(c):
+        for call in (c.best_of_k, c.frontier):
+            try:
+                call()
+                count(f"{call.__name__}: answered")
+            except ClientError as err:
+                count(f"{call.__name__}: {err.kind}")
+
+    def window(c):
+        w = c.open_window("hog")
+        count(f"window: {w.attribution}")
+        if stop.is_set():
+            w.close()
+        else:
+            w.wait()
+
+    threads = (
+        [loop(lambda c: attempt(c, 1_000_000))]
+        + [loop(lambda c: attempt(c, 0)) for _ in range(12)]
+        + [loop(read) for _ in range(8)]
+        + [loop(window)]
+    )
+    for t in threads:
+        t.start()
+    print("started", flush=True)
+    sys.stdin.readline()
+    stop.set()
+    for t in threads:
+        t.join()
+    keys.close()
+    print("; ".join(f"{k} {v}" for k, v in sorted(counts.items())), flush=True)
+    """
+) % {"task": TASK_ID}
 
 
 @dataclass
@@ -106,7 +193,7 @@ class Phase:
 
 
 @contextmanager
-def running_daemon(root: Path) -> Iterator[str]:
+def running_daemon(root: Path, *extra: str) -> Iterator[str]:
     data_dir = root / "data"
     data_dir.mkdir(parents=True)
     log = root / "jouled.log"
@@ -127,6 +214,7 @@ def running_daemon(root: Path) -> Iterator[str]:
         str(WORKERS),
         "--queue-limit",
         str(QUEUE_LIMIT),
+        *extra,
     ]
     target = f"unix:{data_dir / 'jouled.sock'}"
     with log.open("ab") as fh:
@@ -149,10 +237,14 @@ def running_daemon(root: Path) -> Iterator[str]:
 
 
 @contextmanager
-def load(target: str, patch_file: Path, counts: list[str]) -> Iterator[None]:
-    """64 submitting clients in another process, from the queue's first refusal to exit."""
+def load(
+    target: str, patch_file: Path, counts: list[str], *extra: str, ready: str = "full"
+) -> Iterator[None]:
+    """64 submitting clients in another process, from the queue's first refusal to exit
+    (or the hostile agent, from its start)."""
+    script = HOSTILE if ready == "started" else LOADER
     proc = subprocess.Popen(
-        [sys.executable, "-c", LOADER, target, str(patch_file)],
+        [sys.executable, "-c", script, target, str(patch_file), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -160,8 +252,8 @@ def load(target: str, patch_file: Path, counts: list[str]) -> Iterator[None]:
     assert proc.stdin is not None and proc.stdout is not None
     try:
         line = proc.stdout.readline().strip()
-        if line != "full":
-            raise RuntimeError(f"the load generator did not fill the queue: {line!r}")
+        if line != ready:
+            raise RuntimeError(f"the load generator did not start: {line!r}")
         yield
     finally:
         proc.stdin.write("stop\n")
@@ -189,6 +281,105 @@ def probe(client: Client, samples: int) -> Phase:
 
 def _median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def hostile_report(
+    phases: dict[str, list[Phase]], counts: list[str], lost: tuple[int, int], samples: int
+) -> str:
+    """The idle, load and load + hostile phases side by side."""
+    names = list(phases)
+
+    def med(name: str, probe_name: str, q: int) -> float:
+        return _median([p.pct(probe_name, q) for p in phases[name]])
+
+    lines = [
+        "| probe | " + " | ".join(f"{n} p50 ms | {n} p99 ms" for n in names) + " |",
+        "| --- | " + " | ".join("---: | ---:" for _ in names) + " |",
+    ]
+    for probe_name in ("Check", "ListTasks"):
+        cells = []
+        for n in names:
+            for q in (50, 99):
+                cells.append(f"{med(n, probe_name, q):.2f}")
+        label = "health `Check`" if probe_name == "Check" else "`ListTasks`"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    idle, hostile = names[0], names[-1]
+    ratios = ", ".join(
+        f"{probe_name} p{q} ×{med(hostile, probe_name, q) / med(idle, probe_name, q):.1f}"
+        for probe_name in ("Check", "ListTasks")
+        for q in (50, 99)
+    )
+    accepted, found = lost
+    load1, load5, _ = os.getloadavg()
+    return "\n".join(
+        [
+            "## Health under 64 agents and one hostile agent",
+            "",
+            f"`python bench/load_bench.py --hostile --repeats {len(phases[idle])} "
+            f"--samples {samples}`:",
+            "",
+            f"- Host: nproc {os.cpu_count()}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}; load average {load1:.2f} / {load5:.2f} "
+            "(1/5 min) at the end",
+            f"- Daemon: `jouled serve --workers {WORKERS} --queue-limit {QUEUE_LIMIT} "
+            "--energy estimator --op-window-max-s 2 --tokens ...`; load: "
+            f"{CLIENTS} agents (a token each) in another process submitting `{TASK_ID}` "
+            "back to back; hostile: one more agent in a third process (rollout 1,000,000 "
+            "submissions, 12 submitting threads, 8 threads reading `BestOfK` and "
+            "`Frontier`, a whole-host op window reopened as soon as it ends)",
+            f"- Each phase: {samples} samples of each probe, alternating, one warm "
+            f"channel; medians over {len(phases[idle])} repeats of each phase's percentile",
+            "",
+            *lines,
+            "",
+            f"- {hostile} / {idle}: {ratios}.",
+            f"- Accepted submissions (a receipt came back): {accepted}; with a result in "
+            f"the ledger's export: {found}; lost: {accepted - found}.",
+            f"- Generators, per phase: {'; '.join(counts)}.",
+        ]
+    )
+
+
+def lost_submissions(target: str, keys_file: Path, out: Path) -> tuple[int, int]:
+    """(accepted, found): accepted keys, and how many of them have a result in the export."""
+    keys = set(keys_file.read_text().split()) if keys_file.exists() else set()
+    with Client(target, timeout_s=600) as c:
+        c.export(out)
+    results = set()
+    for line in out.read_text().splitlines():
+        doc = json.loads(base64.b64decode(json.loads(line)["payload"]))
+        if doc["kind"] == "result":
+            results.add(doc["body"].get("idempotency_key", ""))
+    return len(keys), len(keys & results)
+
+
+def run_hostile(root: Path, patch: bytes, patch_file: Path, repeats: int, samples: int) -> str:
+    tokens_file = root / "tokens.toml"
+    agents = [add_token(tokens_file, f"agent-{i:02d}", ["agent"], None) for i in range(CLIENTS)]
+    mallory = add_token(tokens_file, "mallory", ["agent"], None)
+    agents_file = root / "agents.txt"
+    agents_file.write_text("\n".join(agents) + "\n")
+    keys_file = root / "accepted.txt"
+    phases: dict[str, list[Phase]] = {"idle": [], "load": [], "load + hostile": []}
+    counts: list[str] = []
+    extra = ("--tokens", str(tokens_file), "--op-window-max-s", "2")
+    with running_daemon(root, *extra) as target, Client(target, timeout_s=600) as client:
+        client.submit(TASK_ID, patch)  # the baseline, once
+        probe(client, 20)
+        for n in range(repeats):
+            print(f"repeat {n + 1}/{repeats}: idle", file=sys.stderr, flush=True)
+            phases["idle"].append(probe(client, samples))
+            print(f"repeat {n + 1}/{repeats}: load", file=sys.stderr, flush=True)
+            with load(target, patch_file, counts, str(agents_file), str(keys_file)):
+                phases["load"].append(probe(client, samples))
+            print(f"repeat {n + 1}/{repeats}: load + hostile", file=sys.stderr, flush=True)
+            with (
+                load(target, patch_file, counts, str(agents_file), str(keys_file)),
+                load(target, patch_file, counts, mallory, str(keys_file), ready="started"),
+            ):
+                phases["load + hostile"].append(probe(client, samples))
+        lost = lost_submissions(target, keys_file, root / "export.jsonl")
+    return hostile_report(phases, counts, lost, samples)
 
 
 def report(
@@ -244,6 +435,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--hostile", action="store_true", help="add the hostile agent's phase")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="load-bench-"))
     try:
@@ -251,6 +443,12 @@ def main() -> int:
         assert patch is not None
         patch_file = root / "reference.diff"
         patch_file.write_bytes(patch)
+        if args.hostile:
+            text = run_hostile(root, patch, patch_file, args.repeats, args.samples)
+            OUT_HOSTILE.parent.mkdir(parents=True, exist_ok=True)
+            OUT_HOSTILE.write_text(text + "\n")
+            print(text)
+            return 0
         idle: list[Phase] = []
         loaded: list[Phase] = []
         counts: list[str] = []

@@ -25,6 +25,8 @@ from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
 Progress = Callable[[str, str], None]
+# Times a paged answer is read again from its first page when the ledger changes meanwhile.
+PAGE_RETRIES = 5
 
 _KINDS = {
     grpc.StatusCode.INVALID_ARGUMENT: Kind.INVALID_ARGUMENT,
@@ -332,18 +334,45 @@ class Client:
         self, suite: str = "", axis: str = "joules", *, merge_digests: bool = False
     ) -> dict[str, Any]:
         request = pb.FrontierRequest(suite=suite, axis=axis, merge_digests=merge_digests)
-        doc = dict(self._doc(self._stub.Frontier, request))
-        rows = doc.get("rows")
-        if not isinstance(rows, list):
-            raise ClientError("the daemon's frontier has no rows", Kind.INTERNAL)
+        doc = self._pages(self._stub.Frontier, request, "frontier")
         doc["rows"] = [
             FrontierRow.parse(row, where=f"frontier row {i}").to_dict()
-            for i, row in enumerate(rows)
+            for i, row in enumerate(doc["rows"])
         ]
         return doc
 
     def best_of_k(self, suite: str = "") -> dict[str, Any]:
-        return dict(self._doc(self._stub.BestOfK, pb.FrontierRequest(suite=suite)))
+        return self._pages(self._stub.BestOfK, pb.FrontierRequest(suite=suite), "best-of-k")
+
+    def _pages(self, method: Callable[..., Any], request: Any, what: str) -> dict[str, Any]:
+        """Every page of a paged answer, as one document with all the rows.
+
+        Pages of one ledger state fit together; when a result is signed between two
+        pages (the answer's `version` changes), the rows are read again from the start.
+        """
+        for _ in range(PAGE_RETRIES):
+            request.page_token = ""
+            rows: list[Any] = []
+            version = None
+            while True:
+                doc = dict(self._doc(method, request))
+                page = doc.get("rows")
+                if not isinstance(page, list):
+                    raise ClientError(f"the daemon's {what} has no rows", Kind.INTERNAL)
+                if version is not None and doc.get("version") != version:
+                    break  # the ledger changed under the pages: start again
+                version = doc.get("version")
+                rows.extend(page)
+                request.page_token = str(doc.get("next_page_token") or "")
+                if not request.page_token:
+                    doc["rows"] = rows
+                    doc.pop("next_page_token", None)
+                    return doc
+        raise ClientError(
+            f"the daemon's {what} changed while its pages were read, {PAGE_RETRIES} times",
+            Kind.UNAVAILABLE,
+            hint="retry when fewer results are being signed",
+        )
 
     def export_stream(self) -> Iterator[tuple[str, str]]:
         """("entry", line) for every entry in seq order, then ("checkpoint", note)."""

@@ -114,6 +114,9 @@ def serve(
         typer.Option(help="Run SWE-bench instances in their official images: docker or podman."),
     ] = "",
     queue_limit: Annotated[int, typer.Option(help="Attempts that may wait for a worker.")] = 64,
+    attempts_per_agent: Annotated[
+        int, typer.Option(help="Attempts one agent credential may have waiting or running.")
+    ] = 8,
     min_free_mb: Annotated[
         int, typer.Option(help="Refuse new attempts below this much free space (MiB).")
     ] = 256,
@@ -129,8 +132,12 @@ def serve(
     ] = 32,
     op_windows_per_agent: Annotated[int, typer.Option(help="Op windows open per agent.")] = 4,
     op_window_max_s: Annotated[
-        float, typer.Option(help="Seconds an op window may stay open before it is abandoned.")
-    ] = 3600.0,
+        float,
+        typer.Option(
+            help="Seconds an op window may stay open before it is abandoned; also how long a "
+            "whole-host window can delay grading."
+        ),
+    ] = 300.0,
     heartbeat: Annotated[
         float, typer.Option(help="Seconds between heartbeats to a queued or running call.")
     ] = 5.0,
@@ -187,6 +194,7 @@ def serve(
             swebench_envs=swebench_envs,
             swebench_container=swebench_container,
             queue_limit=queue_limit,
+            attempts_per_agent=attempts_per_agent,
             min_free_mb=min_free_mb,
             attempt_disk_mb=attempt_disk_mb,
             op_windows_max=op_windows_max,

@@ -113,9 +113,12 @@ class Config:
     max_patch_bytes: int = 1 << 20
     workers: int = 4  # attempts evaluated at once (metered phases still serialise when exclusive)
     queue_limit: int = 64  # attempts waiting for a worker; beyond that Submit is refused
+    attempts_per_agent: int = 8  # attempts one credential may have waiting or running
     op_windows_max: int = 32  # agent-opened op windows open at once, all agents together
     op_windows_per_agent: int = 4  # ... and per agent
-    op_window_max_s: float = 3600.0  # an op window open longer is closed as abandoned
+    # An op window open longer is closed as abandoned; a whole-host one delays grading by
+    # at most this much (jouled.opwindows).
+    op_window_max_s: float = 300.0
     heartbeat_s: float = 5.0  # a queued or running call hears from the daemon this often
     grace_s: float = 30.0
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
@@ -175,6 +178,8 @@ class Config:
             raise ConfigError("workers must be at least 1")
         if self.queue_limit < 0:
             raise ConfigError("--queue-limit must be 0 or more")
+        if self.attempts_per_agent < 1:
+            raise ConfigError("--attempts-per-agent must be at least 1")
         if self.op_windows_max < 0 or self.op_windows_per_agent < 0:
             raise ConfigError("the op window limits must be 0 or more")
         if self.op_window_max_s <= 0:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from jouled import __version__, frontier, limits, metrics, visibility
+from jouled import __version__, frontier, limits, metrics, pages, visibility
 from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
@@ -63,6 +63,7 @@ from jouled.patch import Patch, parse_patch, patch_sha256
 from jouled.pipeline import container, scratch
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox, sandbox_instance
+from jouled.quotas import Places
 from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
@@ -292,12 +293,14 @@ class Daemon:
         # Kept current as results are signed, so serving it never rescans the ledger;
         # built from the ledger's query columns, which opening it checked against the payloads.
         self._frontier = self.ledger.frontier(ops=(e.body for e in self.ledger.entries("op")))
+        self._rows = pages.RowCache()  # frontier and best-of-k rows, served a page at a time
         self.ops = OpWindows(
             self.metering,
             self._sign_op,
             max_open=config.op_windows_max,
             max_per_agent=config.op_windows_per_agent,
             max_s=config.op_window_max_s,
+            grading=lambda: len(self.queue) > 0 or self.running > 0,
         )
         # Attempts running, by (agent, idempotency key).
         self._inflight: dict[tuple[str, str], Future[dict[str, Any]]] = {}
@@ -305,6 +308,12 @@ class Daemon:
         self._trees = swebench.TreeDigests(config.tree_digests_path)
         self._load_registrations()
         self.queue = AttemptQueue(config.queue_limit)
+        self.per_agent = Places(
+            "attempts queued or running",
+            total=self.max_callers,
+            per_holder=config.attempts_per_agent,
+            hint="retry with the same idempotency key once one of your attempts has ended",
+        )
         self._running = 0
         self._running_lock = threading.Lock()
         # Calls waiting on an attempt (queued, running or replaying) hold an RPC thread
@@ -606,7 +615,7 @@ class Daemon:
                 hint="close the op window before submitting",
             )
         if not attempt.idempotency_key:
-            job = self._enqueue(attempt, progress)
+            job = self._enqueue(attempt, progress, sub.caller)
             return Ticket(job.future, self, job)
         # A key is its holder's: another credential's use of the same key is its own.
         key = (attempt.agent, attempt.idempotency_key)
@@ -616,8 +625,12 @@ class Daemon:
                 mine: Future[dict[str, Any]] = Future()
                 self._inflight[key] = mine
         if running is not None:
+            # A call waiting on an attempt holds a place, whoever's attempt it is.
+            give_back = self.per_agent.take(_holder(sub.caller, attempt))
             progress("replay", "the same submission is being evaluated; waiting for it")
-            return Ticket(self._replay_of(running, attempt), self, None)
+            waiting = self._replay_of(running, attempt)
+            waiting.add_done_callback(lambda f: give_back())
+            return Ticket(waiting, self, None)
         # Looked up only once this key's slot is held: a run that finished
         # meanwhile had signed its result before it gave the slot up.
         try:
@@ -628,7 +641,7 @@ class Daemon:
                 progress("replay", f"idempotency key seen before: entry {previous.seq}")
                 self._settle(key, mine, replay, None)
                 return Ticket(mine, self, None)
-            job = self._enqueue(attempt, progress)
+            job = self._enqueue(attempt, progress, sub.caller)
         except BaseException as err:
             self._settle(key, mine, None, err)
             raise
@@ -672,10 +685,18 @@ class Daemon:
         running.add_done_callback(done)
         return out
 
-    def _enqueue(self, attempt: Attempt, progress: Progress) -> _Job:
+    def _enqueue(self, attempt: Attempt, progress: Progress, caller: Identity | None) -> _Job:
         self.check_free_space()
+        # Each credential's attempts waiting or running are bounded, so no one agent fills
+        # the queue; operators' (and in-process callers') count towards the queue only.
+        give_back = self.per_agent.take(_holder(caller, attempt))
         job = _Job(attempt, progress)
-        self.queue.put(job, self.running)
+        try:
+            self.queue.put(job, self.running)
+        except BaseException:
+            give_back()
+            raise
+        job.future.add_done_callback(lambda f: give_back())
         return job
 
     def check_free_space(self) -> None:
@@ -1080,13 +1101,40 @@ class Daemon:
     # -- reading the ledger ---------------------------------------------------------------
 
     def frontier(
-        self, suite: str = "", axis: str = "joules", *, merge_digests: bool = False
+        self,
+        suite: str = "",
+        axis: str = "joules",
+        *,
+        merge_digests: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
     ) -> dict[str, Any]:
-        rows = self._frontier.rows(suite=suite or None, axis=axis, merge_digests=merge_digests)
-        return {"rows": rows}
+        """A page of the frontier's rows (see `jouled.pages`)."""
+        limits.name("suite", suite, empty=True)
+        if axis not in frontier.AXES:
+            raise UsageError(
+                f"unknown frontier axis {axis!r}", hint=f"use one of {sorted(frontier.AXES)}"
+            )
+        version, rows = self._rows.rows(
+            ("frontier", suite, axis, merge_digests),
+            self._frontier.version,
+            lambda: self._frontier.rows(
+                suite=suite or None, axis=axis, merge_digests=merge_digests
+            ),
+        )
+        return pages.page(rows, page_size, page_token, version)
 
-    def best_of_k(self, suite: str = "") -> dict[str, Any]:
-        return {"rows": frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None)}
+    def best_of_k(
+        self, suite: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> dict[str, Any]:
+        """A page of the best-of-k rows, computed once per change of the ledger."""
+        limits.name("suite", suite, empty=True)
+        version, rows = self._rows.rows(
+            ("best_of_k", suite),
+            self._frontier.results,  # op windows do not change best-of-k
+            lambda: frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
+        )
+        return pages.page(rows, page_size, page_token, version)
 
     def export(self) -> tuple[Iterator[str], Callable[[], list[str]]]:
         """The export lines and the checkpoint history of one tree: the ledger as it is now.
@@ -1197,6 +1245,12 @@ class Daemon:
         self.meter.close()
         self.ledger.close()
         self.sandbox.close()
+
+
+def _holder(caller: Identity | None, attempt: Attempt) -> str | None:
+    """Whose place an attempt takes: its agent's, or nobody's for operators and
+    in-process callers (they count towards the queue only)."""
+    return None if caller is None or OPERATOR in caller.roles else attempt.agent
 
 
 def container_images(name: str) -> swebench.Images | None:

@@ -705,6 +705,9 @@ class Frontier:
         self._groups: dict[_RowKey, _Group] = defaultdict(_Group)
         self._revisions = _Revisions()
         self._ops: dict[_OpKey, _OpSum] = {}
+        self._op_groups: dict[_OpKey, set[_RowKey]] = {}  # the rows holding each key
+        self.version = 0  # grows with every result and op added: cached answers go stale
+        self.results = 0  # ... and with every result
         # Set when built from columns: which (suite, solver, model, task, digest) hold a key.
         self._holding: Callable[[_OpKey], list[tuple[str, str, str, str, str]]] | None = None
         self._lock = threading.Lock()
@@ -719,9 +722,12 @@ class Frontier:
             group_key = (*attempt.key, self._revisions.of(attempt))
             group = self._groups[group_key]
             group.add(attempt)
+            self.version += 1
+            self.results += 1
             key = attempt.op_key
             if attempt.status != ERROR and key not in group.op_keys:
                 group.op_keys.add(key)
+                self._op_groups.setdefault(key, set()).add(group_key)
                 if key in self._ops:
                     group.ops.add(self._ops[key])
 
@@ -736,13 +742,14 @@ class Frontier:
                 # Built from columns: the rows holding this key are looked up once, when its
                 # first window arrives; every later result with the key is added by `add`.
                 for suite, solver, model, task_id, digest in self._holding(key):
-                    revision = self._revisions.see(task_id, digest)
-                    self._groups[(suite, solver, model, revision)].op_keys.add(key)
+                    row_key = (suite, solver, model, self._revisions.see(task_id, digest))
+                    self._groups[row_key].op_keys.add(key)
+                    self._op_groups.setdefault(key, set()).add(row_key)
             self._ops.setdefault(key, _OpSum()).add(op)
-            # A row per group and revision: few enough to ask each whether it holds the key.
-            for group in self._groups.values():
-                if key in group.op_keys:
-                    group.ops.add(op)
+            # Only the rows holding the key: an op costs the same however many rows there are.
+            for row_key in self._op_groups.get(key, ()):
+                self._groups[row_key].ops.add(op)
+            self.version += 1
 
     @classmethod
     def from_columns(
@@ -898,7 +905,8 @@ def best_of_k(
 ) -> list[dict[str, Any]]:
     """Per (suite, solver, model, revision) and k = 1..N: what the first k rollouts bought.
 
-    N is one more than the highest rollout index seen for the group. Tasks
+    N is one more than the highest rollout index seen for the group; k runs over
+    `k_ladder(N)` (every k up to 32, then sparser, always N). Tasks
     resolved within the first k rollouts stand against the joules and claimed
     dollars those rollouts cost; `pass_at_k` is the unbiased estimate averaged
     over the tasks that have at least k samples (`pass_at_k_tasks` of them;
@@ -921,8 +929,29 @@ def best_of_k(
         if not by_task:
             continue
         n_rollouts = 1 + max(a.rollout for samples in by_task.values() for a in samples)
-        rows.extend(_best_of_k_row(key, by_task, k) for k in range(1, n_rollouts + 1))
+        rows.extend(_best_of_k_row(key, by_task, k) for k in k_ladder(n_rollouts))
     return rows
+
+
+# Best-of-k has a row for every k up to this, then for k growing by an eighth at a time.
+BEST_OF_K_DENSE = 32
+BEST_OF_K_GROWTH = 1.125
+
+
+def k_ladder(n: int) -> list[int]:
+    """The k a group of N rollouts gets a best-of-k row for: 1..32, then k growing by an
+    eighth (rounded up) each row, always ending at N.
+
+    The rows a group costs grow with the logarithm of its highest rollout index, not
+    with the index: 80 rows for 10,001 rollouts (the most a submission may number),
+    120 for a million.
+    """
+    ks = list(range(1, min(n, BEST_OF_K_DENSE) + 1))
+    k = len(ks)
+    while k < n:
+        k = min(n, max(k + 1, math.ceil(k * BEST_OF_K_GROWTH)))
+        ks.append(k)
+    return ks
 
 
 # -- several hosts ---------------------------------------------------------------------

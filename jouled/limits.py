@@ -15,7 +15,9 @@ from jouled.ledger.canonical import MAX_SAFE_INTEGER
 NAME_MAX = 128
 KEY_MAX = 256
 TASK_ID_MAX = 256
-ROLLOUT_MAX = 1_000_000
+# Rollout indices per (run, task): best-of-k curves are read over them, so an index is
+# the one number an agent sends that sizes what every reader of best-of-k pays for.
+ROLLOUT_MAX = 10_000
 CALIBRATE_MAX_S = 600
 SWEBENCH_RECORDS_MAX = 10_000
 
@@ -52,6 +54,17 @@ def task_id(value: str) -> str:
     return name("task id", value, max_len=TASK_ID_MAX)
 
 
+def rollout_index(value: int) -> int:
+    """A rollout index: 0 to ROLLOUT_MAX."""
+    if not 0 <= value <= ROLLOUT_MAX:
+        raise UsageError(
+            f"rollout {value} is out of range: rollout indices run from 0 to {ROLLOUT_MAX:,}",
+            hint=f"number a task's rollouts 0, 1, 2, ...; at most {ROLLOUT_MAX + 1:,} of them "
+            "are told apart",
+        )
+    return value
+
+
 def integer(what: str, value: int, *, low: int = 0, high: int = MAX_SAFE_INTEGER) -> int:
     if not low <= value <= high:
         raise UsageError(
@@ -83,4 +96,4 @@ def attempt_request(
     name("agent", agent, empty=True)
     name("run id", run_id, empty=True)
     name("idempotency key", idempotency_key, max_len=KEY_MAX, empty=True)
-    integer("rollout", rollout, high=ROLLOUT_MAX)
+    rollout_index(rollout)

@@ -7,13 +7,16 @@ when it opens and said in its attribution, never more precisely than the
 counter allows:
 
 - `whole-host`: under the `exclusive` policy, the window took the daemon's
-  host lock (it was free when the window opened). No graded phase ran inside
-  it; the figure is everything the host drew, the agent's work and whatever
-  else ran on the host. Graded phases wait until the window closes.
+  host lock (it was free, and no attempt was queued or running, when the
+  window opened). No graded phase ran inside it; the figure is everything the
+  host drew, the agent's work and whatever else ran on the host. Graded phases
+  wait until the window closes, at most the maximum duration; while any
+  attempt waits, new windows do not take the host, so the wait ends there.
 - `cpu-share`: the host was shared (the `shared` policy, or the lock was held
-  by a graded phase) and the daemon knows the caller's process from the Unix
-  socket's peer credentials: the window's energy times the share of the host's
-  busy CPU time that the process tree used.
+  by a graded phase or an attempt was waiting for it) and the daemon knows the
+  caller's process from the Unix socket's peer credentials: the window's
+  energy times the share of the host's busy CPU time that the process tree
+  used.
 - `unattributed`: the host was shared and the daemon cannot see the caller's
   process (a TCP caller): the figures are the whole host's over the window,
   flagged `reliable: false`.
@@ -173,8 +176,10 @@ class OpWindows:
         max_per_agent: int,
         max_s: float,
         proc: Path = Path("/proc"),
+        grading: Callable[[], bool] = lambda: False,
     ) -> None:
         self.metering = metering
+        self._grading = grading  # whether any attempt is queued or running
         self._sign = sign
         self.max_open = max_open
         self.max_per_agent = max_per_agent
@@ -193,7 +198,7 @@ class OpWindows:
         limits.name("label", req.label)
         limits.name("agent", req.agent)
         limits.name("run id", req.run_id, empty=True)
-        limits.integer("rollout", req.rollout, high=limits.ROLLOUT_MAX)
+        limits.rollout_index(req.rollout)
         pid = self._tree_root(req.pid, peer_pid, peer_uid)
         with self._cond:
             if self._stopped:
@@ -247,10 +252,12 @@ class OpWindows:
 
     def _start(self, req: WindowRequest, pid: int | None) -> OpWindow:
         holds = False
-        if self.metering.policy == "exclusive":
+        if self.metering.policy == "exclusive" and not self._grading():
             # The lock every metered phase holds under the exclusive policy: taken only
-            # when free, so opening never waits behind a graded phase.
-            holds = self.metering._host_lock.acquire(blocking=False)
+            # when free and no attempt waits to be graded, so opening never waits behind a
+            # graded phase and grading waits for at most the window open when it arrived.
+            # Others waiting are told how long it may last, not whose it is.
+            holds = self.metering.take_host(f"an agent's op window, open at most {self.max_s:g} s")
         attribution = WHOLE_HOST if holds else (CPU_SHARE if pid is not None else UNATTRIBUTED)
         window = OpWindow(
             id=secrets.token_hex(8),
@@ -315,7 +322,7 @@ class OpWindows:
             energy = self._energy(window, end_snap)
         finally:
             if window.holds_host:
-                self.metering._host_lock.release()
+                self.metering.give_host()
         req = window.request
         body = OpBody(
             window_id=window.id,

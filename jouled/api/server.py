@@ -31,13 +31,14 @@ from jouled.api.auth import (
 )
 from jouled.api.metrics import MetricsServer
 from jouled.api.peercred import PeerCred, PeerRelay
-from jouled.auth import Identity
+from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon, Submission, Ticket
 from jouled.documents import OpReceipt, Receipt
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.opwindows import DISCONNECT
+from jouled.quotas import Places
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
@@ -55,6 +56,11 @@ STATUS = {
 }
 MAX_MESSAGE = 16 << 20  # above the patch bound, so an oversized patch meets our own error
 READ_THREADS = 16  # RPC threads no attempt can hold: health and reads always find one
+# Of those, reads (every jouled.v1 call but Submit, RunSolver and OpenWindow, whose
+# threads are counted apart) may hold this many at once, and one credential this many:
+# health, reflection and refusals always find a thread.
+READS_MAX = 12
+READS_PER_CREDENTIAL = 4
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 
 T = TypeVar("T")
@@ -77,7 +83,11 @@ def _abort(context: grpc.ServicerContext, err: BaseException) -> None:
 def _unary(fn: Callable[..., T]) -> Callable[..., T]:
     def wrapper(self: Servicer, request: Any, context: grpc.ServicerContext) -> T:
         try:
-            return fn(self, request, context)
+            give_back = self.read_place()
+            try:
+                return fn(self, request, context)
+            finally:
+                give_back()
         except Exception as err:
             _abort(context, err)
             raise  # unreachable: abort raises
@@ -141,6 +151,18 @@ class Servicer(pb_grpc.JouledServicer):
     ) -> None:
         self.daemon = daemon
         self._peer = peer or (lambda context: None)
+        self.reads = Places(
+            "reads in progress",
+            total=READS_MAX,
+            per_holder=READS_PER_CREDENTIAL,
+            hint="retry once a call in progress has ended (read each stream you open to its "
+            "end, or cancel it)",
+        )
+
+    def read_place(self) -> Callable[[], None]:
+        """A place for one read; operators count towards the total only."""
+        who = current_identity()
+        return self.reads.take(None if who is None or OPERATOR in who.roles else who.name)
 
     @_unary
     def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
@@ -155,8 +177,12 @@ class Servicer(pb_grpc.JouledServicer):
 
     def FetchTask(self, request: pb.FetchTaskRequest, context: Any) -> Iterator[pb.TaskFile]:
         try:
-            for path, content, mode in self.daemon.task_files(request.task_id):
-                yield pb.TaskFile(path=path, content=content, mode=mode)
+            give_back = self.read_place()
+            try:
+                for path, content, mode in self.daemon.task_files(request.task_id):
+                    yield pb.TaskFile(path=path, content=content, mode=mode)
+            finally:
+                give_back()
         except Exception as err:
             _abort(context, err)
 
@@ -262,21 +288,33 @@ class Servicer(pb_grpc.JouledServicer):
     def Frontier(self, request: pb.FrontierRequest, context: Any) -> pb.Document:
         return _doc(
             self.daemon.frontier(
-                request.suite, request.axis or "joules", merge_digests=request.merge_digests
+                request.suite,
+                request.axis or "joules",
+                merge_digests=request.merge_digests,
+                page_size=request.page_size,
+                page_token=request.page_token,
             )
         )
 
     @_unary
     def BestOfK(self, request: pb.FrontierRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.best_of_k(request.suite))
+        return _doc(
+            self.daemon.best_of_k(
+                request.suite, page_size=request.page_size, page_token=request.page_token
+            )
+        )
 
     def Export(self, request: pb.ExportRequest, context: Any) -> Iterator[pb.ExportChunk]:
         try:
-            lines, history = self.daemon.export()
-            for line in lines:
-                yield pb.ExportChunk(entry=line)
-            for note in history():
-                yield pb.ExportChunk(checkpoint=note)
+            give_back = self.read_place()
+            try:
+                lines, history = self.daemon.export()
+                for line in lines:
+                    yield pb.ExportChunk(entry=line)
+                for note in history():
+                    yield pb.ExportChunk(checkpoint=note)
+            finally:
+                give_back()
         except Exception as err:
             _abort(context, err)
 

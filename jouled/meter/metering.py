@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -52,22 +52,55 @@ class Metering:
         self.calibration = calibration
         self.policy = policy
         self._host_lock = threading.Lock()
+        # Phases waiting for the host lock, and who holds it: an op window takes the
+        # host only while no phase waits for it (`take_host`).
+        self._waiting = 0
+        self._waiting_lock = threading.Lock()
+        self.holder = ""
 
     @contextmanager
-    def phase(self, *, shared: bool = False) -> Iterator[Window]:
+    def phase(
+        self, *, shared: bool = False, waiting: Callable[[str], None] | None = None
+    ) -> Iterator[Window]:
         """Meter one phase; the window's energy is on `window.energy` after the block.
 
         `shared` meters it without the host lock whatever the policy, apportioned
         by CPU share: for the daemon's own short ops (seeding a workdir, applying
         a patch), which must not wait for another attempt's tests to finish.
+        `waiting(holder)` is called when the phase has to wait for the host.
         """
         if shared:
             yield from self._window(shared=True)
         elif self.policy == "exclusive":
-            with self._host_lock:
+            with self._waiting_lock:
+                held = self._host_lock.acquire(blocking=False)
+                self._waiting += not held
+            if not held:
+                try:
+                    if waiting is not None:
+                        waiting(self.holder or "another metered phase")
+                    self._host_lock.acquire()
+                finally:
+                    with self._waiting_lock:
+                        self._waiting -= 1
+            self.holder = "another attempt's metered phase"
+            try:
                 yield from self._window(shared=False)
+            finally:
+                self._host_lock.release()
         else:
             yield from self._window(shared=True)
+
+    def take_host(self, holder: str) -> bool:
+        """Take the host lock for an op window: only when it is free and no phase waits."""
+        with self._waiting_lock:
+            if self._waiting or not self._host_lock.acquire(blocking=False):
+                return False
+        self.holder = holder
+        return True
+
+    def give_host(self) -> None:
+        self._host_lock.release()
 
     def _window(self, *, shared: bool) -> Iterator[Window]:
         window = Window(self.meter.snapshot(), host_busy_cpu_ns() if shared else None)

@@ -571,7 +571,7 @@ class Evaluator:
                     assert window.energy is not None
                     energy["solve"] = window.energy.to_wire()
             progress("grade", "restoring protected paths and running the tests")
-            with self.metering.phase() as window:
+            with self.metering.phase(waiting=_waiting(progress)) as window:
                 restored = prepare_tree(contract, tree, solved)
                 if solved is not None:
                     guard.check_patch(solved, tree)
@@ -959,3 +959,8 @@ def audit_flags(contract: Contract, patch: Patch | None) -> list[dict[str, Any]]
         return to_wire(audit_patch(patch, before))
     except Exception as err:  # hostile input must never cost a result its verdict
         return [{"code": "audit-failed", "path": "", "line": 0, "detail": type(err).__name__}]
+
+
+def _waiting(progress: Progress) -> Callable[[str], None]:
+    """What a phase that has to wait for the metered host tells its caller."""
+    return lambda holder: progress("wait", f"waiting for the metered host: {holder} holds it")
