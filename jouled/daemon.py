@@ -573,7 +573,7 @@ class Daemon:
         """
         attempt = self._attempt(sub)
         progress = self._shown_progress(sub.caller, attempt.contract, progress)
-        ticket = self._start(attempt, progress)
+        ticket = self._start(attempt, progress, sub.caller)
         if visibility.sees_all(sub.caller):
             return ticket
         return ticket.through(lambda receipt: self._shown_receipt(receipt, sub.caller))
@@ -605,7 +605,9 @@ class Daemon:
             contract = None
         return visibility.Secrecy.of(contract, body)
 
-    def _start(self, attempt: Attempt, progress: Progress) -> Ticket:
+    def _start(
+        self, attempt: Attempt, progress: Progress, caller: Identity | None = None
+    ) -> Ticket:
         held = self.ops.holds_host(attempt.agent) if attempt.agent else None
         if held is not None:
             # Its grading phases would wait for that very window: refuse rather than hang.
@@ -615,7 +617,7 @@ class Daemon:
                 hint="close the op window before submitting",
             )
         if not attempt.idempotency_key:
-            job = self._enqueue(attempt, progress, sub.caller)
+            job = self._enqueue(attempt, progress, caller)
             return Ticket(job.future, self, job)
         # A key is its holder's: another credential's use of the same key is its own.
         key = (attempt.agent, attempt.idempotency_key)
@@ -626,7 +628,7 @@ class Daemon:
                 self._inflight[key] = mine
         if running is not None:
             # A call waiting on an attempt holds a place, whoever's attempt it is.
-            give_back = self.per_agent.take(_holder(sub.caller, attempt))
+            give_back = self.per_agent.take(_holder(caller, attempt))
             progress("replay", "the same submission is being evaluated; waiting for it")
             waiting = self._replay_of(running, attempt)
             waiting.add_done_callback(lambda f: give_back())
@@ -641,7 +643,7 @@ class Daemon:
                 progress("replay", f"idempotency key seen before: entry {previous.seq}")
                 self._settle(key, mine, replay, None)
                 return Ticket(mine, self, None)
-            job = self._enqueue(attempt, progress, sub.caller)
+            job = self._enqueue(attempt, progress, caller)
         except BaseException as err:
             self._settle(key, mine, None, err)
             raise
