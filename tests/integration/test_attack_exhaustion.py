@@ -308,7 +308,7 @@ def test_one_agent_cannot_fill_the_attempt_queue(
         err = refused(lambda: mallory.submit(TASK, fix, idempotency_key="m-refused"))
         assert err.kind == Kind.RESOURCE_EXHAUSTED
         assert f"mallory already has {PER_AGENT} attempts queued or running" in err.message
-        assert "per credential" in err.message and "same idempotency key" in err.message
+        assert "per credential" in err.message and "same idempotency key" in err.hint
         # Waiting on its own running attempt again and again takes places too.
         err = refused(lambda: mallory.submit(TASK, hold, idempotency_key="m-running"))
         assert err.kind == Kind.RESOURCE_EXHAUSTED and "per credential" in err.message

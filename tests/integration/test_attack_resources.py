@@ -142,7 +142,7 @@ def test_a_tree_larger_than_the_writable_space_is_refused_clearly(tmp_path: Path
             client.submit(A.LRUCACHE.task_id, patch, idempotency_key="too-big")
         assert err.value.kind == Kind.RESOURCE_EXHAUSTED, err.value
         assert "does not fit an attempt's writable space of 2 MiB" in err.value.message
-        assert "hint: raise the daemon's --attempt-disk-mb" in err.value.message
+        assert "raise the daemon's --attempt-disk-mb" in err.value.hint
         assert daemon.ledger_size() == size, "something was recorded for the refused attempt"
     finally:
         daemon.stop()

@@ -26,7 +26,6 @@ def run(args: list[str], *, full: bool = False) -> subprocess.CompletedProcess[s
         ["tasks", "--json"],
         ["tasks", "--json", "--suite", "smoke"],
         ["tasks", "--suite=smoke", "--json"],
-        ["tasks", "--json", "--suite", "no-such-suite"],
     ],
 )
 def test_the_fast_answer_is_the_full_clis(daemon: Daemon, args: list[str]) -> None:
@@ -35,6 +34,14 @@ def test_the_fast_answer_is_the_full_clis(daemon: Daemon, args: list[str]) -> No
     assert fast.returncode == full.returncode == 0, fast.stderr + full.stderr
     assert fast.stdout == full.stdout and '"tasks"' in fast.stdout
     assert run([f"--target={daemon.target}", *args]).stdout == full.stdout
+
+
+def test_a_refusal_takes_the_full_clis_path(daemon: Daemon) -> None:
+    args = ["--target", daemon.target, "tasks", "--json", "--suite", "no-such-suite"]
+    fast, full = run(args), run(args, full=True)
+    assert fast.returncode == full.returncode == 2, fast.stderr + full.stderr
+    assert fast.stderr == full.stderr and "no suite 'no-such-suite'" in fast.stderr
+    assert fast.stdout == full.stdout == ""
 
 
 def test_an_unreachable_daemon_is_reported_as_the_full_cli_reports_it(tmp_path: Path) -> None:
