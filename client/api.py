@@ -40,9 +40,10 @@ _KINDS = {
 class ClientError(JouledError):
     """The daemon refused a request, or could not be reached."""
 
-    def __init__(self, message: str, kind: Kind, hint: str = "") -> None:
+    def __init__(self, message: str, kind: Kind, hint: str = "", code: str = "") -> None:
         super().__init__(message, hint=hint)
         self.kind = kind
+        self.code = code  # the daemon's reason code, where it sent one ("broken-environment")
 
 
 def _read_file(path: str | Path, what: str) -> bytes:
@@ -179,7 +180,12 @@ class Client:
                 Kind.UNAVAILABLE,
                 hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
             )
-        return ClientError(details, _KINDS.get(code, Kind.INTERNAL))
+        reason = ""
+        if isinstance(err, grpc.Call):
+            for key, value in err.trailing_metadata() or ():
+                if key == "jouled-code" and isinstance(value, str):
+                    reason = value
+        return ClientError(details, _KINDS.get(code, Kind.INTERNAL), code=reason)
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
         try:

@@ -227,7 +227,9 @@ def flask_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
     return record, wrong
 
 
-def prepare_env(records: list[dict[str, Any]], checkout_root: Path, envs: Path) -> None:
+def prepare_env(
+    records: list[dict[str, Any]], checkout_root: Path, envs: Path, *extra: str
+) -> None:
     """`jouled swebench prepare` for the records, offline, from the fetched files."""
     import json
 
@@ -255,6 +257,7 @@ def prepare_env(records: list[dict[str, Any]], checkout_root: Path, envs: Path) 
             "--python",
             sys.executable,
             "--json",
+            *extra,
         ],
         capture_output=True,
         text=True,

@@ -52,6 +52,7 @@ STATUS = {
     Kind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Kind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
+CODE_METADATA = "jouled-code"  # trailing metadata: JouledError.code, where it has one
 MAX_MESSAGE = 16 << 20  # above the patch bound, so an oversized patch meets our own error
 READ_THREADS = 16  # RPC threads no attempt can hold: health and reads always find one
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
@@ -61,6 +62,8 @@ T = TypeVar("T")
 
 def _abort(context: grpc.ServicerContext, err: BaseException) -> None:
     if isinstance(err, JouledError):
+        if err.code:  # a reason callers sort by, beside the message they read
+            context.set_trailing_metadata(((CODE_METADATA, err.code),))
         context.abort(STATUS[err.kind], err.diagnostics())
     log.error("unexpected error serving a request", exc_info=err)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err}; see the daemon's log")
