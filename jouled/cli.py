@@ -304,7 +304,12 @@ def swebench_prepare(
         list[str] | None, typer.Option(help="Only these instances (repeatable).")
     ] = None,
     python: Annotated[
-        str | None, typer.Option(help="Build from this interpreter, not python<spec version>.")
+        str | None,
+        typer.Option(help="Build every version from this interpreter, not the spec's version."),
+    ] = None,
+    pythons: Annotated[
+        Path | None,
+        typer.Option(help="Interpreters by version, `3.6 = /path/python3.6` a line."),
     ] = None,
     per_instance: Annotated[
         bool, typer.Option(help="One environment per instance, not per repository version.")
@@ -315,9 +320,11 @@ def swebench_prepare(
     """Build each record's environment from its official specification (see docs/swebench.md)."""
     from jouled.contracts.swebench import load_records
     from jouled.swebench_prepare import prepare
+    from jouled.swebench_pythons import read_map
 
     try:
         records = load_records(dataset)
+        mapping = read_map(pythons.absolute()) if pythons is not None else None
     except JouledError as err:
         raise _fail(err, 2) from None
     wanted = set(instance or ())
@@ -330,6 +337,7 @@ def swebench_prepare(
             checkout_root,
             envs,
             python=python,
+            pythons=mapping,
             per_instance=per_instance,
             force=force,
         )
@@ -337,6 +345,8 @@ def swebench_prepare(
         if not as_json:
             mark = "ok  " if done.ok else "FAIL"
             typer.echo(f"{mark} {done.instance_id}: {done.message} ({done.directory or '-'})")
+            for need in done.host_requirements:
+                typer.echo(f"     host requirement (not run): {need}")
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     if not all(r["ok"] for r in results):
