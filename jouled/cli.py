@@ -315,11 +315,17 @@ def swebench_prepare(
         bool, typer.Option(help="One environment per instance, not per repository version.")
     ] = False,
     force: Annotated[bool, typer.Option(help="Rebuild environments that exist.")] = False,
+    show_report: Annotated[
+        bool,
+        typer.Option(
+            "--report", help="Build nothing: per repository version, whether one builds here."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build each record's environment from its official specification (see docs/swebench.md)."""
     from jouled.contracts.swebench import load_records
-    from jouled.swebench_prepare import prepare
+    from jouled.swebench_prepare import prepare, report
     from jouled.swebench_pythons import read_map
 
     try:
@@ -328,6 +334,26 @@ def swebench_prepare(
     except JouledError as err:
         raise _fail(err, 2) from None
     wanted = set(instance or ())
+    if show_report:
+        chosen = [r for r in records if not wanted or r.instance_id in wanted]
+        doc = report(chosen, checkout_root, envs, python=python, pythons=mapping)
+        if as_json:
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        for row in doc["versions"]:
+            state = "prepared" if row["prepared"] else "builds" if row["builds"] else "no"
+            why = f": {row['reason']}" if row["reason"] and not row["prepared"] else ""
+            typer.echo(
+                f"{state:8} {row['repo']} {row['version']} ({row['instances']} instances, "
+                f"{row['checkouts']} checkouts){why}"
+            )
+            for need in row["host_requirements"]:
+                typer.echo(f"         host requirement: {need}")
+        typer.echo(
+            f"{doc['buildable_instances']}/{doc['instances']} instances have an environment "
+            "that is prepared or builds here"
+        )
+        return
     results = []
     for record in records:
         if wanted and record.instance_id not in wanted:

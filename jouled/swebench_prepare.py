@@ -420,3 +420,54 @@ def adopt(directory: Path, python: str, *, name: str = "") -> swebench_env.Manif
     directory.mkdir(parents=True, exist_ok=True)
     (directory / swebench_env.MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
     return manifest
+
+
+def report(
+    records: list[swebench.SweBenchRecord],
+    checkout_root: Path,
+    envs: Path,
+    *,
+    python: str | None = None,
+    pythons: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Per repository version: whether an environment builds here, and why not; builds nothing.
+
+    A version `builds` when it has an official specification that is not a
+    conda environment and its interpreter is found here; `prepared` when its
+    environment already exists under `envs`. Host requirements (pre_install
+    steps that are not checkout edits) are listed: the host must provide them.
+    """
+    checkout_root, envs = checkout_root.resolve(), envs.resolve()
+    groups: dict[tuple[str, str], list[swebench.SweBenchRecord]] = {}
+    for record in records:
+        groups.setdefault((record.repo, record.version or ""), []).append(record)
+    rows = []
+    interpreters: dict[str, str] = {}
+    for (repo, version), members in sorted(groups.items()):
+        spec = harness.spec_for(repo, version or None)
+        row: dict[str, Any] = {
+            "repo": repo,
+            "version": version,
+            "instances": len(members),
+            "checkouts": sum((checkout_root / r.instance_id).is_dir() for r in members),
+            "python": spec.python if spec else None,
+            "interpreter": None,
+            "host_requirements": swebench_preinstall.plan(spec.pre_install)[1] if spec else [],
+        }
+        name = swebench_env.version_name(repo, version) if spec else ""
+        if spec is None:
+            row |= {"builds": False, "reason": "no official specification for this version"}
+        elif spec.packages == "environment.yml":
+            row |= {"builds": False, "reason": "specified as a conda environment"}
+        else:
+            try:
+                if spec.python not in interpreters:
+                    interpreters[spec.python] = find_python(spec.python, python, pythons)
+                row |= {"interpreter": interpreters[spec.python], "builds": True, "reason": ""}
+            except ConfigError as err:
+                row |= {"builds": False, "reason": err.message}
+        row["prepared"] = bool(name) and (envs / name / swebench_env.MANIFEST).is_file()
+        rows.append(row)
+    total = sum(r["instances"] for r in rows)
+    builds = sum(r["instances"] for r in rows if r["builds"] or r["prepared"])
+    return {"versions": rows, "instances": total, "buildable_instances": builds}

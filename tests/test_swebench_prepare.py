@@ -31,6 +31,7 @@ from jouled.swebench_prepare import (
     pip_pin,
     prepare,
 )
+from jouled.swebench_prepare import report as prepare_report
 from tests.test_swebench import GIT, INSTANCE, git, make_instance
 
 
@@ -255,3 +256,45 @@ def test_every_attempts_log_is_kept(record: tuple[SweBenchRecord, Path], tmp_pat
     assert logs == ["prepare-1.log", "prepare-2.log"]
     assert "prepare attempt 1" in (directory / "prepare-1.log").read_text()
     assert "prepare attempt 2" in (directory / "prepare.log").read_text()
+
+
+# -- what a host can grade, before anything is built ------------------------------------
+
+
+def _spec_on(python: str) -> tuple[str, str] | None:
+    """A repository version whose specification builds a virtualenv of `python`."""
+    for repo in ("pallets/flask", "psf/requests", "pytest-dev/pytest", "django/django"):
+        for version in ("2.3", "2.26", "8.0", "5.0", "4.2", "2.0", "3.0"):
+            spec = harness.spec_for(repo, version)
+            if spec and spec.python == python and spec.packages != "environment.yml":
+                return repo, version
+    return None
+
+
+def test_the_report_says_per_version_what_builds_here_and_builds_nothing(
+    record: tuple[SweBenchRecord, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec, root = record
+    here = _spec_on(HERE)
+    if here is None:
+        pytest.skip(f"no specification in the table builds on Python {HERE}")
+    hide_interpreters(monkeypatch, tmp_path)
+    records = [
+        dataclasses.replace(rec, repo=here[0], version=here[1]),
+        dataclasses.replace(rec, instance_id="m-1", repo="matplotlib/matplotlib", version="3.5"),
+        dataclasses.replace(rec, instance_id="s-1", repo="sphinx-doc/sphinx", version="7.2"),
+        dataclasses.replace(rec, instance_id="a-1", repo="acme/calc", version="0.1"),
+    ]
+    envs = tmp_path / "envs"
+    doc = prepare_report(records, root, envs, pythons={HERE: sys.executable})
+    rows = {(r["repo"], r["version"]): r for r in doc["versions"]}
+    assert rows[here]["builds"] and rows[here]["interpreter"] == REAL
+    assert rows[here]["checkouts"] == 1
+    conda = rows[("matplotlib/matplotlib", "3.5")]
+    assert not conda["builds"] and "conda" in conda["reason"]
+    sphinx = rows[("sphinx-doc/sphinx", "7.2")]
+    assert not sphinx["builds"] and "needs Python 3.9" in sphinx["reason"]
+    assert sphinx["host_requirements"] == ["apt-get update && apt-get install -y graphviz"]
+    assert "no official specification" in rows[("acme/calc", "0.1")]["reason"]
+    assert doc["instances"] == 4 and doc["buildable_instances"] == 1
+    assert not envs.exists()  # nothing was built
