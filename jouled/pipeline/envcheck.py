@@ -31,9 +31,8 @@ _BLOCK_LINES = 12
 
 # A test framework (or the runner it starts) that is not there to run.
 _FRAMEWORK = re.compile(
-    r"(No module named '?(?:pytest|_pytest|pluggy|tox|nose)\b"
+    r"No module named '?(?:pytest|_pytest|pluggy|tox|nose)\b"
     r"|(?:pytest|tox|py\.test): (?:command )?not found"
-    r"|ModuleNotFoundError: No module named '?(?:pytest|_pytest|pluggy)\b)"
 )
 # The shell's status for a command it could not find or execute.
 _NOT_FOUND_EXITS = (126, 127)
