@@ -42,9 +42,10 @@ _KINDS = {
 class ClientError(JouledError):
     """The daemon refused a request, or could not be reached."""
 
-    def __init__(self, message: str, kind: Kind, hint: str = "") -> None:
+    def __init__(self, message: str, kind: Kind, hint: str = "", code: str = "") -> None:
         super().__init__(message, hint=hint)
         self.kind = kind
+        self.code = code  # the daemon's reason code, where it sent one ("broken-environment")
 
 
 def _read_file(path: str | Path, what: str) -> bytes:
@@ -190,12 +191,17 @@ class Client:
     def _error(self, err: grpc.RpcError) -> ClientError:
         code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
-        trailing = err.trailing_metadata() if isinstance(err, grpc.Call) else None
-        # The daemon names the kind of every refusal it makes; anything else is the transport.
-        from_daemon = any(key == "jouled-error" for key, _ in trailing or ())
+        trailing = dict(err.trailing_metadata() or ()) if isinstance(err, grpc.Call) else {}
         message, _, hint = details.partition("\n  hint: ")
-        if from_daemon:
-            return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
+        # The daemon names the kind of every refusal it makes; anything else is the transport.
+        if "jouled-error" in trailing:
+            reason = trailing.get("jouled-code")
+            return ClientError(
+                message,
+                _KINDS.get(code, Kind.INTERNAL),
+                hint=hint,
+                code=reason if isinstance(reason, str) else "",
+            )
         if code == grpc.StatusCode.UNAVAILABLE and (
             "handshake" in details.lower() or "ssl" in details.lower()
         ):

@@ -458,12 +458,13 @@ def swebench(
     from collections import Counter
 
     from jouled.contracts.swebench import load_predictions, load_records
-    from jouled.errors import PatchError, TaskError
+    from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
 
     run_id = run_id or uuid.uuid4().hex[:12]
     receipts: list[dict[str, Any]] = []
     empty: list[str] = []
     malformed: list[dict[str, str]] = []
+    declined: dict[str, dict[str, str]] = {}  # refused at submission, by instance
 
     def skip(instance_id: str, reason: str) -> None:
         malformed.append({"instance_id": instance_id, "reason": reason})
@@ -507,6 +508,14 @@ def swebench(
                     skip(pred.instance_id, err.message)
                     continue
                 except JouledError as err:
+                    if err.code == BrokenEnvironmentError.code:
+                        # Nothing signed: the environment, not the patch, failed its baseline.
+                        declined[pred.instance_id] = {"code": err.code, "reason": err.message}
+                        render.err.print(
+                            f"[yellow]not graded[/] {pred.instance_id}: {err.code}",
+                            highlight=False,
+                        )
+                        continue
                     if err.kind != Kind.INVALID_ARGUMENT:
                         raise
                     skip(pred.instance_id, err.message)  # the daemon refused this one alone
@@ -518,7 +527,8 @@ def swebench(
         _fail(err)
     resolved = sum(r["resolved"] for r in receipts)
     total = len(receipts)
-    instances = _swebench_coverage(preds, records, reg["skipped"], malformed, receipts)
+    skipped = [*reg["skipped"], *({"instance_id": k, **v} for k, v in declined.items())]
+    instances = _swebench_coverage(preds, records, skipped, malformed, receipts)
     not_graded = [i for i in instances if not i["graded"]]
     summary = {
         "run_id": run_id,

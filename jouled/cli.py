@@ -331,23 +331,56 @@ def swebench_prepare(
         list[str] | None, typer.Option(help="Only these instances (repeatable).")
     ] = None,
     python: Annotated[
-        str | None, typer.Option(help="Build from this interpreter, not python<spec version>.")
+        str | None,
+        typer.Option(help="Build every version from this interpreter, not the spec's version."),
+    ] = None,
+    pythons: Annotated[
+        Path | None,
+        typer.Option(help="Interpreters by version, `3.6 = /path/python3.6` a line."),
     ] = None,
     per_instance: Annotated[
         bool, typer.Option(help="One environment per instance, not per repository version.")
     ] = False,
     force: Annotated[bool, typer.Option(help="Rebuild environments that exist.")] = False,
+    show_report: Annotated[
+        bool,
+        typer.Option(
+            "--report", help="Build nothing: per repository version, whether one builds here."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build each record's environment from its official specification (see docs/swebench.md)."""
     from jouled.contracts.swebench import load_records
-    from jouled.swebench_prepare import prepare
+    from jouled.swebench_prepare import prepare, report
+    from jouled.swebench_pythons import read_map
 
     try:
         records = load_records(dataset)
+        mapping = read_map(pythons.absolute()) if pythons is not None else None
     except JouledError as err:
         raise _fail(err, 2) from None
     wanted = set(instance or ())
+    if show_report:
+        chosen = [r for r in records if not wanted or r.instance_id in wanted]
+        doc = report(chosen, checkout_root, envs, python=python, pythons=mapping)
+        if as_json:
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        for row in doc["versions"]:
+            state = "prepared" if row["prepared"] else "builds" if row["builds"] else "no"
+            why = f": {row['reason']}" if row["reason"] and not row["prepared"] else ""
+            typer.echo(
+                f"{state:8} {row['repo']} {row['version']} ({row['instances']} instances, "
+                f"{row['checkouts']} checkouts){why}"
+            )
+            for need in row["host_requirements"]:
+                typer.echo(f"         host requirement: {need}")
+        typer.echo(
+            f"{doc['buildable_instances']}/{doc['instances']} instances have an environment "
+            "that is prepared or builds here"
+        )
+        return
     results = []
     for record in records:
         if wanted and record.instance_id not in wanted:
@@ -357,6 +390,7 @@ def swebench_prepare(
             checkout_root,
             envs,
             python=python,
+            pythons=mapping,
             per_instance=per_instance,
             force=force,
         )
@@ -364,6 +398,8 @@ def swebench_prepare(
         if not as_json:
             mark = "ok  " if done.ok else "FAIL"
             typer.echo(f"{mark} {done.instance_id}: {done.message} ({done.directory or '-'})")
+            for need in done.host_requirements:
+                typer.echo(f"     host requirement (not run): {need}")
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     if not all(r["ok"] for r in results):

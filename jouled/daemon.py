@@ -549,6 +549,8 @@ class Daemon:
             bool(b["valid"]),
             str(b.get("reason", "")),
             entry.seq,
+            str(b.get("code") or ""),
+            str(b.get("evidence") or ""),
         )
 
     def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:

@@ -401,6 +401,8 @@ class BaselineBody(Document):
     pass_to_pass: list[str]
     suite: str | None = None
     reason: str | None = None
+    code: str | None = None  # "broken-environment": attempts on it are refused
+    evidence: str | None = None  # the baseline output's excerpt that shows why
     derived: bool | None = None
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None  # null: no reference run

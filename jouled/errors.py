@@ -30,6 +30,9 @@ class JouledError(Exception):
     """Root of every error the library raises on purpose."""
 
     kind: Kind = Kind.INTERNAL
+    # A machine-readable reason where callers sort errors by it ("broken-environment");
+    # the gRPC servicer sends it as the `jouled-code` trailing metadata.
+    code: str = ""
 
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message)
@@ -59,6 +62,19 @@ class PreconditionError(JouledError):
     """The request is well formed but the system is in the wrong state for it."""
 
     kind = Kind.FAILED_PRECONDITION
+
+
+class BrokenEnvironmentError(PreconditionError):
+    """A task's environment cannot run its tests: its baseline shows it; nothing is graded.
+
+    `evidence` is the baseline output's excerpt that shows why.
+    """
+
+    code = "broken-environment"
+
+    def __init__(self, message: str, *, evidence: str = "", hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.evidence = evidence
 
 
 class BusyError(JouledError):

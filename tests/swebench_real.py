@@ -227,8 +227,33 @@ def flask_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
     return record, wrong
 
 
-def prepare_env(records: list[dict[str, Any]], checkout_root: Path, envs: Path) -> None:
-    """`jouled swebench prepare` for the records, offline, from the fetched files."""
+_DISTRIBUTIONS = (
+    "import importlib.metadata as m; "
+    "print(sorted((d.metadata['Name'] or '', d.version) for d in m.distributions()))"
+)
+
+
+def host_interpreters() -> dict[str, str]:
+    """What each interpreter a misdirected install step could reach has installed."""
+    found = {}
+    for python in dict.fromkeys(
+        p for p in (sys.executable, shutil.which("python3"), shutil.which("python")) if p
+    ):
+        done = subprocess.run(
+            [python, "-c", _DISTRIBUTIONS], capture_output=True, text=True, check=False
+        )
+        found[python] = done.stdout + done.stderr
+    return found
+
+
+def prepare_env(
+    records: list[dict[str, Any]], checkout_root: Path, envs: Path, *extra: str
+) -> None:
+    """`jouled swebench prepare` for the records, offline, from the fetched files.
+
+    Run as docs/swebench.md writes it, with relative `--envs` and `--checkout-root`;
+    every interpreter on the host holds the same distributions before and after.
+    """
     import json
 
     dataset = envs.parent / "prepare-dataset.json"
@@ -239,6 +264,8 @@ def prepare_env(records: list[dict[str, Any]], checkout_root: Path, envs: Path) 
         "PIP_FIND_LINKS": str(DIST),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
+    here = envs.parent
+    before = host_interpreters()
     done = subprocess.run(
         [
             sys.executable,
@@ -247,22 +274,25 @@ def prepare_env(records: list[dict[str, Any]], checkout_root: Path, envs: Path) 
             "swebench",
             "prepare",
             "--dataset",
-            str(dataset),
+            dataset.name,
             "--checkout-root",
-            str(checkout_root),
+            os.path.relpath(checkout_root, here),
             "--envs",
-            str(envs),
+            os.path.relpath(envs, here),
             "--python",
             sys.executable,
             "--json",
+            *extra,
         ],
         capture_output=True,
         text=True,
         env=env,
+        cwd=here,
         check=False,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert host_interpreters() == before, "the install step reached a host interpreter"
 
 
 FLASK_FORGERY = textwrap.dedent(

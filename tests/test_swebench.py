@@ -75,6 +75,19 @@ ENV_FAILURE = textwrap.dedent(
         raise OSError("no network in the sandbox")
     """
 )
+# Passes in an environment that has a system tool, as some real PASS_TO_PASS tests
+# need graphviz or a locale: where the host lacks it, it fails before any patch.
+HOST_TOOL = textwrap.dedent(
+    """\
+
+
+    def test_renders_with_the_host_tool():
+        import shutil
+
+        assert shutil.which("jb-render-tool"), "jb-render-tool is not installed"
+    """
+)
+HOST_TOOL_ID = "tests/test_ops.py::test_renders_with_the_host_tool"
 F2P = ["tests/test_ops.py::test_add", "tests/test_add_more.py::test_add_negative"]
 SPACED_TEST = textwrap.dedent(
     """\
@@ -132,12 +145,15 @@ def make_instance(
 
     `variant` adds what real instances have: "env_failure", a test in the graded
     module that fails before and after the fix; "spaced_id", a new test whose
-    node id has a space, which the dataset records cut at that space.
+    node id has a space, which the dataset records cut at that space;
+    "host_tool", a PASS_TO_PASS test that needs a system tool the host lacks,
+    graded by the official pytest rules (the record's own test_cmd and parser).
     """
     repo = checkout_root / instance_id
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
-    tests = TESTS + (ENV_FAILURE if variant == "env_failure" else "")
+    tests = TESTS + {"env_failure": ENV_FAILURE, "host_tool": HOST_TOOL}.get(variant, "")
+    p2p = [*P2P, HOST_TOOL_ID] if variant == "host_tool" else P2P
     f2p = [*F2P, SPACED_ID_AS_RECORDED] if variant == "spaced_id" else F2P
     write(
         repo,
@@ -163,7 +179,8 @@ def make_instance(
             "def test_add_negative():\n    assert add(-2, -3) == -5\n",
         },
     )
-    return {
+    official = {"test_cmd": "pytest -rA", "log_parser": "parse_log_pytest"}
+    return (official if variant == "host_tool" else {}) | {
         "repo": REPO,
         "instance_id": instance_id,
         "base_commit": base,
@@ -175,7 +192,7 @@ def make_instance(
         "version": "0.1",
         # As in the dataset: JSON-encoded strings, not lists.
         "FAIL_TO_PASS": json.dumps(f2p),
-        "PASS_TO_PASS": json.dumps(P2P),
+        "PASS_TO_PASS": json.dumps(p2p),
         "environment_setup_commit": base,
         "difficulty": "<15 min fix",
     }

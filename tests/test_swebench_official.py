@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import json
 import random
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +310,30 @@ def test_an_instance_whose_environment_is_missing_is_not_graded(
     with pytest.raises(swebench.Unsupported) as caught:
         to_contract(record, checkouts, environments=tmp_path / "no-envs")
     assert caught.value.code == swebench.NO_ENVIRONMENT
+
+
+def test_a_relative_envs_directory_installs_into_the_environment_never_the_host(
+    flask: tuple[SweBenchRecord, str, Path, Path],
+) -> None:
+    """The fixture ran `prepare` with relative `--envs` and `--checkout-root`, and checked
+    that no host interpreter gained or lost a distribution (`real.prepare_env`). Here:
+    the manifest names absolute paths, and the environment's own interpreter holds the
+    repository, installed in editable mode from /testbed."""
+    _, _, _, envs = flask
+    manifest = json.loads((envs / "pallets__flask__2.3" / "jouled-env.json").read_text())
+    assert Path(manifest["python"]).is_absolute() and manifest["python"].startswith(str(envs))
+    assert all(Path(p).is_absolute() for p in [*manifest["paths"], manifest["bin_dir"]])
+    probe = (
+        "import importlib.metadata as m; "
+        "print(m.distribution('flask').read_text('direct_url.json'))"
+    )
+    done = subprocess.run(
+        [manifest["python"], "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout)["url"] == "file:///testbed", done.stdout
+    # The install step ran behind its preamble (and passed it: the fixture's build succeeded).
+    log = (envs / "pallets__flask__2.3" / "prepare-1.log").read_text()
+    assert "got=$(command -v python)" in log and "pip install -e ." in log
 
 
 def test_a_forged_report_is_tampered_whatever_the_official_verdict_says(

@@ -54,6 +54,7 @@ STATUS = {
     Kind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Kind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
+CODE_METADATA = "jouled-code"  # trailing metadata: JouledError.code, where it has one
 MAX_MESSAGE = 16 << 20  # above the patch bound, so an oversized patch meets our own error
 READ_THREADS = 16  # RPC threads no attempt can hold: health and reads always find one
 # Of those, reads (every jouled.v1 call but Submit, RunSolver and OpenWindow, whose
@@ -73,7 +74,10 @@ ERROR_KEY = "jouled-error"
 
 def _abort(context: grpc.ServicerContext, err: BaseException) -> None:
     if isinstance(err, JouledError):
-        context.set_trailing_metadata(((ERROR_KEY, err.kind.value),))
+        metadata = [(ERROR_KEY, err.kind.value)]
+        if err.code:  # a reason callers sort by, beside the message they read
+            metadata.append((CODE_METADATA, err.code))
+        context.set_trailing_metadata(tuple(metadata))
         context.abort(STATUS[err.kind], err.diagnostics())
     context.set_trailing_metadata(((ERROR_KEY, "internal"),))
     log.error("unexpected error serving a request", exc_info=err)

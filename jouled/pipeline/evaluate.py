@@ -8,6 +8,7 @@ the caller signs the result body this module returns.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -33,6 +34,7 @@ from jouled.documents import (
 )
 from jouled.errors import (
     NO_SPACE,
+    BrokenEnvironmentError,
     DiskFullError,
     JouledError,
     PatchError,
@@ -44,6 +46,7 @@ from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
 from jouled.pipeline import (
     container,
+    envcheck,
     guard,
     provenance,
     pytest_run,
@@ -89,6 +92,23 @@ class Expected:
     valid: bool  # False: the tests did not fail before the fix; attempts are `invalid`
     reason: str = ""
     seq: int | None = None  # the baseline ledger entry
+    # "broken-environment": the environment cannot run the tests; attempts are refused
+    code: str = ""
+    evidence: str = ""  # the baseline output's excerpt that shows why
+
+    @property
+    def broken(self) -> bool:
+        return self.code == envcheck.BROKEN_ENVIRONMENT
+
+    def refusal(self, contract: Contract) -> BrokenEnvironmentError:
+        where = f" (baseline entry {self.seq})" if self.seq is not None else ""
+        return BrokenEnvironmentError(
+            f"{contract.task_id}: not graded, the environment cannot run its tests: "
+            f"{self.reason}{where}; the baseline's log:\n{self.evidence}",
+            evidence=self.evidence,
+            hint="rebuild the instance's environment (`jouled swebench prepare --force`, "
+            "docs/swebench.md) and submit again: the next attempt runs the baseline anew",
+        )
 
 
 class BaselineStore(Protocol):
@@ -417,12 +437,15 @@ class Evaluator:
             lock = self._baseline_locks.setdefault(contract.digest, threading.Lock())
         with lock:
             cached = self._expected.get(contract.digest) or self.baselines.load_baseline(contract)
-            if cached is not None:
+            # A broken environment's baseline is never reused: one repaired in place
+            # keeps its name (and the task its digest), so the next attempt checks anew.
+            if cached is not None and not cached.broken:
                 self._expected[contract.digest] = cached
                 return cached, None
             progress("baseline", f"first use of {contract.task_id}: checking the tests fail")
             expected, energy = self._run_baseline(contract, runs)
-            self._expected[contract.digest] = expected
+            if not expected.broken:
+                self._expected[contract.digest] = expected
             return expected, energy
 
     def check_pristine(
@@ -464,6 +487,8 @@ class Evaluator:
             task_digest=contract.digest,
             valid=expected.valid,
             reason=expected.reason,
+            code=expected.code or None,
+            evidence=expected.evidence or None,
             derived=after is not None,
             fail_to_pass=list(expected.fail_to_pass),
             pass_to_pass=list(expected.pass_to_pass),
@@ -475,9 +500,7 @@ class Evaluator:
             version=__version__,
         )
         seq = self.baselines.record_baseline(contract, body.to_dict())
-        return Expected(
-            expected.fail_to_pass, expected.pass_to_pass, expected.valid, expected.reason, seq
-        ), window.energy
+        return dataclasses.replace(expected, seq=seq), window.energy
 
     # -- attempts --------------------------------------------------------------------------
 
@@ -558,6 +581,9 @@ class Evaluator:
             expected, baseline_energy = self.expected(contract, progress, runs)
             if baseline_energy is not None:
                 energy["baseline"] = baseline_energy.to_wire()
+            if expected.broken:  # no verdict from it: refused, nothing signed for the attempt
+                progress("baseline", f"{envcheck.BROKEN_ENVIRONMENT}: {expected.reason}")
+                raise expected.refusal(contract)
             if patch is None:
                 progress("solve", f"running the {attempt.solver} solver")
                 command = self.solvers.commands.get(attempt.solver)
@@ -615,6 +641,8 @@ class Evaluator:
             else:
                 status = RESOLVED if grade_info.resolved else UNRESOLVED
             progress("grade", f"{status}: {check.forged or _summary(grade_info)}")
+        except BrokenEnvironmentError:
+            raise
         except PatchError as err:
             if attempt.patch is not None:
                 raise  # a submission: refused before anything was recorded
@@ -925,6 +953,13 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
         return Expected(f2p, p2p, False, "no test fails before the fix")
     if before.forged:
         return Expected(f2p, p2p, False, f"the baseline run was not genuine: {before.forged}")
+    rules = contract.grading.verdict
+    if rules is not None:
+        broken = envcheck.diagnose(
+            before.result.output, before.result.exit_code, before.outcomes, rules, f2p, p2p
+        )
+        if broken is not None:
+            return Expected(f2p, p2p, False, broken.reason, None, broken.code, broken.evidence)
     still = grade(before.outcomes, f2p, p2p, graded_exit(contract, before.exit))
     if still.resolved:
         return Expected(f2p, p2p, False, "the tests already pass on the buggy tree")
