@@ -29,7 +29,7 @@ from jouled.pipeline.pytest_run import (
     is_python,
 )
 from jouled.pipeline.sandbox import Layout
-from jouled.pipeline.testreport import FAILED, PASSED
+from jouled.pipeline.unittest_run import log_disagreement
 
 RUNNER = Path(__file__).with_name("jouled_sympy.py")
 SCRIPT = "bin/test"
@@ -149,24 +149,7 @@ def disagreement(
     exited 0 must have been seen through to its end; and where the log claims
     any pass, the canaries must have come out as planted.
     """
-    if channel.forged:
-        return f"its report channel carried {channel.forged[0]}"
-    if not channel.started:
-        return "the runner never started" if log else ""
-    if exit_code == 0 and not channel.finished:
-        return "the process exited 0 but the runner never finished"
-    if channel.finished and exit_code is not None and channel.exit != exit_code:
-        return f"the process exited {exit_code} but the runner finished with {channel.exit}"
     last: dict[str, str] = {}
     for test_id, outcome in channel.outcomes.items():
         last[_bare(test_id.split("#", 1)[0])] = outcome
-    for log_id, outcome in log.items():
-        if outcome == PASSED and last.get(log_id) != PASSED:
-            seen = last.get(log_id)
-            return f"the log reports {log_id} passed but the runner saw it {seen or 'not run'}"
-    if any(outcome == PASSED for outcome in log.values()):
-        wrong = [t for t in canaries.must_pass if channel.outcomes.get(t) != PASSED]
-        wrong += [t for t in canaries.must_fail if channel.outcomes.get(t) != FAILED]
-        if wrong:
-            return f"tests passed but the canary {wrong[0]} did not come out as planted"
-    return ""
+    return log_disagreement(log, channel, exit_code, canaries, last.get)

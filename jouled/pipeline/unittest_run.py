@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from jouled.pipeline import runners
@@ -164,6 +164,26 @@ def disagreement(
     that exited 0 must have been seen through to its end; and where the log
     claims any pass, the canaries must have come out as planted.
     """
+
+    def seen(log_id: str) -> str | None:
+        uid = unittest_id(log_id)
+        return PASSED if uid is None else channel.outcomes.get(uid)  # a bare name: no check
+
+    return log_disagreement(log, channel, exit_code, canaries, seen)
+
+
+def log_disagreement(
+    log: Mapping[str, str],
+    channel: Channel,
+    exit_code: int | None,
+    canaries: Canaries,
+    seen: Callable[[str], str | None],
+) -> str:
+    """What a plain runner's log and its channel disagree on; "" when nothing.
+
+    `seen(log_id)` is the channel's outcome of the test the log names (PASSED
+    where the log's name maps to no test the channel can name).
+    """
     if channel.forged:
         return f"its report channel carried {channel.forged[0]}"
     if not channel.started:
@@ -173,14 +193,10 @@ def disagreement(
     if channel.finished and exit_code is not None and channel.exit != exit_code:
         return f"the process exited {exit_code} but the runner finished with {channel.exit}"
     for log_id, outcome in log.items():
-        if outcome != PASSED:
-            continue
-        uid = unittest_id(log_id)
-        if uid is None:
-            continue
-        seen = channel.outcomes.get(uid)
-        if seen != PASSED:
-            return f"the log reports {log_id} passed but the runner saw it {seen or 'not run'}"
+        outcome_seen = seen(log_id)
+        if outcome == PASSED and outcome_seen != PASSED:
+            saw = outcome_seen or "not run"
+            return f"the log reports {log_id} passed but the runner saw it {saw}"
     if any(outcome == PASSED for outcome in log.values()):
         wrong = [t for t in canaries.must_pass if channel.outcomes.get(t) != PASSED]
         wrong += [t for t in canaries.must_fail if channel.outcomes.get(t) != FAILED]
