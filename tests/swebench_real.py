@@ -1,4 +1,4 @@
-"""SWE-bench-shaped instances built from real releases of Django and Flask.
+"""SWE-bench-shaped instances built from real releases of Django, Flask, pytest and SymPy.
 
 Each instance is a real git repository: the release's source (from the sdist
 `make swebench-fixtures` fetched) committed as it is, then a commit seeding a
@@ -293,6 +293,119 @@ def flask_forgery(checkout_root: Path) -> str:
         _append(r / "src/flask/__init__.py", FLASK_FORGERY)
 
     return _staged(repo, forge)
+
+
+# -- SymPy ----------------------------------------------------------------------------
+
+SYMPY_SDIST = DIST / "sympy-1.12.tar.gz"
+# What `jouled swebench prepare` installs for sympy/sympy 1.12 (its packages, mpmath and
+# flake8, then its pinned pip_packages), fetched with the sdist.
+SYMPY_WHEELS = (
+    "mpmath-1.3.0-py3-none-any.whl",
+    "flake8-7.1.1-py2.py3-none-any.whl",
+    "flake8_comprehensions-3.16.0-py3-none-any.whl",
+    "pyflakes-3.2.0-py2.py3-none-any.whl",
+    "pycodestyle-2.12.1-py2.py3-none-any.whl",
+    "mccabe-0.7.0-py2.py3-none-any.whl",
+)
+SYMPY_ID = "sympy__sympy-90004"
+# SymPy's repository runs its tests with `bin/test`, which its sdist leaves out: this is
+# that script cut to the options the official command passes (then `sympy.test`).
+SYMPY_BIN_TEST = """\
+#!/usr/bin/env python
+import os
+import sys
+from argparse import ArgumentParser
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+parser = ArgumentParser()
+parser.add_argument("-v", "--verbose", action="store_true", default=False)
+parser.add_argument("-C", "--no-cache", dest="cache", action="store_false", default=True)
+parser.add_argument("tests", nargs="*")
+options = parser.parse_args()
+if not options.cache:
+    os.environ["SYMPY_USE_CACHE"] = "no"
+
+import sympy
+
+ok = sympy.test(*options.tests, verbose=options.verbose)
+sys.exit(not ok)
+"""
+SYMPY_ITERABLES = "sympy/utilities/iterables.py"
+SYMPY_TEST_FILE = "sympy/utilities/tests/test_iterables.py"
+SYMPY_ROTATE = "    return x[y:] + x[:y]\n\n\ndef rotate_right"
+SYMPY_BUGGY = "    return x[y:] + x[:y][::-1]\n\n\ndef rotate_right"
+# The new test goes after test_rotate, not at the end of the file: SymPy's verbose report
+# ends a file's last test line with the file's `[OK]`/`[FAIL]`, which the official parser
+# does not read, so a file's last test has no outcome in the log.
+SYMPY_NEXT_TEST = "def test_multiset_partitions():"
+SYMPY_TEST = textwrap.dedent(
+    """\
+    def test_rotate_left_keeps_order():
+        assert rotate_left([0, 1, 2, 3, 4], 2) == [2, 3, 4, 0, 1]
+        assert rotate_left("abcd", 3) == "dabc"
+
+
+    """
+)
+# SymPy's parser names a test by its bare function name.
+SYMPY_F2P = ["test_rotate_left_keeps_order", "test_rotate"]
+SYMPY_P2P = ["test_flatten", "test_group", "test_subsets", "test_topological_sort"]
+# SymPy's log made to say `ok` where its reporter wrote `F`; the bug stays, so a failing
+# test's `ok` in the log is the proof that the payload ran.
+SYMPY_PRINT_OK = textwrap.dedent(
+    """
+
+    import sys as _sys
+
+    _write = _sys.stdout.write
+
+
+    def _ok(text, _write=_write):
+        if text == "F":
+            text = "ok"
+        return _write(text)
+
+
+    _sys.stdout.write = _ok
+    """
+)
+
+
+def sympy_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
+    """SymPy 1.12 with `rotate_left` reversing what it moves to the end; a wrong fix.
+
+    The wrong fix rotates the other way: the existing `test_rotate` and the new
+    test both still fail.
+    """
+    repo = checkout_root / SYMPY_ID
+    for wheel in SYMPY_WHEELS:
+        need(DIST / wheel)
+    _unpack(need(SYMPY_SDIST), repo)
+    script = repo / "bin" / "test"
+    script.write_text(SYMPY_BIN_TEST)
+    script.chmod(0o755)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "SymPy 1.12")
+    module = repo / SYMPY_ITERABLES
+    _edit(module, SYMPY_ROTATE, SYMPY_BUGGY)
+    git(repo, "commit", "-q", "-am", "rotate_left: a regression")
+    gold = git(repo, "diff", "HEAD", "HEAD~1", "--", "sympy")
+    tests = _staged(
+        repo, lambda r: _edit(r / SYMPY_TEST_FILE, SYMPY_NEXT_TEST, SYMPY_TEST + SYMPY_NEXT_TEST)
+    )
+    rotate_right = SYMPY_ROTATE.replace("x[y:] + x[:y]", "x[-y:] + x[:-y]")
+    wrong = _staged(repo, lambda r: _edit(r / SYMPY_ITERABLES, SYMPY_BUGGY, rotate_right))
+    record = _record(repo, SYMPY_ID, "sympy/sympy", "1.12", gold, tests, SYMPY_F2P, SYMPY_P2P)
+    return record, wrong
+
+
+def sympy_print_ok_forgery(checkout_root: Path) -> str:
+    """No fix: the library rewrites SymPy's `F` into `ok`, so its log says resolved."""
+    repo = checkout_root / SYMPY_ID
+    return _staged(repo, lambda r: _append(r / SYMPY_ITERABLES, SYMPY_PRINT_OK))
 
 
 # -- pytest itself --------------------------------------------------------------------

@@ -24,29 +24,9 @@ from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
 from jouled.pipeline.sandbox import Limits, Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED
 from tests.swebench_real import DIST
+from tests.swebench_real import SYMPY_BIN_TEST as BIN_TEST
 
 WHEELS = ("sympy-1.12-py3-none-any.whl", "mpmath-1.3.0-py3-none-any.whl")
-BIN_TEST = """\
-#!/usr/bin/env python
-import os
-import sys
-from argparse import ArgumentParser
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-parser = ArgumentParser()
-parser.add_argument("-v", "--verbose", action="store_true", default=False)
-parser.add_argument("-C", "--no-cache", dest="cache", action="store_false", default=True)
-parser.add_argument("tests", nargs="*")
-options = parser.parse_args()
-if not options.cache:
-    os.environ["SYMPY_USE_CACHE"] = "no"
-
-import sympy
-
-ok = sympy.test(*options.tests, verbose=options.verbose)
-sys.exit(not ok)
-"""
 ITERABLES = "sympy/utilities/iterables.py"
 TEST_FILE = "sympy/utilities/tests/test_iterables.py"
 FIXED = "    return x[y:] + x[:y]\n\n\ndef rotate_right"
