@@ -1098,6 +1098,10 @@ def start(
                 f'{{"event":"test","id":{_encode(test_id)},"when":{_encode(when)},'
                 f'"outcome":{_encode(outcome)},"xfail":{flag}'
             )
+        elif kind == "tamper":  # ("tamper", why): what the runner found where only it looks
+            # (SymPy's reporter instance), against the running test
+            found = args[1] if len(args) > 1 and type(args[1]) is str else "tampering"
+            tamper(found, holder["item_id"] or "")
         elif kind == "collect":
             why = stack_problem(frame)
             if why:

@@ -11,7 +11,13 @@ moment that module has run, its reporter's `entering_test` is wrapped to hand
 the test function to the monitor (which checks it is the test file's own) and
 its outcome methods to report that test's outcome through `sys.audit`. The
 report names no test: the monitor takes the id of the test it was handed, so
-nothing in the process decides which test an outcome belongs to. The daemon
+nothing in the process decides which test an outcome belongs to. What the
+monitor cannot see, the wrappers check before each report: that nothing on the
+reporter instance shadows a method of its class (a failure method rebound to
+the pass method leaves no code of the patch's on the stack), and that a pass
+is not reported while the test's exception is being handled. An unexpected
+pass (SymPy's `X`, which its log never calls `ok`) is reported as skipped, so
+no `ok` in the log can stand on it. The daemon
 sets `PYTHONHASHSEED` for the run, so SymPy runs its tests in this process
 (hash randomization on, as the official command has it) rather than in a
 child the monitor would not watch. The log is still the verdict of record;
@@ -34,15 +40,20 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
 
 # The modules SymPy's test runner lives in, newest first.
 RUNTESTS = ("sympy.testing.runtests", "sympy.utilities.runtests")
-# reporter method -> (outcome, expected failure) recorded for the running test
+# reporter method -> (outcome, expected failure) recorded for the running test. SymPy's
+# log writes `X` for an unexpected pass, never `ok`: reported as skipped, no log pass can
+# stand on it (a library raising SymPy's XPass in a test would otherwise make one).
 OUTCOMES = {
     "test_pass": ("passed", False),
     "test_fail": ("failed", False),
     "test_exception": ("failed", False),
     "test_skip": ("skipped", False),
     "test_xfail": ("skipped", True),
-    "test_xpass": ("passed", True),
+    "test_xpass": ("skipped", True),
 }
+_GETATTRIBUTE = object.__getattribute__
+_CLASS_DICT: Any = type.__dict__["__dict__"].__get__
+_EXC_INFO = sys.exc_info
 
 
 def test_id(function: Any, root: str, seen: "dict[str, int]") -> str:
@@ -58,6 +69,37 @@ def test_id(function: Any, root: str, seen: "dict[str, int]") -> str:
     return tid if seen[tid] == 1 else f"{tid}#{seen[tid]}"
 
 
+def shadowing(reporter: Any) -> str:
+    """Why the reporter instance does not run its class's methods; "" when it does.
+
+    An attribute of the instance named as a method (or any attribute) of its class
+    is called instead of the class's: a failure method rebound to the pass method,
+    say, which leaves no code of the patch's on the stack when it reports.
+    """
+    try:
+        namespace = _GETATTRIBUTE(reporter, "__dict__")
+    except AttributeError:
+        return ""
+    if type(namespace) is not dict:
+        return "the reporter's attributes are not a plain dict"
+    classes = [_CLASS_DICT(klass) for klass in type(reporter).__mro__]
+    for name in list(dict.keys(namespace)):
+        if type(name) is not str:
+            return "the reporter has an attribute whose name is not a plain str"
+        if any(name in namespace_of_class for namespace_of_class in classes):
+            return f"the reporter's {name} is its instance's own attribute, not its class's"
+    return ""
+
+
+def exit_status(code: Any) -> int:
+    """The status the interpreter exits with for `SystemExit(code)` (`sys.exit(False)` is 0)."""
+    if code is None:
+        return 0
+    if issubclass(type(code), int):
+        return int.__index__(code) & 0xFF
+    return 1
+
+
 def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None:
     """Wrap the reporter class of a runtests module, once."""
     reporter = module.__dict__.get("PyTestReporter")
@@ -71,6 +113,11 @@ def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None
         original = namespace[method_name]
 
         def report(self: Any, *args: Any, **kwargs: Any) -> Any:
+            why = shadowing(self)
+            if why:
+                audit(EVENT, "tamper", why)
+            if outcome == "passed" and _EXC_INFO()[0] is not None:
+                audit(EVENT, "tamper", "a pass was reported while the test's exception was handled")
             audit(EVENT, "test", None, "call", outcome, xfail, self)
             return original(self, *args, **kwargs)
 
@@ -145,6 +192,5 @@ def main() -> None:
         runpy.run_path(target, run_name="__main__")
     except SystemExit as done:
         code = done.code
-    status = code if type(code) is int else (0 if code is None else 1)
-    audit(EVENT, "finish", status)
+    audit(EVENT, "finish", exit_status(code))
     sys.exit(code)
