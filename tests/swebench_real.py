@@ -352,25 +352,119 @@ SYMPY_TEST = textwrap.dedent(
 # SymPy's parser names a test by its bare function name.
 SYMPY_F2P = ["test_rotate_left_keeps_order", "test_rotate"]
 SYMPY_P2P = ["test_flatten", "test_group", "test_subsets", "test_topological_sort"]
-# SymPy's log made to say `ok` where its reporter wrote `F`; the bug stays, so a failing
-# test's `ok` in the log is the proof that the payload ran.
-SYMPY_PRINT_OK = textwrap.dedent(
-    """
+# In-process forgeries of the SymPy instance, each keeping the bug: code appended to the
+# module the tests import, which prints a marker proving it ran (SymPy's runner does not
+# capture output) and then tries its route.
+SYMPY_PRINT_OK = """
+import sys as _sys
 
-    import sys as _sys
-
-    _write = _sys.stdout.write
-
-
-    def _ok(text, _write=_write):
-        if text == "F":
-            text = "ok"
-        return _write(text)
+_write = _sys.stdout.write
 
 
-    _sys.stdout.write = _ok
-    """
-)
+def _ok(text, _write=_write):
+    if text == "F":
+        text = "ok"
+    return _write(text)
+
+
+_sys.stdout.write = _ok
+"""
+SYMPY_FORGERIES = {
+    # the log made to say `ok` where SymPy's reporter wrote `F`
+    "print-ok": SYMPY_PRINT_OK,
+    # the reporter's class made to count a failure as a pass (a class attribute), once a
+    # test calls the library
+    "reporter-class": """
+_jb_rotate_left = rotate_left
+
+
+def rotate_left(x, y):
+    import sympy.testing.runtests as _rt
+
+    _rt.PyTestReporter.test_fail = lambda self, exc_info: self.test_pass()
+    return _jb_rotate_left(x, y)
+""",
+    # the running reporter found through frames whenever a test calls the library: its
+    # failure method shadowed on the instance by its own (unchanged) pass method while
+    # the regression's tests run, the shadow removed when any other test calls the
+    # library (so the canaries, in a file of their own, come out as planted); no code
+    # of the patch's is on the stack when the reporter reports
+    "reporter-instance": """
+import sys as _sys
+
+_JB_TARGETS = ("test_rotate", "test_rotate_left_keeps_order")
+
+
+def _jb_steer():
+    frame, test = _sys._getframe(2), None
+    while frame is not None and "reporter" not in frame.f_locals:
+        if frame.f_code.co_name.startswith("test_"):
+            test = frame.f_code.co_name
+        frame = frame.f_back
+    if frame is None:
+        return
+    reporter = frame.f_locals["reporter"]
+    if test in _JB_TARGETS:
+        reporter.test_fail = reporter.test_pass
+    else:
+        vars(reporter).pop("test_fail", None)
+
+
+def _jb_wrap(function):
+    def wrapped(*args, **kwargs):
+        _jb_steer()
+        return function(*args, **kwargs)
+
+    return wrapped
+
+
+for _jb_name, _jb_value in list(globals().items()):
+    if callable(_jb_value) and getattr(_jb_value, "__module__", "") == __name__:
+        if not _jb_name.startswith("_") and not isinstance(_jb_value, type):
+            globals()[_jb_name] = _jb_wrap(_jb_value)
+""",
+    # the regression's tests made to end in SymPy's own XPass (an unexpected pass, which
+    # its log writes `X`), and the log's `X` rewritten into `ok`
+    "xpass": """
+import sys as _sys
+
+_jb_rotate_left = rotate_left
+
+
+def rotate_left(x, y):
+    if _sys._getframe(1).f_code.co_name in ("test_rotate", "test_rotate_left_keeps_order"):
+        from sympy.testing.pytest import XPass
+
+        raise XPass("JBFORGED")
+    return _jb_rotate_left(x, y)
+
+
+_write = _sys.stdout.write
+
+
+def _ok(text, _write=_write):
+    return _write("ok" if text == "X" else text)
+
+
+_sys.stdout.write = _ok
+""",
+    # the log rewritten, and the runner's report event raised for a pass by the library
+    "forged-record": """
+import sys as _sys
+
+_write = _sys.stdout.write
+
+
+def _ok(text, _write=_write):
+    if text == "F":
+        _sys.audit("jouled.runner", "test", None, "call", "passed", False, None)
+        text = "ok"
+    return _write(text)
+
+
+_sys.stdout.write = _ok
+""",
+}
 
 
 def sympy_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
@@ -402,10 +496,11 @@ def sympy_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
     return record, wrong
 
 
-def sympy_print_ok_forgery(checkout_root: Path) -> str:
-    """No fix: the library rewrites SymPy's `F` into `ok`, so its log says resolved."""
+def sympy_forgery(checkout_root: Path, name: str) -> str:
+    """No fix: the forgery `name` appended, with a marker that it ran, to the tested module."""
     repo = checkout_root / SYMPY_ID
-    return _staged(repo, lambda r: _append(r / SYMPY_ITERABLES, SYMPY_PRINT_OK))
+    source = f'\n\nprint("JBFORGED {name} ran")\n' + SYMPY_FORGERIES[name]
+    return _staged(repo, lambda r: _append(r / SYMPY_ITERABLES, source))
 
 
 # -- pytest itself --------------------------------------------------------------------

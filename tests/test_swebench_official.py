@@ -426,7 +426,7 @@ def sympy_graded(
     sympy: tuple[SweBenchRecord, str, Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> SympyGraded:
     """One daemon grades the SymPy instance's gold (as `jb-client swebench` does), the
-    empty and the wrong patch, and the print-ok forgery; each with its full grade log."""
+    empty and the wrong patch, and every in-process forgery; each with its full grade log."""
     record, wrong, checkouts, envs = sympy
     base = tmp_path_factory.mktemp("sympy-daemon")
     dataset, predictions = base / "dataset.jsonl", base / "predictions.jsonl"
@@ -444,11 +444,9 @@ def sympy_graded(
         (receipt,) = report["receipts"]
         task_id = receipt["task_id"]
         with Client(daemon.target, timeout_s=600) as client:
-            patches = {
-                "empty": "",
-                "wrong": wrong,
-                "print-ok": real.sympy_print_ok_forgery(checkouts),
-            }
+            patches = {"empty": "", "wrong": wrong}
+            for name in real.SYMPY_FORGERIES:
+                patches[name] = real.sympy_forgery(checkouts, name)
             receipts = {"gold": (receipt, record.patch)}
             for name, patch in patches.items():
                 receipts[name] = (client.submit(task_id, patch.encode(), solver=name), patch)
@@ -500,30 +498,42 @@ def test_a_real_daemon_leaves_sympys_empty_and_wrong_patches_unresolved(
         assert "test_rotate_left_keeps_order F" in log, (name, log[-3000:])
 
 
-def test_a_sympy_library_that_prints_ok_for_a_failure_is_tampered_by_a_real_daemon(
+# What each SymPy forgery is caught by (in the result's `integrity.forged`).
+SYMPY_CAUGHT = {
+    "print-ok": "the log reports test_rotate passed but the runner saw it failed",
+    "reporter-class": "sympy.testing.runtests.PyTestReporter",
+    "reporter-instance": "the reporter's test_fail is its instance's own attribute",
+    "xpass": "the log reports test_rotate passed but the runner saw it skipped",
+    "forged-record": "a runner record was asked for by /testbed/sympy/utilities/iterables.py",
+}
+
+
+def test_in_process_forgeries_of_a_sympy_instance_are_tampered_by_a_real_daemon(
     sympy_graded: SympyGraded,
 ) -> None:
-    """No fix: the library turns SymPy's `F` into `ok` on stdout. The log the official rules
-    read says resolved (the payload ran: the failing test reads `ok`); the runner's
-    channel saw the test fail, so the result is tampered."""
-    body, log, _ = sympy_graded["print-ok"]
-    assert "test_rotate_left_keeps_order ok" in log, log[-3000:]
-    assert body["verdict"]["resolved"] is True, body["verdict"]
-    assert body["status"] == "tampered", body
-    assert body["resolved"] is False
-    assert body["integrity"]["level"] == "monitor", body["integrity"]
-    forged = body["integrity"]["forged"]
-    assert "passed but the runner saw it failed" in forged, body["integrity"]
+    """No fix, a payload in the library the tests import: each makes the log the official
+    rules read say resolved (it ran: the regression's failing tests read `ok`), and each
+    result is tampered, naming what was found."""
+    assert set(SYMPY_CAUGHT) == set(real.SYMPY_FORGERIES)
+    for name, caught in SYMPY_CAUGHT.items():
+        body, log, _ = sympy_graded[name]
+        assert f"JBFORGED {name} ran" in log, (name, log[-3000:])
+        assert "test_rotate_left_keeps_order ok" in log, (name, log[-3000:])
+        assert body["verdict"]["resolved"] is True, (name, body["verdict"])
+        assert body["status"] == "tampered", (name, body)
+        assert body["resolved"] is False
+        assert body["integrity"]["level"] == "monitor", (name, body["integrity"])
+        assert caught in body["integrity"]["forged"], (name, body["integrity"])
 
 
 def test_a_real_daemons_sympy_verdicts_are_the_official_harness_verdicts(
     sympy: tuple[SweBenchRecord, str, Path, Path], sympy_graded: SympyGraded, tmp_path: Path
 ) -> None:
     """Every log the daemon kept, graded by the official package, gets the verdict the
-    daemon recorded (the forgery's too: the log is what the official rules read)."""
+    daemon recorded (the forgeries' too: the log is what the official rules read)."""
     raw = _raw(sympy[0])
-    expected = {"gold": True, "empty": False, "wrong": False, "print-ok": True}
     for name, (body, log, patch) in sympy_graded.items():
         official = official_grading(raw, patch, log, tmp_path)
-        assert official is expected[name], (name, log[-3000:])
+        # The forgeries' logs say resolved: that is what they are for.
+        assert official is (name not in ("empty", "wrong")), (name, log[-3000:])
         assert body["verdict"]["resolved"] is official, (name, body["verdict"])
