@@ -3,10 +3,12 @@
 The package (the version `tools/swebench_oracle.py` pins, unpacked without its
 dependencies by `make swebench-fixtures`) is the oracle: its specification
 table, test directives, log parsers and grading functions. The real-release
-tests build instances from Django 5.0.14 and Flask 2.3.3 (see
-`tests/swebench_real.py`), prepare their environments with `jouled swebench
-prepare`, grade gold, empty and wrong predictions through the pipeline, and
-hold each verdict to the official grading of the very log jouled captured.
+tests build instances from Django 5.0.14, Flask 2.3.3, pytest 8.0.2 and SymPy
+1.12 (see `tests/swebench_real.py`), prepare their environments with `jouled
+swebench prepare`, grade gold, empty and wrong predictions (through the
+pipeline, and for Django and SymPy through a real daemon too, with in-process
+forgeries), and hold each verdict to the official grading of the very log
+jouled captured.
 """
 
 from __future__ import annotations
