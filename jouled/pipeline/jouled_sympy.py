@@ -54,6 +54,7 @@ OUTCOMES = {
 _GETATTRIBUTE = object.__getattribute__
 _CLASS_DICT: Any = type.__dict__["__dict__"].__get__
 _CLASS_NAME: Any = type.__dict__["__name__"].__get__
+_CLASS_MRO: Any = type.__dict__["__mro__"].__get__
 _EXC_INFO = sys.exc_info
 _GETFRAME = sys._getframe
 # The context manager SymPy's runner calls each test in, and its name for the test called.
@@ -86,7 +87,7 @@ def shadowing(reporter: Any) -> str:
         return ""
     if type(namespace) is not dict:
         return "the reporter's attributes are not a plain dict"
-    classes = [_CLASS_DICT(klass) for klass in type(reporter).__mro__]
+    classes = [_CLASS_DICT(klass) for klass in _CLASS_MRO(type(reporter))]
     for name in list(dict.keys(namespace)):
         if type(name) is not str:
             return "the reporter has an attribute whose name is not a plain str"
@@ -133,7 +134,8 @@ def wrap_calls(audit: Any, module: Any) -> None:
             frame = _GETFRAME(1)
             if frame is not None and frame.f_code is code:
                 # The test SymPy's runner is calling: the monitor takes this report only
-                # for the running test's function, and a raise always wins.
+                # where this frame's `function` is the running test's, and a raise always
+                # wins over a return reported before it.
                 function = frame.f_locals.get(CALLED)
                 raised = ""
                 if kind is not None:
