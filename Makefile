@@ -32,12 +32,13 @@ browser:
 # tools/swebench_oracle.py). Fetched once into .cache/swebench/; where they cannot
 # be fetched, those tests skip and say so.
 SWE_CACHE    := .cache/swebench
-SWE_STAMP    := $(SWE_CACHE)/.fetched-3
-SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1
+SWE_STAMP    := $(SWE_CACHE)/.fetched-4
+SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1 sympy==1.12
 SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 Jinja2==3.1.2 \
                 Werkzeug==2.3.7 blinker==1.9.0 setuptools==70.0.0 wheel==0.45.1 flit_core==3.9.0 \
                 pytest==8.3.4 iniconfig==2.0.0 packaging==24.2 pluggy==1.5.0 setuptools-scm==8.1.0 \
-                sympy==1.12 mpmath==1.3.0
+                sympy==1.12 mpmath==1.3.0 flake8==7.1.1 pyflakes==3.2.0 pycodestyle==2.12.1 \
+                mccabe==0.7.0 flake8-comprehensions==3.16.0
 # pytest-dev/pytest's specification pins these (pip downloads one version of a name at a time)
 SWE_PINNED   := packaging==23.1 pluggy==1.3.0 exceptiongroup==1.1.3 tomli==2.0.1
 SWE_ORACLE   := swebench==4.1.0

@@ -1,4 +1,4 @@
-"""SWE-bench-shaped instances built from real releases of Django and Flask.
+"""SWE-bench-shaped instances built from real releases of Django, Flask, pytest and SymPy.
 
 Each instance is a real git repository: the release's source (from the sdist
 `make swebench-fixtures` fetched) committed as it is, then a commit seeding a
@@ -323,6 +323,251 @@ def flask_forgery(checkout_root: Path) -> str:
         _append(r / "src/flask/__init__.py", FLASK_FORGERY)
 
     return _staged(repo, forge)
+
+
+# -- SymPy ----------------------------------------------------------------------------
+
+SYMPY_SDIST = DIST / "sympy-1.12.tar.gz"
+# What `jouled swebench prepare` installs for sympy/sympy 1.12 (its packages, mpmath and
+# flake8, then its pinned pip_packages), fetched with the sdist.
+SYMPY_WHEELS = (
+    "mpmath-1.3.0-py3-none-any.whl",
+    "flake8-7.1.1-py2.py3-none-any.whl",
+    "flake8_comprehensions-3.16.0-py3-none-any.whl",
+    "pyflakes-3.2.0-py2.py3-none-any.whl",
+    "pycodestyle-2.12.1-py2.py3-none-any.whl",
+    "mccabe-0.7.0-py2.py3-none-any.whl",
+)
+SYMPY_ID = "sympy__sympy-90004"
+# SymPy's repository runs its tests with `bin/test`, which its sdist leaves out: this is
+# that script cut to the options the official command passes (then `sympy.test`).
+SYMPY_BIN_TEST = """\
+#!/usr/bin/env python
+import os
+import sys
+from argparse import ArgumentParser
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+parser = ArgumentParser()
+parser.add_argument("-v", "--verbose", action="store_true", default=False)
+parser.add_argument("-C", "--no-cache", dest="cache", action="store_false", default=True)
+parser.add_argument("tests", nargs="*")
+options = parser.parse_args()
+if not options.cache:
+    os.environ["SYMPY_USE_CACHE"] = "no"
+
+import sympy
+
+ok = sympy.test(*options.tests, verbose=options.verbose)
+sys.exit(not ok)
+"""
+SYMPY_ITERABLES = "sympy/utilities/iterables.py"
+SYMPY_TEST_FILE = "sympy/utilities/tests/test_iterables.py"
+SYMPY_ROTATE = "    return x[y:] + x[:y]\n\n\ndef rotate_right"
+SYMPY_BUGGY = "    return x[y:] + x[:y][::-1]\n\n\ndef rotate_right"
+# The new test goes after test_rotate, not at the end of the file: SymPy's verbose report
+# ends a file's last test line with the file's `[OK]`/`[FAIL]`, which the official parser
+# does not read, so a file's last test has no outcome in the log.
+SYMPY_NEXT_TEST = "def test_multiset_partitions():"
+SYMPY_TEST = textwrap.dedent(
+    """\
+    def test_rotate_left_keeps_order():
+        assert rotate_left([0, 1, 2, 3, 4], 2) == [2, 3, 4, 0, 1]
+        assert rotate_left("abcd", 3) == "dabc"
+
+
+    """
+)
+# SymPy's parser names a test by its bare function name.
+SYMPY_F2P = ["test_rotate_left_keeps_order", "test_rotate"]
+SYMPY_P2P = ["test_flatten", "test_group", "test_subsets", "test_topological_sort"]
+# In-process forgeries of the SymPy instance, each keeping the bug: code appended to the
+# module the tests import, which prints a marker proving it ran (SymPy's runner does not
+# capture output) and then tries its route.
+SYMPY_PRINT_OK = """
+import sys as _sys
+
+_write = _sys.stdout.write
+
+
+def _ok(text, _write=_write):
+    if text == "F":
+        text = "ok"
+    return _write(text)
+
+
+_sys.stdout.write = _ok
+"""
+SYMPY_SWALLOW = """
+import sys as _sys
+import warnings as _warnings
+
+
+class _JBSwallow(_warnings.catch_warnings):
+    def __exit__(self, *exc_info):
+        super().__exit__(*exc_info)
+        tb = exc_info[2]
+        while tb is not None:  # the regression's tests only: the canaries stay as planted
+            if tb.tb_frame.f_code.co_name in ("test_rotate", "test_rotate_left_keeps_order"):
+                return True
+            tb = tb.tb_next
+        return False
+
+
+_warnings.catch_warnings = _JBSwallow
+"""
+SYMPY_FORGERIES = {
+    # the log made to say `ok` where SymPy's reporter wrote `F`
+    "print-ok": SYMPY_PRINT_OK,
+    # the reporter's class made to count a failure as a pass (a class attribute), once a
+    # test calls the library
+    "reporter-class": """
+_jb_rotate_left = rotate_left
+
+
+def rotate_left(x, y):
+    import sympy.testing.runtests as _rt
+
+    _rt.PyTestReporter.test_fail = lambda self, exc_info: self.test_pass()
+    return _jb_rotate_left(x, y)
+""",
+    # the running reporter found through frames whenever a test calls the library: its
+    # failure method shadowed on the instance by its own (unchanged) pass method while
+    # the regression's tests run, the shadow removed when any other test calls the
+    # library (so the canaries, in a file of their own, come out as planted); no code
+    # of the patch's is on the stack when the reporter reports
+    "reporter-instance": """
+import sys as _sys
+
+_JB_TARGETS = ("test_rotate", "test_rotate_left_keeps_order")
+
+
+def _jb_steer():
+    frame, test = _sys._getframe(2), None
+    while frame is not None and "reporter" not in frame.f_locals:
+        if frame.f_code.co_name.startswith("test_"):
+            test = frame.f_code.co_name
+        frame = frame.f_back
+    if frame is None:
+        return
+    reporter = frame.f_locals["reporter"]
+    if test in _JB_TARGETS:
+        reporter.test_fail = reporter.test_pass
+    else:
+        vars(reporter).pop("test_fail", None)
+
+
+def _jb_wrap(function):
+    def wrapped(*args, **kwargs):
+        _jb_steer()
+        return function(*args, **kwargs)
+
+    return wrapped
+
+
+for _jb_name, _jb_value in list(globals().items()):
+    if callable(_jb_value) and getattr(_jb_value, "__module__", "") == __name__:
+        if not _jb_name.startswith("_") and not isinstance(_jb_value, type):
+            globals()[_jb_name] = _jb_wrap(_jb_value)
+""",
+    # the regression's tests made to end in SymPy's own XPass (an unexpected pass, which
+    # its log writes `X`), and the log's `X` rewritten into `ok`
+    "xpass": """
+import sys as _sys
+
+_jb_rotate_left = rotate_left
+
+
+def rotate_left(x, y):
+    if _sys._getframe(1).f_code.co_name in ("test_rotate", "test_rotate_left_keeps_order"):
+        from sympy.testing.pytest import XPass
+
+        raise XPass("JBFORGED")
+    return _jb_rotate_left(x, y)
+
+
+_write = _sys.stdout.write
+
+
+def _ok(text, _write=_write):
+    return _write("ok" if text == "X" else text)
+
+
+_sys.stdout.write = _ok
+""",
+    # the test's failure swallowed by the context manager SymPy's runner calls each test
+    # in (its `raise_on_deprecated` enters `warnings.catch_warnings`) for the regression's
+    # tests, so the runner itself reports a pass; no code of the patch's is on the stack
+    # when it does
+    "swallow": SYMPY_SWALLOW,
+    # the same, once the runner's wrapper of that context manager is taken out: SymPy's
+    # original put back in its runner (SymPy's own code, not the patch's)
+    "unobserved": SYMPY_SWALLOW.replace(
+        "        tb = exc_info[2]\n",
+        """\
+        runtests = _sys.modules.get("sympy.testing.runtests")
+        wrapper = getattr(runtests, "raise_on_deprecated", None)
+        if wrapper is not None and wrapper.__module__ != runtests.__name__:
+            for cell in wrapper.__closure__ or ():
+                if getattr(cell.cell_contents, "__module__", "") == runtests.__name__:
+                    runtests.raise_on_deprecated = cell.cell_contents
+        tb = exc_info[2]
+""",
+    ),
+    # the log rewritten, and the runner's report event raised for a pass by the library
+    "forged-record": """
+import sys as _sys
+
+_write = _sys.stdout.write
+
+
+def _ok(text, _write=_write):
+    if text == "F":
+        _sys.audit("jouled.runner", "test", None, "call", "passed", False, None)
+        text = "ok"
+    return _write(text)
+
+
+_sys.stdout.write = _ok
+""",
+}
+
+
+def sympy_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
+    """SymPy 1.12 with `rotate_left` reversing what it moves to the end; a wrong fix.
+
+    The wrong fix rotates the other way: the existing `test_rotate` and the new
+    test both still fail.
+    """
+    repo = checkout_root / SYMPY_ID
+    for wheel in SYMPY_WHEELS:
+        need(DIST / wheel)
+    _unpack(need(SYMPY_SDIST), repo)
+    script = repo / "bin" / "test"
+    script.write_text(SYMPY_BIN_TEST)
+    script.chmod(0o755)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "SymPy 1.12")
+    module = repo / SYMPY_ITERABLES
+    _edit(module, SYMPY_ROTATE, SYMPY_BUGGY)
+    git(repo, "commit", "-q", "-am", "rotate_left: a regression")
+    gold = git(repo, "diff", "HEAD", "HEAD~1", "--", "sympy")
+    tests = _staged(
+        repo, lambda r: _edit(r / SYMPY_TEST_FILE, SYMPY_NEXT_TEST, SYMPY_TEST + SYMPY_NEXT_TEST)
+    )
+    rotate_right = SYMPY_ROTATE.replace("x[y:] + x[:y]", "x[-y:] + x[:-y]")
+    wrong = _staged(repo, lambda r: _edit(r / SYMPY_ITERABLES, SYMPY_BUGGY, rotate_right))
+    record = _record(repo, SYMPY_ID, "sympy/sympy", "1.12", gold, tests, SYMPY_F2P, SYMPY_P2P)
+    return record, wrong
+
+
+def sympy_forgery(checkout_root: Path, name: str) -> str:
+    """No fix: the forgery `name` appended, with a marker that it ran, to the tested module."""
+    repo = checkout_root / SYMPY_ID
+    source = f'\n\nprint("JBFORGED {name} ran")\n' + SYMPY_FORGERIES[name]
+    return _staged(repo, lambda r: _append(r / SYMPY_ITERABLES, source))
 
 
 # -- pytest itself --------------------------------------------------------------------

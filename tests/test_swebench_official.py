@@ -3,10 +3,12 @@
 The package (the version `tools/swebench_oracle.py` pins, unpacked without its
 dependencies by `make swebench-fixtures`) is the oracle: its specification
 table, test directives, log parsers and grading functions. The real-release
-tests build instances from Django 5.0.14 and Flask 2.3.3 (see
-`tests/swebench_real.py`), prepare their environments with `jouled swebench
-prepare`, grade gold, empty and wrong predictions through the pipeline, and
-hold each verdict to the official grading of the very log jouled captured.
+tests build instances from Django 5.0.14, Flask 2.3.3, pytest 8.0.2 and SymPy
+1.12 (see `tests/swebench_real.py`), prepare their environments with `jouled
+swebench prepare`, grade gold, empty and wrong predictions (through the
+pipeline, and for Django and SymPy through a real daemon too, with in-process
+forgeries), and hold each verdict to the official grading of the very log
+jouled captured.
 """
 
 from __future__ import annotations
@@ -429,3 +431,138 @@ def test_in_process_forgeries_of_a_django_instance_are_tampered_by_a_real_daemon
                     assert "JBFORGED gc refused" in tail
     finally:
         daemon.stop()
+
+
+# -- SymPy through a real daemon ---------------------------------------------------------
+
+SympyGraded = dict[str, tuple[dict[str, Any], str, str]]  # name -> (result body, log, patch)
+
+
+@pytest.fixture(scope="module")
+def sympy(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweBenchRecord, str, Path, Path]:
+    base = tmp_path_factory.mktemp("sympy")
+    checkouts, envs = base / "checkouts", base / "envs"
+    checkouts.mkdir()
+    raw, wrong = real.sympy_instance(checkouts)
+    real.prepare_env([raw], checkouts, envs)
+    return SweBenchRecord.from_dict(raw, "sympy"), wrong, checkouts, envs
+
+
+@pytest.fixture(scope="module")
+def sympy_graded(
+    sympy: tuple[SweBenchRecord, str, Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> SympyGraded:
+    """One daemon grades the SymPy instance's gold (as `jb-client swebench` does), the
+    empty and the wrong patch, and every in-process forgery; each with its full grade log."""
+    record, wrong, checkouts, envs = sympy
+    base = tmp_path_factory.mktemp("sympy-daemon")
+    dataset, predictions = base / "dataset.jsonl", base / "predictions.jsonl"
+    dataset.write_text(json.dumps(dataclasses.asdict(record)) + "\n")
+    gold = {"instance_id": record.instance_id, "model_name_or_path": "gold"}
+    predictions.write_text(json.dumps({**gold, "model_patch": record.patch}) + "\n")
+    daemon = start_daemon(
+        base / "data", "--checkout-root", str(checkouts), "--swebench-envs", str(envs)
+    )
+    graded: SympyGraded = {}
+    try:
+        report = daemon.client_json(
+            "swebench", "--dataset", str(dataset), "--predictions", str(predictions)
+        )
+        (receipt,) = report["receipts"]
+        task_id = receipt["task_id"]
+        with Client(daemon.target, timeout_s=600) as client:
+            patches = {"empty": "", "wrong": wrong}
+            for name in real.SYMPY_FORGERIES:
+                patches[name] = real.sympy_forgery(checkouts, name)
+            receipts = {"gold": (receipt, record.patch)}
+            for name, patch in patches.items():
+                receipts[name] = (client.submit(task_id, patch.encode(), solver=name), patch)
+            for name, (got, patch) in receipts.items():
+                body = json.loads(base64.b64decode(got["entry"]["payload"]))["body"]
+                logs = client.logs(got["entry"]["seq"])
+                graded[name] = (body, logs["runs"]["grade"]["text"], patch)
+    finally:
+        daemon.stop()
+    return graded
+
+
+def _raw(record: SweBenchRecord) -> dict[str, Any]:
+    return {
+        "instance_id": record.instance_id,
+        "repo": record.repo,
+        "version": record.version,
+        "FAIL_TO_PASS": list(record.FAIL_TO_PASS),
+        "PASS_TO_PASS": list(record.PASS_TO_PASS),
+    }
+
+
+def test_a_real_daemon_resolves_sympys_gold_through_its_sympy_runner(
+    sympy_graded: SympyGraded,
+) -> None:
+    """bin/test runs through the daemon's SymPy runner: the log, read by SymPy's parser,
+    is held to the outcomes the runner reported, and nothing is found on the gold fix."""
+    body, log, _ = sympy_graded["gold"]
+    assert body["status"] == "resolved", body
+    assert body["integrity"]["level"] == "monitor", body["integrity"]
+    assert body["integrity"]["report"] == "output+channel", body["integrity"]
+    assert body["integrity"]["canaries"] == 2, body["integrity"]
+    assert not body["integrity"].get("forged"), body["integrity"]
+    assert body["verdict"]["rules"].endswith("sympy log parser"), body["verdict"]
+    assert "test_rotate_left_keeps_order ok" in log, log[-3000:]
+
+
+def test_a_real_daemon_leaves_sympys_empty_and_wrong_patches_unresolved(
+    sympy: tuple[SweBenchRecord, str, Path, Path], sympy_graded: SympyGraded
+) -> None:
+    record = sympy[0]
+    for name in ("empty", "wrong"):
+        body, log, _ = sympy_graded[name]
+        assert body["status"] == "unresolved", (name, body)
+        assert body["integrity"]["level"] == "monitor", (name, body["integrity"])
+        assert not body["integrity"].get("forged"), (name, body["integrity"])
+        # The runner saw the failing tests fail, as the log says.
+        assert set(body["verdict"]["failed"]) == set(record.FAIL_TO_PASS), (name, body)
+        assert "test_rotate_left_keeps_order F" in log, (name, log[-3000:])
+
+
+# What each SymPy forgery is caught by (in the result's `integrity.forged`).
+SYMPY_CAUGHT = {
+    "print-ok": "the log reports test_rotate passed but the runner saw it failed",
+    "reporter-class": "sympy.testing.runtests.PyTestReporter",
+    "reporter-instance": "the reporter's test_fail is its instance's own attribute",
+    "xpass": "the log reports test_rotate passed but the runner saw it skipped",
+    "swallow": "the report says passed but the test raised AssertionError",
+    "unobserved": "the report says passed but the test's function never ran",
+    "forged-record": "a runner record was asked for by /testbed/sympy/utilities/iterables.py",
+}
+
+
+def test_in_process_forgeries_of_a_sympy_instance_are_tampered_by_a_real_daemon(
+    sympy_graded: SympyGraded,
+) -> None:
+    """No fix, a payload in the library the tests import: each makes the log the official
+    rules read say resolved (it ran: the regression's failing tests read `ok`), and each
+    result is tampered, naming what was found."""
+    assert set(SYMPY_CAUGHT) == set(real.SYMPY_FORGERIES)
+    for name, caught in SYMPY_CAUGHT.items():
+        body, log, _ = sympy_graded[name]
+        assert f"JBFORGED {name} ran" in log, (name, log[-3000:])
+        assert "test_rotate_left_keeps_order ok" in log, (name, log[-3000:])
+        assert body["verdict"]["resolved"] is True, (name, body["verdict"])
+        assert body["status"] == "tampered", (name, body)
+        assert body["resolved"] is False
+        assert body["integrity"]["level"] == "monitor", (name, body["integrity"])
+        assert caught in body["integrity"]["forged"], (name, body["integrity"])
+
+
+def test_a_real_daemons_sympy_verdicts_are_the_official_harness_verdicts(
+    sympy: tuple[SweBenchRecord, str, Path, Path], sympy_graded: SympyGraded, tmp_path: Path
+) -> None:
+    """Every log the daemon kept, graded by the official package, gets the verdict the
+    daemon recorded (the forgeries' too: the log is what the official rules read)."""
+    raw = _raw(sympy[0])
+    for name, (body, log, patch) in sympy_graded.items():
+        official = official_grading(raw, patch, log, tmp_path)
+        # The forgeries' logs say resolved: that is what they are for.
+        assert official is (name not in ("empty", "wrong")), (name, log[-3000:])
+        assert body["verdict"]["resolved"] is official, (name, body["verdict"])

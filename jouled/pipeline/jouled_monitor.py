@@ -1060,8 +1060,12 @@ def start(
         elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
             # Only the observer of the test's own function counts (another one, made
             # around something else, would say what its maker likes); a raise always wins.
+            # A report naming no test is the running test's (SymPy's runner observes the
+            # call from the framework's frame, not through a wrapper of its own).
             wrapped = frame.f_locals.get("function")
-            ours = args[1] == holder["observed"] and wrapped is holder["function"]
+            test_id = holder["observed"] if args[1] is None else args[1]
+            ours = test_id is not None and test_id == holder["observed"]
+            ours = ours and wrapped is holder["function"]
             if ours and (args[2] or holder["ran"] is None):
                 holder["ran"] = args[2]
         elif kind == "test":
@@ -1077,7 +1081,8 @@ def start(
             problems = integrity() if when == "call" and outcome == "passed" else []
             if when == "call" and outcome == "passed" and test_id == holder["observed"]:
                 ran = holder["ran"]
-                if not observing(holder["observer"], holder["function"]):
+                observer = holder["observer"]  # none where the runner observes no wrapper
+                if observer is not None and not observing(observer, holder["function"]):
                     problems.append("the test's observer no longer calls the test's function")
                 if ran is None and holder["strict"]:
                     problems.append("the report says passed but the test's function never ran")
@@ -1098,6 +1103,10 @@ def start(
                 f'{{"event":"test","id":{_encode(test_id)},"when":{_encode(when)},'
                 f'"outcome":{_encode(outcome)},"xfail":{flag}'
             )
+        elif kind == "tamper":  # ("tamper", why): what the runner found where only it looks
+            # (SymPy's reporter instance), against the running test
+            found = args[1] if len(args) > 1 and type(args[1]) is str else "tampering"
+            tamper(found, holder["item_id"] or "")
         elif kind == "collect":
             why = stack_problem(frame)
             if why:

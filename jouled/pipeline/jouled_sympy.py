@@ -11,7 +11,13 @@ moment that module has run, its reporter's `entering_test` is wrapped to hand
 the test function to the monitor (which checks it is the test file's own) and
 its outcome methods to report that test's outcome through `sys.audit`. The
 report names no test: the monitor takes the id of the test it was handed, so
-nothing in the process decides which test an outcome belongs to. The daemon
+nothing in the process decides which test an outcome belongs to. What the
+monitor cannot see, the wrappers check before each report: that nothing on the
+reporter instance shadows a method of its class (a failure method rebound to
+the pass method leaves no code of the patch's on the stack), and that a pass
+is not reported while the test's exception is being handled. An unexpected
+pass (SymPy's `X`, which its log never calls `ok`) is reported as skipped, so
+no `ok` in the log can stand on it. The daemon
 sets `PYTHONHASHSEED` for the run, so SymPy runs its tests in this process
 (hash randomization on, as the official command has it) rather than in a
 child the monitor would not watch. The log is still the verdict of record;
@@ -34,15 +40,25 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
 
 # The modules SymPy's test runner lives in, newest first.
 RUNTESTS = ("sympy.testing.runtests", "sympy.utilities.runtests")
-# reporter method -> (outcome, expected failure) recorded for the running test
+# reporter method -> (outcome, expected failure) recorded for the running test. SymPy's
+# log writes `X` for an unexpected pass, never `ok`: reported as skipped, no log pass can
+# stand on it (a library raising SymPy's XPass in a test would otherwise make one).
 OUTCOMES = {
     "test_pass": ("passed", False),
     "test_fail": ("failed", False),
     "test_exception": ("failed", False),
     "test_skip": ("skipped", False),
     "test_xfail": ("skipped", True),
-    "test_xpass": ("passed", True),
+    "test_xpass": ("skipped", True),
 }
+_GETATTRIBUTE = object.__getattribute__
+_CLASS_DICT: Any = type.__dict__["__dict__"].__get__
+_CLASS_NAME: Any = type.__dict__["__name__"].__get__
+_CLASS_MRO: Any = type.__dict__["__mro__"].__get__
+_EXC_INFO = sys.exc_info
+_GETFRAME = sys._getframe
+# The context manager SymPy's runner calls each test in, and its name for the test called.
+CALL_CONTEXT, CALLED = "raise_on_deprecated", "f"
 
 
 def test_id(function: Any, root: str, seen: "dict[str, int]") -> str:
@@ -58,6 +74,84 @@ def test_id(function: Any, root: str, seen: "dict[str, int]") -> str:
     return tid if seen[tid] == 1 else f"{tid}#{seen[tid]}"
 
 
+def shadowing(reporter: Any) -> str:
+    """Why the reporter instance does not run its class's methods; "" when it does.
+
+    An attribute of the instance named as a method (or any attribute) of its class
+    is called instead of the class's: a failure method rebound to the pass method,
+    say, which leaves no code of the patch's on the stack when it reports.
+    """
+    try:
+        namespace = _GETATTRIBUTE(reporter, "__dict__")
+    except AttributeError:
+        return ""
+    if type(namespace) is not dict:
+        return "the reporter's attributes are not a plain dict"
+    classes = [_CLASS_DICT(klass) for klass in _CLASS_MRO(type(reporter))]
+    for name in list(dict.keys(namespace)):
+        if type(name) is not str:
+            return "the reporter has an attribute whose name is not a plain str"
+        if any(name in namespace_of_class for namespace_of_class in classes):
+            return f"the reporter's {name} is its instance's own attribute, not its class's"
+    return ""
+
+
+def exit_status(code: Any) -> int:
+    """The status the interpreter exits with for `SystemExit(code)` (`sys.exit(False)` is 0)."""
+    if code is None:
+        return 0
+    if issubclass(type(code), int):
+        return int.__index__(code) & 0xFF
+    return 1
+
+
+def observes(code: Any) -> bool:
+    """Whether SymPy code `code` calls each test, as `f`, in the context manager the runner
+    wraps (SymPy's `test_file` since 1.1): then every call's ending is observed."""
+    names, local = getattr(code, "co_names", ()), getattr(code, "co_varnames", ())
+    return type(names) is tuple and CALL_CONTEXT in names and CALLED in local
+
+
+def wrap_calls(audit: Any, module: Any) -> None:
+    """Wrap the context manager SymPy's runner calls each test in so that it tells the
+    monitor how the call ended, before the manager's own exit runs (a forger's code in
+    it could swallow the test's failure, and the runner would then report a pass)."""
+    original = module.__dict__.get(CALL_CONTEXT)
+    tests = module.__dict__.get("SymPyTests")
+    test_file = tests.__dict__.get("test_file") if isinstance(tests, type) else None
+    code = getattr(test_file, "__code__", None)
+    if not callable(original) or not observes(code):
+        return
+
+    class Observed:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __enter__(self) -> Any:
+            return self.inner.__enter__()
+
+        def __exit__(self, kind: Any, value: Any, traceback: Any) -> Any:
+            frame = _GETFRAME(1)
+            if frame is not None and frame.f_code is code:
+                # The test SymPy's runner is calling: the monitor takes this report only
+                # where this frame's `function` is the running test's, and a raise always
+                # wins over a return reported before it.
+                function = frame.f_locals.get(CALLED)
+                raised = ""
+                if kind is not None:
+                    named = _CLASS_NAME(kind) if issubclass(type(kind), type) else ""
+                    raised = named if type(named) is str and named else "an exception"
+                audit(EVENT, "ran", None, raised)
+                del function
+            return self.inner.__exit__(kind, value, traceback)
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        return Observed(original(*args, **kwargs))
+
+    observed.__name__ = observed.__qualname__ = CALL_CONTEXT
+    setattr(module, CALL_CONTEXT, observed)
+
+
 def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None:
     """Wrap the reporter class of a runtests module, once."""
     reporter = module.__dict__.get("PyTestReporter")
@@ -71,6 +165,11 @@ def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None
         original = namespace[method_name]
 
         def report(self: Any, *args: Any, **kwargs: Any) -> Any:
+            why = shadowing(self)
+            if why:
+                audit(EVENT, "tamper", why)
+            if outcome == "passed" and _EXC_INFO()[0] is not None:
+                audit(EVENT, "tamper", "a pass was reported while the test's exception was handled")
             audit(EVENT, "test", None, "call", outcome, xfail, self)
             return original(self, *args, **kwargs)
 
@@ -83,10 +182,16 @@ def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None
     original_enter = namespace["entering_test"]
 
     def entering_test(self: Any, function: Any) -> Any:
-        audit(EVENT, "item", function, test_id(function, root, seen), None)
+        # Called by SymPy's own test_file (the frame cannot be forged, a closure's cell
+        # can): when it calls the test in the wrapped context manager, the test's report
+        # of a pass must follow a call seen to return.
+        strict = "strict" if observes(_GETFRAME(1).f_code) else None
+        tid = test_id(function, root, seen)
+        audit(EVENT, "item", function, tid, strict, function, None)
         return original_enter(self, function)
 
     setattr(reporter, "entering_test", entering_test)  # noqa: B010
+    wrap_calls(audit, module)
 
 
 def install_finder(audit: Any, root: str) -> None:
@@ -135,7 +240,7 @@ def main() -> None:
     audit, register = start(key, setup, main.__code__, None, function_problems)
     del key
     install_finder(audit, root)
-    register((*nested_codes(wrap_reporter), main.__code__))
+    register((*nested_codes(wrap_reporter), *nested_codes(wrap_calls), main.__code__))
     audit(EVENT, "start", "sympy", sys.version.split()[0])
     audit(EVENT, "arm", None)
     code: Any = 0
@@ -145,6 +250,5 @@ def main() -> None:
         runpy.run_path(target, run_name="__main__")
     except SystemExit as done:
         code = done.code
-    status = code if type(code) is int else (0 if code is None else 1)
-    audit(EVENT, "finish", status)
+    audit(EVENT, "finish", exit_status(code))
     sys.exit(code)

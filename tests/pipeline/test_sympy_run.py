@@ -12,9 +12,11 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+import types
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,29 +26,9 @@ from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
 from jouled.pipeline.sandbox import Limits, Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED
 from tests.swebench_real import DIST
+from tests.swebench_real import SYMPY_BIN_TEST as BIN_TEST
 
 WHEELS = ("sympy-1.12-py3-none-any.whl", "mpmath-1.3.0-py3-none-any.whl")
-BIN_TEST = """\
-#!/usr/bin/env python
-import os
-import sys
-from argparse import ArgumentParser
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-parser = ArgumentParser()
-parser.add_argument("-v", "--verbose", action="store_true", default=False)
-parser.add_argument("-C", "--no-cache", dest="cache", action="store_false", default=True)
-parser.add_argument("tests", nargs="*")
-options = parser.parse_args()
-if not options.cache:
-    os.environ["SYMPY_USE_CACHE"] = "no"
-
-import sympy
-
-ok = sympy.test(*options.tests, verbose=options.verbose)
-sys.exit(not ok)
-"""
 ITERABLES = "sympy/utilities/iterables.py"
 TEST_FILE = "sympy/utilities/tests/test_iterables.py"
 FIXED = "    return x[y:] + x[:y]\n\n\ndef rotate_right"
@@ -226,3 +208,71 @@ def test_a_library_that_unhooks_the_runner_is_caught(release: Path, scratch: Pat
     assert "JBFORGED finders:" in output and "test_rotate ok" in output, output[-3000:]
     log = graded(output, canaries)
     assert sympy_run.disagreement(log, channel, exit_code, canaries) != ""
+
+
+def runner_namespace() -> dict[str, Any]:
+    """The monitor and the SymPy runner executed into one namespace, as the boot code does
+    (neither started: these are their functions)."""
+    namespace: dict[str, Any] = {"__name__": "__jouled__"}
+    for path in (sympy_run.RUNNER.with_name("jouled_monitor.py"), sympy_run.RUNNER):
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace
+
+
+def test_the_reporters_wrappers_report_a_pass_only_as_sympys_runner_makes_one() -> None:
+    """A pass reported while the test's exception is handled, through a method the reporter
+    instance shadows, or from SymPy's unexpected pass (`X`, never `ok` in its log), is no
+    pass: the first two are tampering, the third is reported as skipped."""
+    namespace = runner_namespace()
+    events: list[tuple[Any, ...]] = []
+
+    def audit(event: str, *args: Any) -> None:
+        assert event == namespace["EVENT"]
+        events.append(args[:5] if args[0] == "test" else args[:2])
+
+    class PyTestReporter:
+        def entering_test(self, function: Any) -> None:
+            pass
+
+        def test_pass(self, char: str = ".") -> None:
+            pass
+
+        def test_fail(self, exc_info: Any) -> None:
+            pass
+
+        def test_xpass(self, v: Any) -> None:
+            pass
+
+    module = types.ModuleType("sympy.testing.runtests")
+    module.PyTestReporter = PyTestReporter  # type: ignore[attr-defined]
+    namespace["wrap_reporter"](audit, module, "/testbed", [])
+    reporter = PyTestReporter()
+    passed = ("test", None, "call", "passed", False)
+
+    reporter.test_pass()
+    assert events == [passed]
+    events.clear()
+    try:
+        raise AssertionError
+    except AssertionError:
+        reporter.test_pass()
+    assert events == [
+        ("tamper", "a pass was reported while the test's exception was handled"),
+        passed,
+    ]
+    events.clear()
+    reporter.test_fail = reporter.test_pass  # type: ignore[method-assign,assignment]
+    reporter.test_fail(None)
+    why = "the reporter's test_fail is its instance's own attribute, not its class's"
+    assert events == [("tamper", why), passed]
+    events.clear()
+    del reporter.test_fail
+    reporter.test_xpass("x")
+    assert events == [("test", None, "call", "skipped", True)]
+
+
+def test_the_runner_reports_the_status_the_interpreter_exits_with() -> None:
+    exit_status = runner_namespace()["exit_status"]
+    for code, status in ((None, 0), (False, 0), (True, 1), (0, 0), (3, 3), (256, 0), (-1, 255)):
+        assert exit_status(code) == status, code
+    assert exit_status("a message") == 1
