@@ -759,6 +759,15 @@ def _globals_in(node: Any) -> "list[Any]":
     return found
 
 
+def exit_status(code: Any) -> int:
+    """The status the interpreter exits with for `SystemExit(code)` (`sys.exit(False)` is 0)."""
+    if code is None:
+        return 0
+    if issubclass(type(code), int):
+        return int.__index__(code) & 0xFF
+    return 1
+
+
 def nested_codes(function: Any) -> "tuple[Any, ...]":
     """The code of every function defined inside `function`, at any depth."""
     found, todo = [], list(function.__code__.co_consts)

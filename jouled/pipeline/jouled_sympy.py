@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
     from jouled.pipeline.jouled_monitor import (
         EVENT,
+        exit_status,
         function_problems,
         nested_codes,
         read_setup,
@@ -94,15 +95,6 @@ def shadowing(reporter: Any) -> str:
         if any(name in namespace_of_class for namespace_of_class in classes):
             return f"the reporter's {name} is its instance's own attribute, not its class's"
     return ""
-
-
-def exit_status(code: Any) -> int:
-    """The status the interpreter exits with for `SystemExit(code)` (`sys.exit(False)` is 0)."""
-    if code is None:
-        return 0
-    if issubclass(type(code), int):
-        return int.__index__(code) & 0xFF
-    return 1
 
 
 def observes(code: Any) -> bool:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
     from jouled.pipeline.jouled_monitor import (
         EVENT,
         Origins,
+        exit_status,
         function_problems,
         nested_codes,
         observer,
@@ -176,6 +177,6 @@ def main() -> None:
             runpy.run_path(target, run_name="__main__")
     except SystemExit as done:
         code = done.code
-    status = code if type(code) is int else (0 if code is None else 1)
+    status = exit_status(code)
     audit(EVENT, "finish", status)
     sys.exit(code)
