@@ -228,16 +228,7 @@ def _place_labels(fig: Figure) -> None:
         if not crowded:
             return
         for ax, names in crowded.items():
-            ax.text(
-                1.0,
-                1.01,
-                label("too crowded to name here: " + ", ".join(names), 200),
-                transform=ax.transAxes,
-                ha="right",
-                va="bottom",
-                fontsize=7,
-                color="0.35",
-            )
+            _add_note(ax, "not named (too crowded to name here)", names)
 
 
 def _free_spot(
@@ -253,7 +244,8 @@ def _free_spot(
     step = h + 2
     for k in range(int(area.height / step) + 2):
         for y0 in (py + gap + k * step, py - gap - h - k * step):
-            for x0 in (px + gap, px - gap - w):
+            # Right of the point, left of it, or slid along to stay inside the axes.
+            for x0 in (px + gap, px - gap - w, min(max(px - w / 2, area.x0), area.x1 - w)):
                 box = Bbox.from_extents(x0, y0, x0 + w, y0 + h)
                 inside = area.x0 <= box.x0 and box.x1 <= area.x1
                 inside = inside and area.y0 <= box.y0 and box.y1 <= area.y1
@@ -353,18 +345,40 @@ def _frontier_axes(
     _percent_axis(ax, "resolution")
     ax.set_title(label(f"{suite}: resolution vs {AXES[axis][1]}", 90), fontsize=10)
     notes = [(why, missing[why]) for why in _REASONS if missing[why]]
-    for i, (why, names) in enumerate(notes):
-        shown = ", ".join(label(m, 30) for m in names[:3])
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        ax.text(
-            0.0,
-            (-0.2 if log else -0.16) - 0.05 * i,
-            label(f"{why}: {shown}{more}", 200),
-            transform=ax.transAxes,
-            fontsize=7,
-            color="0.35",
-            va="top",
+    for why, names in notes:
+        _add_note(ax, why, [label(m, 30) for m in names])
+
+
+_NOTE_WIDTH = 70  # characters a line of notes holds: even 70 wide glyphs fit the figure
+
+
+def _add_note(ax: Axes, why: str, names: Sequence[str]) -> None:
+    """Name rows under the axes, with why they have no point; one text block per axes,
+    its lines wrapped, so notes never run into each other nor off the figure."""
+    import textwrap
+
+    from matplotlib.transforms import ScaledTranslation
+
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    lines = textwrap.wrap(
+        f"{why}: {shown}",
+        _NOTE_WIDTH,
+        subsequent_indent="    ",
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
+    notes = next((t for t in ax.texts if t.get_gid() == "notes"), None)
+    if notes is None:
+        # Below the tick labels and the axis label, whatever the axes' height.
+        below = ScaledTranslation(0, -44 / 72, ax.figure.dpi_scale_trans)
+        notes = ax.text(
+            0.0, 0.0, "", transform=ax.transAxes + below, fontsize=7, color="0.35", va="top"
         )
+        notes.set_gid("notes")
+        lines_before: list[str] = []
+    else:
+        lines_before = notes.get_text().split("\n")
+    notes.set_text("\n".join([*lines_before, *lines]))
 
 
 _NOTHING = "not placed (nothing resolved)"

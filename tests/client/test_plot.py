@@ -202,6 +202,17 @@ def test_ticks_read_as_plain_numbers(grade_mj: int, expect: str) -> None:
     ]
 
 
+def _entries(ax: Any) -> list[str]:
+    """The texts drawn in the axes, each note under them one entry (its lines unwrapped)."""
+    out = []
+    for t in ax.texts:
+        if t.get_gid() == "notes":
+            out += [e.replace("\n    ", " ") for e in re.split(r"\n(?=\S)", t.get_text())]
+        else:
+            out.append(t.get_text())
+    return out
+
+
 def test_the_dollar_axis_says_why_each_row_is_not_placed() -> None:
     bodies = [
         result(0, "s/a", "resolved", solver="half", usd_micros=4000)["body"],
@@ -211,7 +222,7 @@ def test_the_dollar_axis_says_why_each_row_is_not_placed() -> None:
         result(4, "s/a", "unresolved", solver="idle", usd_micros=4000)["body"],
     ]
     rows = frontier_rows(bodies, axis="usd")
-    texts = [t.get_text() for t in plot.frontier_figure(rows, "usd").axes[0].texts]
+    texts = _entries(plot.frontier_figure(rows, "usd").axes[0])
     # Tasks were resolved: the empty plot must not say otherwise.
     assert not any("no resolved task" in t for t in texts)
     assert "no row to place: none claims dollars for every attempt" in texts
@@ -223,3 +234,33 @@ def test_the_dollar_axis_says_why_each_row_is_not_placed() -> None:
     assert "idle" in idle and "half" not in idle and "none ·" not in idle
     # No name is drawn as if it were a point.
     assert all(t.startswith(("not placed", "no row")) for t in texts)
+
+
+def test_wide_names_and_long_notes_stay_in_the_picture_and_apart(tmp_path: Path) -> None:
+    """Names as wide as the font draws (W) and notes naming many rows, on the dollar axis."""
+    wide = "W" * 60
+    bodies = []
+    for i in range(5):
+        kw = {"model": wide}
+        bodies += [
+            result(i, "s/a", "resolved", solver=f"half{i}{wide}", usd_micros=4000, **kw)["body"],
+            result(10 + i, "s/b", "resolved", solver=f"half{i}{wide}", **kw)["body"],
+            result(20 + i, "s/a", "resolved", solver=f"none{i}{wide}", **kw)["body"],
+            result(30 + i, "s/a", "unresolved", solver=f"idle{i}{wide}", **kw)["body"],
+            result(
+                40 + i, "s/a", "resolved", solver=f"full{i}{wide}", usd_micros=3000 * (i + 1), **kw
+            )["body"],
+        ]
+    fig = plot.frontier_figure(frontier_rows(bodies, axis="usd"), "usd")
+    plot.write(fig, tmp_path / "f.png")
+    renderer = _drawn(fig)
+    [ax] = fig.axes
+    texts = [t for t in [*ax.texts, ax.xaxis.label, ax.title] if t.get_text() and t.get_visible()]
+    assert sum(t.get_text().startswith("full") for t in texts) == 5  # every point named
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    canvas = fig.bbox
+    for t, box in zip(texts, boxes, strict=True):
+        inside = canvas.x0 <= box.x0 and box.x1 <= canvas.x1
+        assert inside and canvas.y0 <= box.y0 and box.y1 <= canvas.y1, t.get_text()
+    for i, j in combinations(range(len(boxes)), 2):
+        assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
