@@ -367,14 +367,16 @@ def _add_note(ax: Axes, why: str, names: Sequence[str]) -> None:
         break_long_words=True,
         break_on_hyphens=False,
     )
-    notes = next((t for t in ax.texts if t.get_gid() == "notes"), None)
+    # The gid becomes an SVG id: one per axes, the same for the same figure.
+    gid = f"notes-{ax.figure.axes.index(ax)}"
+    notes = next((t for t in ax.texts if t.get_gid() == gid), None)
     if notes is None:
         # Below the tick labels and the axis label, whatever the axes' height.
         below = ScaledTranslation(0, -44 / 72, ax.figure.dpi_scale_trans)
         notes = ax.text(
             0.0, 0.0, "", transform=ax.transAxes + below, fontsize=7, color="0.35", va="top"
         )
-        notes.set_gid("notes")
+        notes.set_gid(gid)
         lines_before: list[str] = []
     else:
         lines_before = notes.get_text().split("\n")

@@ -63,6 +63,16 @@ def test_inline_svg_is_an_element_with_its_own_ids() -> None:
         assert ref in ids_a
 
 
+def test_notes_of_several_suites_have_their_own_ids() -> None:
+    rows = frontier_rows(
+        [result(i, f"{s}/a", "unresolved", solver="noop")["body"] for i, s in enumerate("xyz")]
+    )
+    svg = plot.inline_svg(plot.frontier_figure(rows), "f")
+    ids = re.findall(r'id="([^"]+)"', svg)
+    assert len(ids) == len(set(ids))
+    assert {"f-notes-0", "f-notes-1", "f-notes-2"} <= set(ids)
+
+
 def test_the_same_figure_is_the_same_file(tmp_path: Path) -> None:
     rows = frontier_rows(BODIES)
     plot.write(plot.frontier_figure(rows), tmp_path / "a.svg")
@@ -206,7 +216,7 @@ def _entries(ax: Any) -> list[str]:
     """The texts drawn in the axes, each note under them one entry (its lines unwrapped)."""
     out = []
     for t in ax.texts:
-        if t.get_gid() == "notes":
+        if str(t.get_gid()).startswith("notes-"):
             out += [e.replace("\n    ", " ") for e in re.split(r"\n(?=\S)", t.get_text())]
         else:
             out.append(t.get_text())
