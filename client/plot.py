@@ -36,6 +36,8 @@ AXES = {
 
 FORMATS = ("svg", "png")
 _LABEL_MAX = 40
+_GAP = 4.0  # points between a point and its name
+_LABEL_LINE_IN = 0.15  # inches a name's line takes; an axes holds two lines per row
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -84,11 +86,43 @@ def _quiet_glyphs() -> Iterator[None]:
         yield
 
 
+def plain_number(value: float) -> str:
+    """A tick as people read it: 20, 200, 2k, 1.5M, 0.02; never `2×10^1` nor `1e-05`."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    sign, v = ("-" if value < 0 else ""), abs(value)
+    for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= size:
+            return sign + _digits(v / size) + suffix
+    return sign + _digits(v)
+
+
+def _digits(v: float) -> str:
+    # Three significant digits, fixed point, trailing zeros dropped.
+    places = max(0, 2 - math.floor(math.log10(v)))
+    return f"{v:.{places}f}".rstrip("0").rstrip(".") if places else f"{v:.0f}"
+
+
+def _plain_log_formatter(minor: bool) -> Any:
+    from matplotlib.ticker import LogFormatter
+
+    class PlainLog(LogFormatter):
+        # matplotlib decides which ticks carry a label; the text is a plain number.
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return plain_number(x) if super().__call__(x, pos) else ""
+
+    return PlainLog(10, labelOnlyBase=not minor)
+
+
 def _cost_scale(ax: Axes, values: Sequence[float], which: str = "x") -> bool:
-    """A log scale when some cost is positive (returns True), else linear."""
+    """A log scale when some cost is positive (returns True), else linear; plain ticks."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
     if any(v > 0 for v in values):
         (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        axis.set_major_formatter(_plain_log_formatter(minor=False))
+        axis.set_minor_formatter(_plain_log_formatter(minor=True))
         return True
+    ax.ticklabel_format(axis=which, style="plain", useOffset=False)
     return False
 
 
@@ -135,7 +169,11 @@ def frontier_figure(rows: Sequence[Mapping[str, Any]], axis: str = "joules") -> 
     for row in rows:
         by_suite[str(row["suite"])].append(row)
     suites = sorted(by_suite) or [""]
-    fig = Figure(figsize=(8, 4.8 * len(suites)), layout="constrained")
+    # Tall enough that every name finds a free line beside its point (see `_place_labels`).
+    height = max(
+        4.8, 1.8 + 2 * _LABEL_LINE_IN * max((len(v) for v in by_suite.values()), default=0)
+    )
+    fig = Figure(figsize=(8, height * len(suites)), layout="constrained")
     axes = fig.subplots(len(suites), 1, squeeze=False)[:, 0]
     for ax, suite in zip(axes, suites, strict=True):
         _frontier_axes(ax, suite, by_suite.get(suite, []), axis, column, xlabel)
@@ -148,7 +186,91 @@ def frontier_figure(rows: Sequence[Mapping[str, Any]], axis: str = "joules") -> 
     if axis != "joules":
         legend = legend[2:]
     axes[0].legend(handles=legend, loc="lower right", fontsize=8, framealpha=0.9)
+    _place_labels(fig)
     return fig
+
+
+def _place_labels(fig: Figure) -> None:
+    """Move each point's name to the nearest free line beside it, inside its axes.
+
+    The layout is settled first (names take no part in it), then names go one by
+    one, highest point first, to the first spot, right or left of the point and
+    nearest its height, that stays inside the axes and meets no other name, the
+    legend or a note. A name moved off its point gets a thin line to it. A name
+    with no free spot (the figure is sized so none should lack one) is named under
+    the axes instead of drawn over another.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Annotation
+    from matplotlib.transforms import Bbox
+
+    canvas = FigureCanvasAgg(fig)  # measures text; figures are written through it anyway
+    for _ in range(3):
+        fig.draw_without_rendering()
+        renderer = canvas.get_renderer()
+        crowded: dict[Axes, list[str]] = {}
+        for ax in fig.axes:
+            names = [t for t in ax.texts if isinstance(t, Annotation) and t.get_visible()]
+            taken = [t.get_window_extent(renderer) for t in ax.texts if t not in names]
+            if ax.get_legend() is not None:
+                taken.append(ax.get_legend().get_window_extent(renderer))
+            area = ax.get_window_extent(renderer).expanded(1, 1)
+            area = Bbox.from_extents(area.x0 + 2, area.y0 + 2, area.x1 - 2, area.y1 - 2)
+            points = {id(t): ax.transData.transform(t.xy) for t in names}
+            for t in sorted(names, key=lambda t: (-points[id(t)][1], points[id(t)][0])):
+                box = _free_spot(t, points[id(t)], renderer, area, taken, fig.dpi)
+                if box is None:
+                    t.set_visible(False)
+                    crowded.setdefault(ax, []).append(t.get_text())
+                else:
+                    taken.append(box)
+                    _leader(ax, t, points[id(t)], box, fig.dpi)
+        if not crowded:
+            return
+        for ax, names in crowded.items():
+            _add_note(ax, "not named (too crowded to name here)", names)
+
+
+def _free_spot(
+    text: Any, point: Any, renderer: Any, area: Any, taken: list[Any], dpi: float
+) -> Any:
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    size = Text.get_window_extent(text, renderer)  # the words alone
+    w, h = size.width, size.height
+    px, py = float(point[0]), float(point[1])
+    gap = _GAP * dpi / 72
+    step = h + 2
+    for k in range(int(area.height / step) + 2):
+        for y0 in (py + gap + k * step, py - gap - h - k * step):
+            # Right of the point, left of it, or slid along to stay inside the axes.
+            for x0 in (px + gap, px - gap - w, min(max(px - w / 2, area.x0), area.x1 - w)):
+                box = Bbox.from_extents(x0, y0, x0 + w, y0 + h)
+                inside = area.x0 <= box.x0 and box.x1 <= area.x1
+                inside = inside and area.y0 <= box.y0 and box.y1 <= area.y1
+                if inside and not any(box.overlaps(other.expanded(1.02, 1.1)) for other in taken):
+                    text.xyann = ((x0 - px) * 72 / dpi, (y0 - py) * 72 / dpi)
+                    return box
+    return None
+
+
+def _leader(ax: Axes, text: Any, point: Any, box: Any, dpi: float) -> None:
+    """A thin line from a name moved off its point back to the point."""
+    px, py = float(point[0]), float(point[1])
+    if box.y0 - 2 * box.height < py < box.y1 + 2 * box.height:
+        return  # next to its point: no line needed
+    x = box.x0 if box.x0 > px else box.x1
+    y = (box.y0 + box.y1) / 2
+    ax.annotate(
+        "",
+        text.xy,
+        xytext=((x - px) * 72 / dpi, (y - py) * 72 / dpi),
+        textcoords="offset points",
+        arrowprops={"arrowstyle": "-", "lw": 0.5, "color": text.get_color(), "shrinkB": 4},
+        annotation_clip=False,
+        in_layout=False,
+    )
 
 
 def _frontier_axes(
@@ -159,18 +281,18 @@ def _frontier_axes(
     column: str,
     xlabel: str,
 ) -> None:
-    partial = [r for r in rows if axis == "usd" and not claims_all_usd(r)]
-    rows = [r for r in rows if r not in partial]
-    costs = [float(r[column]) for r in rows if r.get(column) is not None and r["resolved"]]
+    costs = [float(r[column]) for r in rows if _why_not_placed(r, axis, column) is None]
     log = _cost_scale(ax, costs)
     placed: list[tuple[float, float, Mapping[str, Any]]] = []
-    missing: list[str] = []
+    missing: dict[str, list[str]] = defaultdict(list)
     for r in rows:
-        x = r.get(column)
-        if r["resolved"] and _plottable(x, log):
+        why = _why_not_placed(r, axis, column)
+        if why is None and not _plottable(r[column], log):
+            why = _NO_COST
+        if why is None:
             placed.append((float(r[column]), 100 * float(r["resolution"]), r))
         else:
-            missing.append(row_name(r))
+            missing[why].append(row_name(r))
     colours = _palette(len(placed))
     for (x, y, r), colour in zip(placed, colours, strict=True):
         # `~` speaks of energy: on the dollar and wall axes every point is drawn plain.
@@ -195,7 +317,15 @@ def _frontier_axes(
                 bars.set_linestyle("--")
         name = ("~" if shaky else "") + label(row_name(r)) + (" *" if r.get("pareto") else "")
         ax.annotate(
-            name, (x, y), xytext=(6, 5), textcoords="offset points", fontsize=8, color=colour
+            name,
+            (x, y),
+            xytext=(_GAP, _GAP),
+            textcoords="offset points",
+            fontsize=8,
+            color=colour,
+            va="bottom",
+            annotation_clip=False,
+            in_layout=False,  # placed after the layout, inside the axes (see `_place_labels`)
         )
     front = sorted((x, y) for x, y, r in placed if r.get("pareto"))
     if front:
@@ -209,31 +339,76 @@ def _frontier_axes(
         ax.set_xlim(min(xs_all) / 2, max(xs_all) * 2.5)  # room for the names
     if not placed:
         ax.text(
-            0.5, 0.5, "no resolved task to place", ha="center", va="center", transform=ax.transAxes
+            0.5, 0.5, _nothing_placed(rows, axis), ha="center", va="center", transform=ax.transAxes
         )
     ax.set_xlabel(label(xlabel + (", log scale" if log else ""), 80))
     _percent_axis(ax, "resolution")
     ax.set_title(label(f"{suite}: resolution vs {AXES[axis][1]}", 90), fontsize=10)
-    notes = [
-        (why, names)
-        for why, names in (
-            ("not placed (nothing resolved, or no cost)", missing),
-            ("not placed (only some attempts claim dollars)", [row_name(r) for r in partial]),
+    notes = [(why, missing[why]) for why in _REASONS if missing[why]]
+    for why, names in notes:
+        _add_note(ax, why, [label(m, 30) for m in names])
+
+
+_NOTE_WIDTH = 70  # characters a line of notes holds: even 70 wide glyphs fit the figure
+
+
+def _add_note(ax: Axes, why: str, names: Sequence[str]) -> None:
+    """Name rows under the axes, with why they have no point; one text block per axes,
+    its lines wrapped, so notes never run into each other nor off the figure."""
+    import textwrap
+
+    from matplotlib.transforms import ScaledTranslation
+
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    lines = textwrap.wrap(
+        f"{why}: {shown}",
+        _NOTE_WIDTH,
+        subsequent_indent="    ",
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
+    # The gid becomes an SVG id: one per axes, the same for the same figure.
+    gid = f"notes-{ax.figure.axes.index(ax)}"
+    notes = next((t for t in ax.texts if t.get_gid() == gid), None)
+    if notes is None:
+        # Below the tick labels and the axis label, whatever the axes' height.
+        below = ScaledTranslation(0, -44 / 72, ax.figure.dpi_scale_trans)
+        notes = ax.text(
+            0.0, 0.0, "", transform=ax.transAxes + below, fontsize=7, color="0.35", va="top"
         )
-        if names
-    ]
-    for i, (why, names) in enumerate(notes):
-        shown = ", ".join(label(m, 30) for m in names[:3])
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        ax.text(
-            0.0,
-            (-0.2 if log else -0.16) - 0.05 * i,
-            label(f"{why}: {shown}{more}", 200),
-            transform=ax.transAxes,
-            fontsize=7,
-            color="0.35",
-            va="top",
-        )
+        notes.set_gid(gid)
+        lines_before: list[str] = []
+    else:
+        lines_before = notes.get_text().split("\n")
+    notes.set_text("\n".join([*lines_before, *lines]))
+
+
+_NOTHING = "not placed (nothing resolved)"
+_NONE = "not placed (no attempt claims dollars)"
+_SOME = "not placed (only some attempts claim dollars: no dollar cost, no Pareto verdict)"
+_NO_COST = "not placed (no cost on this axis)"
+_REASONS = (_NOTHING, _NONE, _SOME, _NO_COST)
+
+
+def _why_not_placed(row: Mapping[str, Any], axis: str, column: str) -> str | None:
+    """Why a row has no point on `axis`, in the words drawn under the axes; None if it has."""
+    if not row["resolved"]:
+        return _NOTHING
+    if axis == "usd" and not claims_all_usd(row):
+        return _NONE if not row.get("usd_claimed_share") else _SOME
+    if row.get(column) is None:
+        return _NO_COST
+    return None
+
+
+def _nothing_placed(rows: Sequence[Mapping[str, Any]], axis: str) -> str:
+    if not rows:
+        return "no results"
+    if not any(r["resolved"] for r in rows):
+        return "no resolved task to place"
+    if axis == "usd":
+        return "no row to place: none claims dollars for every attempt"
+    return "no row with a cost to place"
 
 
 # -- best of k -------------------------------------------------------------------------
