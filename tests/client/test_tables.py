@@ -341,3 +341,22 @@ def test_bestofk_shows_no_claim_as_the_frontier_does(wide: bool) -> None:
         if "unclaimed" in line:
             assert "0.0000" not in line and "-" in line
     assert "0.5000" in buf.getvalue()
+
+
+def test_the_readme_numbers_revisions_as_the_json_and_the_tables_do() -> None:
+    import re
+    from pathlib import Path
+
+    docs = []
+    for n, digest in enumerate(("a" * 64, "b" * 64)):
+        body = result(n, "s/a", "resolved")["body"]
+        docs.append({**body, "task_digest": digest})
+    revisions = sorted(r["revision"] for r in frontier_rows(docs))
+    assert revisions == [0, 1]
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(docs), console=c)
+    assert " r0" in buf.getvalue() and " r1" in buf.getvalue()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"`revision` (\d+)[^,;.]*?, then (\d+)", " ".join(readme.split()))
+    assert said is not None, "the README says how revisions are numbered"
+    assert [int(said[1]), int(said[2])] == revisions
