@@ -98,3 +98,12 @@ def test_partial_dollar_claims_are_named_not_placed_on_the_dollar_axis() -> None
     # On the energy axis the same row has a cost and is placed.
     joules = [t.get_text() for t in plot.frontier_figure(rows, "joules").axes[0].texts]
     assert any(t.lstrip("~").startswith("half") for t in joules)
+
+
+def test_bestofk_figure_leaves_unclaimed_dollars_off_the_cost_panel() -> None:
+    docs = [result(n, "s/a", "resolved", solver="u", rollout=n)["body"] for n in range(2)]
+    rows = best_of_k(docs)
+    assert all(r["usd_cumulative"] is None for r in rows)  # no claim: null, never $0
+    fig = plot.bestofk_figure(rows)
+    _, usd = fig.axes[:2]
+    assert all(len(line.get_xdata()) == 0 for line in usd.get_lines())
