@@ -124,9 +124,12 @@ def receipt_line(document: dict[str, Any]) -> None:
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
     status = f"{r.status.value:<10}"
     mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
+    # Which rollout the daemon recorded (it numbers a submit that names none).
+    body = r.entry.parsed_payload().body if r.entry is not None else {}
+    rollout = f"  rollout {body['rollout']}" if isinstance(body.get("rollout"), int) else ""
     _console(False).print(
         f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
-        f"  grade {j} J ({grade.get('source', '?')})  seq {r.seq}"
+        f"  grade {j} J ({grade.get('source', '?')}){rollout}  seq {r.seq}"
         + ("  (replayed)" if r.replayed else "")
     )
     audit_lines(r.audit)

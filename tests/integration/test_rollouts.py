@@ -59,6 +59,13 @@ def test_submits_without_a_rollout_take_the_next_free_index(
     last = submit(fresh_daemon, fix, "smoke/lrucache", "--solver", "me", "--run-id", "r")
     assert rollout(last) == 8
 
+    # The receipt line says which rollout the daemon recorded.
+    shown = fresh_daemon.client(
+        "submit", "--task", "smoke/lrucache", "--patch", str(fix), "--solver", "me", "--run-id", "r"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "rollout 9" in shown.stdout
+
 
 def test_submits_in_flight_together_never_share_an_index(
     fresh_daemon: Daemon, tmp_path: Path
