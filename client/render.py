@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from jouled.documents import Receipt
+
     out: Console
     err: Console
 
@@ -124,15 +126,27 @@ def receipt_line(document: dict[str, Any]) -> None:
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
     status = f"{r.status.value:<10}"
     mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
-    # Which rollout the daemon recorded (it numbers a submit that names none).
-    body = r.entry.parsed_payload().body if r.entry is not None else {}
-    rollout = f"  rollout {body['rollout']}" if isinstance(body.get("rollout"), int) else ""
+    rollout = _rollout(r)
     _console(False).print(
         f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
         f"  grade {j} J ({grade.get('source', '?')}){rollout}  seq {r.seq}"
         + ("  (replayed)" if r.replayed else "")
     )
     audit_lines(r.audit)
+
+
+def _rollout(r: Receipt) -> str:
+    """Which rollout the daemon recorded (it numbers a submit that names none), from the
+    signed payload; nothing when the entry is withheld or its payload unreadable."""
+    from jouled.errors import DocumentError
+
+    if r.entry is None:
+        return ""
+    try:
+        rollout = r.entry.parsed_payload().body.get("rollout")
+    except DocumentError:
+        return ""
+    return f"  rollout {rollout}" if isinstance(rollout, int) else ""
 
 
 def op_receipt_line(document: dict[str, Any]) -> None:
