@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 
 from jouled import limits
+from jouled.errors import UsageError
 from jouled.ledger.store import Ledger
 
 Key = tuple[str, str, str]  # (task id, solver, run id)
@@ -37,7 +38,12 @@ class NextRollout:
             )
             held = self._held.get(key, set())
             index = max(-1 if recorded is None else int(recorded), *held, -1) + 1
-            limits.rollout_index(index)  # past the bound: refused, as a named index would be
+            if index > limits.ROLLOUT_MAX:
+                raise UsageError(
+                    f"{task_id} by {solver} in run {run_id!r} has used rollout "
+                    f"{limits.ROLLOUT_MAX:,}, the last index: there is no next one",
+                    hint="start a new run (--run-id), or name the rollout (--rollout N)",
+                )
             self._held.setdefault(key, set()).add(index)
         return index, lambda: self._release(key, index)
 

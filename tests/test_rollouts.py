@@ -42,5 +42,6 @@ def test_past_the_bound_the_next_index_is_refused(tmp_path: Path) -> None:
     ledger = open_ledger(tmp_path)
     body = result(0, "s/a", "resolved", solver="me", rollout=limits.ROLLOUT_MAX)["body"]
     ledger.append("result", body)
-    with pytest.raises(UsageError, match="out of range"):
+    with pytest.raises(UsageError, match="has used rollout 10,000, the last index") as caught:
         NextRollout(ledger).take("s/a", "me", "r1")
+    assert "--run-id" in caught.value.hint
