@@ -275,11 +275,14 @@ class Client:
         model: str = "",
         agent: str = "",
         run_id: str = "",
-        rollout: int = 0,
+        rollout: int | None = None,
         claimed: Mapping[str, int] | None = None,
         idempotency_key: str = "",
         progress: Progress | None = None,
     ) -> dict[str, Any]:
+        """Grade `patch`. `rollout` None: the daemon numbers it, one above the highest
+        index this (task, solver, run) has used, so a second attempt never lands on
+        the first's index; the receipt's body says which it got."""
         request = pb.SubmitRequest(
             task_id=task_id,
             patch=patch,
@@ -287,7 +290,8 @@ class Client:
             model=model,
             agent=agent,
             run_id=run_id,
-            rollout=rollout,
+            rollout=rollout or 0,
+            next_rollout=rollout is None,
             claimed=pb.Claimed(**dict(claimed or {})),
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )

@@ -207,8 +207,14 @@ def submit(
     model: Annotated[str, typer.Option(help="The model behind the solver.")] = "",
     run_id: Annotated[str, typer.Option(help="Groups attempts into a run.")] = "",
     rollout: Annotated[
-        int, typer.Option(min=0, max=ROLLOUT_MAX, help="Rollout index within the run.")
-    ] = 0,
+        int | None,
+        typer.Option(
+            min=0,
+            max=ROLLOUT_MAX,
+            help="Rollout index within the run (default: the next free one for this "
+            "task, solver and run).",
+        ),
+    ] = None,
     tokens_in: Annotated[int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed input tokens.")] = 0,
     tokens_out: Annotated[
         int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed output tokens.")

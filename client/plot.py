@@ -432,10 +432,11 @@ def bestofk_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
         (ax_j, "joules_cumulative", "cumulative joules of the first k rollouts (J)"),
         (ax_usd, "usd_cumulative", "cumulative claimed $ of the first k rollouts"),
     ):
-        log = _cost_scale(panel, [float(r[column]) for r in rows])
+        # No claim (null) has no place on a cost axis: such rows are left off the panel.
+        log = _cost_scale(panel, [float(r[column]) for r in rows if r[column] is not None])
         for (key, group), colour in zip(sorted(groups.items()), colours, strict=True):
             group = sorted(group, key=lambda r: int(r["k"]))
-            pts = [r for r in group if _plottable(r[column], log)]
+            pts = [r for r in group if r[column] is not None and _plottable(r[column], log)]
             xs = [float(r[column]) for r in pts]
             panel.plot(
                 xs, [100 * float(r["resolution_within_k"]) for r in pts], "o-", color=colour, ms=4

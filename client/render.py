@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from jouled.documents import Receipt
+
     out: Console
     err: Console
 
@@ -64,6 +66,12 @@ def _usd(r: dict[str, Any]) -> str:
     return text if share is None or share >= 1 else f"{text} ({_pct(share)})"
 
 
+def _usd_cumulative(r: dict[str, Any]) -> str:
+    """Best-of-k's claimed dollars: "-" when none of the first k claimed, as in `_usd`."""
+    total = r.get("usd_cumulative")
+    return "-" if total is None else f"{float(total):.4f}"
+
+
 def _revision(r: dict[str, Any]) -> str:
     """Which versions of its tasks a row graded: its revision, or how many it merged."""
     if r.get("revision") is None:
@@ -79,16 +87,19 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def tasks_table(tasks: Sequence[dict[str, Any]]) -> None:
+def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = None) -> None:
     table = _table(f"{len(tasks)} tasks")
-    for col in ("task", "kind", "digest", "timeout", "hidden", "prompt"):
-        table.add_column(col)
+    # An id is never cut: a task id folds onto more lines, a digest keeps its 12 characters.
+    table.add_column("task", overflow="fold", min_width=12)
+    for col in ("kind", "digest", "timeout", "hidden"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("prompt")
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
         hidden = str(t.get("hidden_files") or "-")
         row = (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first[:70])
         table.add_row(*row)
-    _console(False).print(table)
+    (console or _console(False)).print(table)
 
 
 def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
@@ -115,12 +126,27 @@ def receipt_line(document: dict[str, Any]) -> None:
     j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
     status = f"{r.status.value:<10}"
     mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
+    rollout = _rollout(r)
     _console(False).print(
         f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
-        f"  grade {j} J ({grade.get('source', '?')})  seq {r.seq}"
+        f"  grade {j} J ({grade.get('source', '?')}){rollout}  seq {r.seq}"
         + ("  (replayed)" if r.replayed else "")
     )
     audit_lines(r.audit)
+
+
+def _rollout(r: Receipt) -> str:
+    """Which rollout the daemon recorded (it numbers a submit that names none), from the
+    signed payload; nothing when the entry is withheld or its payload unreadable."""
+    from jouled.errors import DocumentError
+
+    if r.entry is None:
+        return ""
+    try:
+        rollout = r.entry.parsed_payload().body.get("rollout")
+    except DocumentError:
+        return ""
+    return f"  rollout {rollout}" if isinstance(rollout, int) else ""
 
 
 def op_receipt_line(document: dict[str, Any]) -> None:
@@ -174,6 +200,30 @@ def _wide(console: Console, wide: bool | None, minimum: int) -> bool:
     return console.width >= minimum if wide is None else wide
 
 
+def _print_whole(console: Console, table: Table) -> None:
+    """Print `table` at the width its columns need, past the terminal's edge if need be:
+    a wide table asked for on a narrow terminal runs on to the right (read it with
+    `less -S`) rather than squeezing every column to a character or two."""
+    from rich.measure import Measurement
+
+    width = console.width
+    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if needed <= width:
+        console.print(table)
+        return
+    console.width = needed  # rich caps a print's width at the console's
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+    if console.is_terminal:
+        _console(True).print(
+            f"(the full table is {needed} columns wide and this terminal {width}: "
+            "widen it, pipe through `less -S`, or leave out --wide for the compact layout)",
+            highlight=False,
+        )
+
+
 def frontier_table(
     rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
 ) -> None:
@@ -220,6 +270,9 @@ def frontier_table(
             else "left",
             no_wrap=ident,
             min_width=16 if col == "digest set" else None,
+            # Names fold rather than stretch the table across several screens.
+            overflow="fold",
+            max_width=32 if col in ("suite", "solver", "model") else None,
         )
     for r in rows:
         reliable = r["reliable_share"] == 1
@@ -248,7 +301,7 @@ def frontier_table(
             if r.get("op_windows")
             else "-",
         )
-    console.print(table)
+    _print_whole(console, table)
 
 
 def _name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
@@ -365,11 +418,11 @@ def bestofk_table(
             _pct(r["resolution_within_k"]),
             _pct(r.get("selected_resolution")),
             _joules(r["joules_cumulative"]),
-            f"{r['usd_cumulative']:.4f}",
+            _usd_cumulative(r),
             _pct(r["pass_at_k"]),
             str(r.get("tampered", 0)),
         )
-    console.print(table)
+    _print_whole(console, table)
 
 
 def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
@@ -400,7 +453,7 @@ def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
             _joules(r["joules_cumulative"]),
         ]
         if usd:
-            cells.append(f"{r['usd_cumulative']:.4f}")
+            cells.append(_usd_cumulative(r))
         if tampered:
             cells.append(str(r.get("tampered", 0)))
         table.add_row(*cells)
@@ -648,8 +701,33 @@ def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
     receipt_line(r)
 
 
-def fleet_frontier_table(doc: dict[str, Any]) -> None:
-    """A merged frontier: a row per host, then the cross-host rows (or why there are none)."""
+FLEET_WIDE_MIN = 140
+
+
+def fleet_frontier_table(doc: dict[str, Any], *, console: Console | None = None) -> None:
+    """A merged frontier: a row per host, then the cross-host rows (or why there are none).
+
+    Below `FLEET_WIDE_MIN` columns the compact layout folds host and solver names
+    onto more lines; a host name or a figure is never cut."""
+    console = console or _console(False)
+    compact = console.width < FLEET_WIDE_MIN
+    console.print(_fleet_compact(doc) if compact else _fleet_full(doc), markup=False)
+    labels = host_labels([str(r["host"]) for r in doc["rows"]]) if compact else {}
+    for name, label in sorted(labels.items(), key=lambda kv: kv[1]):
+        if label != name:  # the legend: each shortened host's whole name
+            console.print(f"{label} = {name}", highlight=False, markup=False)
+    for d in doc.get("duplicates", []):
+        console.print(
+            f"{d['task_id']} on {d['host']} is a retry of an attempt counted on "
+            f"{d['counted_on']} (key {d['idempotency_key']}): counted once",
+            highlight=False,
+            markup=False,
+        )
+    for u in doc.get("unreachable", []):
+        console.print(f"{u['host']}: not merged ({u['reason']})", highlight=False, markup=False)
+
+
+def _fleet_full(doc: dict[str, Any]) -> Table:
     table = _table(
         "resolution vs energy per host (each host's ledger verified against its pinned key; "
         "~ = energy not reliable; * = Pareto within the host)"
@@ -674,17 +752,64 @@ def fleet_frontier_table(doc: dict[str, Any]) -> None:
             r["energy_source"],
             _pct(r["reliable_share"]),
         )
-    console = _console(False)
-    console.print(table, markup=False)
-    for d in doc.get("duplicates", []):
-        console.print(
-            f"{d['task_id']} on {d['host']} is a retry of an attempt counted on "
-            f"{d['counted_on']} (key {d['idempotency_key']}): counted once",
-            highlight=False,
-            markup=False,
+    return table
+
+
+def host_labels(names: Sequence[str]) -> dict[str, str]:
+    """Each host's name less the path components every host shares at its start and end
+    (`unix:/srv/a/jouled.sock`, `unix:/srv/b/jouled.sock` -> `a`, `b`); a name
+    shared by no other host's prefix or suffix stays whole."""
+    parts = {n: n.split("/") for n in set(names)}
+    if len(parts) < 2:
+        return {n: n for n in names}
+    shortest = min(len(p) for p in parts.values())
+    lists = list(parts.values())
+
+    def shared(index: int) -> bool:
+        return len({p[index] for p in lists}) == 1
+
+    tail = 0  # the socket's file name first: what tells hosts apart is usually above it
+    while tail < shortest - 1 and shared(-1 - tail):
+        tail += 1
+    head = 0
+    while head < shortest - 1 - tail and shared(head):
+        head += 1
+    labels = {n: "/".join(p[head : len(p) - tail]) for n, p in parts.items()}
+    if len(set(labels.values())) < len(labels) or not all(labels.values()):
+        return {n: n for n in names}
+    return labels
+
+
+def _fleet_compact(doc: dict[str, Any]) -> Table:
+    from rich.text import Text
+
+    rows = [*doc["rows"], *doc["summary"]]
+    labels = host_labels([str(r["host"]) for r in doc["rows"]])
+    suites = len({r["suite"] for r in rows})
+    sources = sorted({r["energy_source"] for r in rows})
+    table = _compact(
+        f"frontier per host, energy: {', '.join(sources) or 'none'} (each host's ledger verified "
+        "against its pinned key). * Pareto within the host, ~ energy not reliable; "
+        "all (n) = the rows merged across n hosts"
+    )
+    table.add_column("", no_wrap=True)
+    table.add_column("host", overflow="fold", min_width=8)
+    table.add_column("solver model", overflow="fold", min_width=10)
+    for col in ("res/att", "resolved", "J total", "J/res"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        reliable = r["reliable_share"] == 1
+        host = f"all ({len(r['hosts'])})" if r["host"] == "*" else labels[str(r["host"])]
+        table.add_row(
+            _verdict(r),
+            Text(host),  # Text, not markup: a host name comes from the fleet file.
+            _name_cell(r, suites),
+            f"{r['resolved']}/{r['attempts']}",
+            _pct(r["resolution"]),
+            _joules(r["joules_total"], reliable),
+            _joules(r["joules_per_resolved"], reliable),
         )
-    for u in doc.get("unreachable", []):
-        console.print(f"{u['host']}: not merged ({u['reason']})", highlight=False, markup=False)
+    return table
 
 
 def _num(value: float | None, unit: str = "") -> str:

@@ -273,6 +273,12 @@ def _usd(r: Mapping[str, Any]) -> str:
     return text if share is None or float(share) >= 1 else f"{text} ({_pct(share)})"
 
 
+def _usd_cumulative(r: Mapping[str, Any]) -> str:
+    """Best-of-k's claimed dollars: "-" when nothing was claimed, as the frontier's $."""
+    total = r.get("usd_cumulative")
+    return "-" if total is None else f"{float(total):.4f}"
+
+
 def _flag(n: Any) -> str:
     return f'<span class="bad">{esc(n)}</span>' if n else esc(n)
 
@@ -304,7 +310,7 @@ def _bestofk_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{esc(r.get('selected_resolved', '-'))} ({_pct(r.get('selected_resolution'))})",
             _pct(r.get("pass_at_k")),
             _j(round(1000 * float(r["joules_cumulative"]))),
-            f"{float(r.get('usd_cumulative') or 0):.4f}",
+            _usd_cumulative(r),
             _flag(r.get("tampered", 0)),
         )
         for r in rows

@@ -64,6 +64,7 @@ from jouled.pipeline import container, scratch
 from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
 from jouled.pipeline.sandbox import Sandbox, sandbox_instance
 from jouled.quotas import Places
+from jouled.rollouts import NextRollout
 from jouled.solvers import load_solvers
 
 log = logging.getLogger("jouled")
@@ -94,7 +95,7 @@ class Submission:
     model: str = ""
     agent: str = ""
     run_id: str = ""
-    rollout: int = 0
+    rollout: int | None = 0  # None: the next free index of (task, solver, run) (rollouts.py)
     claimed: Mapping[str, int] = field(default_factory=dict)
     idempotency_key: str = ""
     # Who asks: names its results and bounds what it may sign. None: an in-process
@@ -294,6 +295,7 @@ class Daemon:
         # built from the ledger's query columns, which opening it checked against the payloads.
         self._frontier = self.ledger.frontier(ops=(e.body for e in self.ledger.entries("op")))
         self._rows = pages.RowCache()  # frontier and best-of-k rows, served a page at a time
+        self.rollouts = NextRollout(self.ledger)
         self.ops = OpWindows(
             self.metering,
             self._sign_op,
@@ -575,7 +577,7 @@ class Daemon:
         """
         attempt = self._attempt(sub)
         progress = self._shown_progress(sub.caller, attempt.contract, progress)
-        ticket = self._start(attempt, progress, sub.caller)
+        ticket = self._start(attempt, progress, sub.caller, next_rollout=sub.rollout is None)
         if visibility.sees_all(sub.caller):
             return ticket
         return ticket.through(lambda receipt: self._shown_receipt(receipt, sub.caller))
@@ -608,7 +610,12 @@ class Daemon:
         return visibility.Secrecy.of(contract, body)
 
     def _start(
-        self, attempt: Attempt, progress: Progress, caller: Identity | None = None
+        self,
+        attempt: Attempt,
+        progress: Progress,
+        caller: Identity | None = None,
+        *,
+        next_rollout: bool = False,
     ) -> Ticket:
         held = self.ops.holds_host(attempt.agent) if attempt.agent else None
         if held is not None:
@@ -619,7 +626,7 @@ class Daemon:
                 hint="close the op window before submitting",
             )
         if not attempt.idempotency_key:
-            job = self._enqueue(attempt, progress, caller)
+            job = self._enqueue(attempt, progress, caller, next_rollout=next_rollout)
             return Ticket(job.future, self, job)
         # A key is its holder's: another credential's use of the same key is its own.
         key = (attempt.agent, attempt.idempotency_key)
@@ -645,7 +652,7 @@ class Daemon:
                 progress("replay", f"idempotency key seen before: entry {previous.seq}")
                 self._settle(key, mine, replay, None)
                 return Ticket(mine, self, None)
-            job = self._enqueue(attempt, progress, caller)
+            job = self._enqueue(attempt, progress, caller, next_rollout=next_rollout)
         except BaseException as err:
             self._settle(key, mine, None, err)
             raise
@@ -689,18 +696,34 @@ class Daemon:
         running.add_done_callback(done)
         return out
 
-    def _enqueue(self, attempt: Attempt, progress: Progress, caller: Identity | None) -> _Job:
+    def _enqueue(
+        self,
+        attempt: Attempt,
+        progress: Progress,
+        caller: Identity | None,
+        *,
+        next_rollout: bool = False,
+    ) -> _Job:
         self.check_free_space()
         # Each credential's attempts waiting or running are bounded, so no one agent fills
         # the queue; operators' (and in-process callers') count towards the queue only.
         give_back = self.per_agent.take(_holder(caller, attempt))
         job = _Job(attempt, progress)
+        release = None
         try:
+            if next_rollout:  # held until the attempt ends: by then its result is signed
+                attempt.rollout, release = self.rollouts.take(
+                    attempt.contract.task_id, attempt.solver, attempt.run_id
+                )
             self.queue.put(job, self.running)
         except BaseException:
             give_back()
+            if release is not None:
+                release()
             raise
         job.future.add_done_callback(lambda f: give_back())
+        if release is not None:
+            job.future.add_done_callback(lambda f: release())
         return job
 
     def check_free_space(self) -> None:
@@ -823,7 +846,7 @@ class Daemon:
             model=sub.model,
             agent=agent,
             run_id=sub.run_id,
-            rollout=sub.rollout,
+            rollout=sub.rollout or 0,
             idempotency_key=sub.idempotency_key,
         )
         claimed = {}
@@ -846,7 +869,7 @@ class Daemon:
             model=sub.model,
             agent=agent,
             run_id=sub.run_id,
-            rollout=sub.rollout,
+            rollout=sub.rollout or 0,  # a next free index is taken only once it is queued
             claimed=claimed,
             idempotency_key=sub.idempotency_key,
             attempt_id=uuid.uuid4().hex,

@@ -893,7 +893,10 @@ def _best_of_k_row(
         "joules_cumulative": sum(a.energy.gross_mj for a in first_k) / 1000,
         "invalid_windows": sum(a.energy.invalid_windows for a in first_k),
         "tampered": sum(a.status == TAMPERED for a in first_k),
-        "usd_cumulative": sum(a.usd_micros for a in first_k) / 1_000_000,
+        # Null when none of the first k claimed: unknown, never $0 (as the frontier's usd_total).
+        "usd_cumulative": sum(a.usd_micros for a in first_k) / 1_000_000
+        if any(a.usd_micros for a in first_k)
+        else None,
         "usd_source": USD_SOURCE,
         "pass_at_k": statistics.fmean(estimates) if estimates else None,
         "pass_at_k_tasks": len(estimable),
@@ -911,7 +914,8 @@ def best_of_k(
     dollars those rollouts cost; `pass_at_k` is the unbiased estimate averaged
     over the tasks that have at least k samples (`pass_at_k_tasks` of them;
     null when none has). Error attempts are left out and revisions kept apart,
-    as in the frontier; `usd_cumulative` sums the dollars the attempts claimed.
+    as in the frontier; `usd_cumulative` sums the dollars the attempts claimed
+    (null when none of them claimed, as the frontier's `usd_total`).
 
     `resolved_within_k` asks the oracle (any of the first k resolved): an upper
     bound no deployed agent reaches. `selected_resolved` is what an agent gets

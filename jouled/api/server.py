@@ -192,6 +192,14 @@ class Servicer(pb_grpc.JouledServicer):
 
     def Submit(self, request: pb.SubmitRequest, context: Any) -> Iterator[pb.AttemptEvent]:
         claimed = request.claimed
+        if request.next_rollout and request.rollout:
+            _abort(
+                context,
+                UsageError(
+                    f"rollout {request.rollout} and next_rollout both set",
+                    hint="name the rollout, or set next_rollout and let the daemon number it",
+                ),
+            )
         sub = Submission(
             task_id=request.task_id,
             patch=bytes(request.patch),
@@ -199,7 +207,7 @@ class Servicer(pb_grpc.JouledServicer):
             model=request.model,
             agent=request.agent,
             run_id=request.run_id,
-            rollout=request.rollout,
+            rollout=None if request.next_rollout else request.rollout,
             idempotency_key=request.idempotency_key,
             claimed={
                 k: getattr(claimed, k)

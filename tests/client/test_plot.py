@@ -274,3 +274,12 @@ def test_wide_names_and_long_notes_stay_in_the_picture_and_apart(tmp_path: Path)
         assert inside and canvas.y0 <= box.y0 and box.y1 <= canvas.y1, t.get_text()
     for i, j in combinations(range(len(boxes)), 2):
         assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+
+
+def test_bestofk_figure_leaves_unclaimed_dollars_off_the_cost_panel() -> None:
+    docs = [result(n, "s/a", "resolved", solver="u", rollout=n)["body"] for n in range(2)]
+    rows = best_of_k(docs)
+    assert all(r["usd_cumulative"] is None for r in rows)  # no claim: null, never $0
+    fig = plot.bestofk_figure(rows)
+    _, usd = fig.axes[:2]
+    assert all(len(line.get_xdata()) == 0 for line in usd.get_lines())

@@ -220,3 +220,143 @@ def test_the_reports_meter_lines_carry_the_zones_without_host_paths() -> None:
     assert "zone package-0 (intel-rapl:0)" in lines
     assert "range 262,143.3 J" in lines["zone package-0 (intel-rapl:0)"]
     assert not any("/sys" in v for v in lines.values())
+
+
+# -- whole names and figures at 80 and 100 columns ------------------------------------------
+
+HOSTS = (
+    "unix:/var/lib/jouled-fleet/rack-a/jouled.sock",
+    "unix:/var/lib/jouled-fleet/rack-b/jouled.sock",
+)
+
+
+def fleet_doc() -> dict[str, Any]:
+    from jouled.frontier import HostLedger, fleet_frontier
+
+    ledgers = []
+    for i, host in enumerate(HOSTS):
+        docs = [
+            result(
+                n,
+                "s/a",
+                "resolved",
+                solver="agent-with-a-long-name",
+                rollout=n,
+                model="model-2026-01",
+                grade_mj=195_432_100 + i,
+            )["body"]
+            for n in range(2)
+        ]
+        ledgers.append(HostLedger(host, docs, []))
+    return fleet_frontier(ledgers)
+
+
+def column_text(buf: io.StringIO, header: str, following: str) -> str:
+    """One column's text with folding undone: the slice of every line between the
+    column's header and the next one's, joined back together."""
+    out = lines(buf)
+    head = next(line for line in out if header in line and following in line)
+    start, end = head.index(header), head.index(following)
+    return "".join(line[start:end].strip(" │┃") for line in out[out.index(head) + 1 :])
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_fleet_frontier_shows_hosts_and_figures_whole(width: int) -> None:
+    c, buf = console(width)
+    render.fleet_frontier_table(fleet_doc(), console=c)
+    text = buf.getvalue()
+    assert max(len(line) for line in lines(buf)) <= width
+    assert "…" not in text
+    assert "rack-arack-ball (2)" in column_text(buf, "host", "solver")
+    for host in HOSTS:  # the meaningful part in the table, the whole name below it
+        assert f"{host.split('/')[-2]} = {host}" in lines(buf)
+    assert "390,864" in text and "195,432" in text  # J total and J per resolved, whole
+
+
+def test_host_labels_keep_what_tells_hosts_apart() -> None:
+    assert render.host_labels(list(HOSTS)) == {HOSTS[0]: "rack-a", HOSTS[1]: "rack-b"}
+    assert render.host_labels(["a:7000", "b:7000"]) == {"a:7000": "a:7000", "b:7000": "b:7000"}
+    one = "unix:/run/jouled/jouled.sock"
+    assert render.host_labels([one]) == {one: one}
+    nested = ["unix:/srv/x/jouled.sock", "unix:/srv/x/y/jouled.sock"]
+    assert render.host_labels(nested) == {nested[0]: "x", nested[1]: "x/y"}
+
+
+def test_wide_frontier_on_a_narrow_terminal_keeps_every_column_readable() -> None:
+    c, buf = console(100)
+    render.frontier_table(frontier_rows(bodies()), console=c, wide=True)
+    text = buf.getvalue()
+    assert "…" not in text
+    header = next(line for line in lines(buf) if "┃" in line and "attempts" in line)
+    for col in ("suite", "solver", "attempts", "resolution", "J/resolved", "$ claimed", "audit"):
+        assert col in header  # each header on one line: the table runs on past the edge
+    row = next(line for line in lines(buf) if "reference" in line)
+    assert "123,457" in row and "123.0000" in row
+
+
+def test_wide_bestofk_on_a_narrow_terminal_keeps_every_column_readable() -> None:
+    c, buf = console(80)
+    render.bestofk_table(best_of_k(bodies()), console=c, wide=True)
+    assert "…" not in buf.getvalue()
+    header = next(line for line in lines(buf) if "resolution<=k" in line)
+    assert "J cumulative" in header and "$ cumulative" in header
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_tasks_table_never_cuts_an_id(width: int) -> None:
+    long_id = "a-suite-with-a-long-name/a-task-whose-id-runs-on-and-on-past-the-column"
+    task = {
+        "task_id": long_id,
+        "kind": "python",
+        "digest": "0123456789abcdef" * 4,
+        "timeout_s": 600,
+        "hidden_files": 3,
+        "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
+    }
+    c, buf = console(width)
+    render.tasks_table([task], console=c)
+    assert "…" not in buf.getvalue()
+    assert long_id in column_text(buf, "task", "kind")
+    assert "0123456789ab" in buf.getvalue()  # the digest's 12 characters, whole
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_bestofk_shows_no_claim_as_the_frontier_does(wide: bool) -> None:
+    docs = [
+        result(n, "s/a", "resolved", solver="unclaimed", rollout=n)["body"] for n in range(2)
+    ] + [
+        result(2 + n, "s/a", "resolved", solver="claimed", rollout=n, usd_micros=500_000)["body"]
+        for n in range(2)
+    ]
+    rows = best_of_k(docs)
+    assert {r["solver"]: r["usd_cumulative"] for r in rows if r["k"] == 2} == {
+        "unclaimed": None,  # unknown, as the frontier's usd_total: never $0
+        "claimed": 1.0,
+    }
+    frontier = {r["solver"]: r["usd_total"] for r in frontier_rows(docs)}
+    assert frontier["unclaimed"] is None
+    c, buf = console(200)
+    render.bestofk_table(rows, console=c, wide=wide)
+    for line in lines(buf):
+        if "unclaimed" in line:
+            assert "0.0000" not in line and "-" in line
+    assert "0.5000" in buf.getvalue()
+
+
+def test_the_readme_numbers_revisions_as_the_json_and_the_tables_do() -> None:
+    import re
+    from pathlib import Path
+
+    docs = []
+    for n, digest in enumerate(("a" * 64, "b" * 64)):
+        body = result(n, "s/a", "resolved")["body"]
+        docs.append({**body, "task_digest": digest})
+    revisions = sorted(r["revision"] for r in frontier_rows(docs))
+    assert revisions == [0, 1]
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(docs), console=c)
+    assert " r0" in buf.getvalue() and " r1" in buf.getvalue()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"`revision` (\d+)[^,;.]*?, then (\d+)", " ".join(readme.split()))
+    assert said is not None, "the README says how revisions are numbered"
+    assert [int(said[1]), int(said[2])] == revisions

@@ -173,7 +173,11 @@ def test_a_rollout_past_the_bound_is_refused_before_anything_is_signed(
             assert err.kind == Kind.INVALID_ARGUMENT and "rollout" in err.message
         assert jd.ledger_size() == size  # refused before anything was signed
         # The bound itself is in bounds, and the daemon kept serving.
-        receipt = mallory.submit(TASK, fix, rollout=limits.ROLLOUT_MAX)
+        receipt = mallory.submit(TASK, fix, run_id="bound", rollout=limits.ROLLOUT_MAX)
+        # Past it, a submit that lets the daemon number it is refused as well.
+        err = refused(partial(mallory.submit, TASK, fix, run_id="bound"))
+        assert err.kind == Kind.INVALID_ARGUMENT
+        assert f"has used rollout {limits.ROLLOUT_MAX:,}, the last index" in err.message
     body = json.loads(base64.b64decode(receipt["entry"]["payload"]))["body"]
     assert receipt["status"] == "resolved" and body["rollout"] == limits.ROLLOUT_MAX
 
