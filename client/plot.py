@@ -122,7 +122,7 @@ def _cost_scale(ax: Axes, values: Sequence[float], which: str = "x") -> bool:
         axis.set_major_formatter(_plain_log_formatter(minor=False))
         axis.set_minor_formatter(_plain_log_formatter(minor=True))
         return True
-    ax.ticklabel_format(axis=which, style="plain", useOffset=False)
+    ax.ticklabel_format(axis="x" if which == "x" else "y", style="plain", useOffset=False)
     return False
 
 
@@ -212,8 +212,9 @@ def _place_labels(fig: Figure) -> None:
         for ax in fig.axes:
             names = [t for t in ax.texts if isinstance(t, Annotation) and t.get_visible()]
             taken = [t.get_window_extent(renderer) for t in ax.texts if t not in names]
-            if ax.get_legend() is not None:
-                taken.append(ax.get_legend().get_window_extent(renderer))
+            legend = ax.get_legend()
+            if legend is not None:
+                taken.append(legend.get_window_extent(renderer))
             area = ax.get_window_extent(renderer).expanded(1, 1)
             area = Bbox.from_extents(area.x0 + 2, area.y0 + 2, area.x1 - 2, area.y1 - 2)
             points = {id(t): ax.transData.transform(t.xy) for t in names}
@@ -227,8 +228,8 @@ def _place_labels(fig: Figure) -> None:
                     _leader(ax, t, points[id(t)], box, fig.dpi)
         if not crowded:
             return
-        for ax, names in crowded.items():
-            _add_note(ax, "not named (too crowded to name here)", names)
+        for ax, unnamed in crowded.items():
+            _add_note(ax, "not named (too crowded to name here)", unnamed)
 
 
 def _free_spot(
