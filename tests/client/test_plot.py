@@ -251,14 +251,20 @@ def test_wide_names_and_long_notes_stay_in_the_picture_and_apart(tmp_path: Path)
     wide = "W" * 60
     bodies = []
     for i in range(5):
-        kw = {"model": wide}
         bodies += [
-            result(i, "s/a", "resolved", solver=f"half{i}{wide}", usd_micros=4000, **kw)["body"],
-            result(10 + i, "s/b", "resolved", solver=f"half{i}{wide}", **kw)["body"],
-            result(20 + i, "s/a", "resolved", solver=f"none{i}{wide}", **kw)["body"],
-            result(30 + i, "s/a", "unresolved", solver=f"idle{i}{wide}", **kw)["body"],
+            result(i, "s/a", "resolved", solver=f"half{i}{wide}", model=wide, usd_micros=4000)[
+                "body"
+            ],
+            result(10 + i, "s/b", "resolved", solver=f"half{i}{wide}", model=wide)["body"],
+            result(20 + i, "s/a", "resolved", solver=f"none{i}{wide}", model=wide)["body"],
+            result(30 + i, "s/a", "unresolved", solver=f"idle{i}{wide}", model=wide)["body"],
             result(
-                40 + i, "s/a", "resolved", solver=f"full{i}{wide}", usd_micros=3000 * (i + 1), **kw
+                40 + i,
+                "s/a",
+                "resolved",
+                solver=f"full{i}{wide}",
+                model=wide,
+                usd_micros=3000 * (i + 1),
             )["body"],
         ]
     fig = plot.frontier_figure(frontier_rows(bodies, axis="usd"), "usd")
@@ -282,4 +288,4 @@ def test_bestofk_figure_leaves_unclaimed_dollars_off_the_cost_panel() -> None:
     assert all(r["usd_cumulative"] is None for r in rows)  # no claim: null, never $0
     fig = plot.bestofk_figure(rows)
     _, usd = fig.axes[:2]
-    assert all(len(line.get_xdata()) == 0 for line in usd.get_lines())
+    assert all(len(list(line.get_xdata())) == 0 for line in usd.get_lines())  # type: ignore[arg-type]
