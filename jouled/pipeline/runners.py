@@ -20,7 +20,7 @@ import secrets
 import shutil
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from jouled.pipeline.sandbox import Layout
@@ -122,6 +122,48 @@ def unchanged_sources(tree: Path, pristine: Path | None) -> dict[str, str]:
 def write_trusted(ro_dir: Path, protected: Iterable[str], unchanged: Mapping[str, str]) -> None:
     listing = {"protected": sorted(set(protected)), "unchanged": dict(sorted(unchanged.items()))}
     (ro_dir / "trusted.json").write_text(json.dumps(listing))
+
+
+def prepare_plain(
+    ro_dir: Path,
+    runner: Path,
+    layout: Layout,
+    tree: Path,
+    pristine: Path | None,
+    protected: Sequence[str],
+    framework: tuple[str, ...],
+    scripts: Sequence[str] = (),
+) -> bool:
+    """Install `runner` for a plain command (Django's, SymPy's) and write what the monitor
+    trusts; returns whether the patch changed the tree's own test framework (files under
+    the `framework` prefixes), whose code is then the patch's: the run is graded at
+    `reduced`, and those files count as the framework's rather than as the patch's.
+
+    `scripts` are the command's scripts that are no `.py` file (SymPy's `bin/test`): each
+    counts as unchanged when its bytes are the pristine's.
+    """
+    install(ro_dir, runner, layout)
+    unchanged = unchanged_sources(tree, pristine)
+    for rel in scripts:
+        path = tree / rel
+        if pristine is not None and path.is_file() and (pristine / rel).is_file():
+            digest = _digest(path)
+            if digest == _digest(pristine / rel):
+                unchanged = {**unchanged, rel: digest}
+    changed = [
+        rel
+        for rel in [*(rel for rel, _ in sources(tree)), *scripts]
+        if rel.startswith(framework) and rel not in unchanged and (tree / rel).is_file()
+    ]
+    write_trusted(ro_dir, [*protected, *changed], unchanged)
+    seal(ro_dir)
+    return bool(changed)
+
+
+def interpreter(named: str | None, python: str) -> str:
+    """The interpreter a command runs under: the environment's `python` where the command
+    names none or a portable `python`/`python3`, else the one it names."""
+    return python if named is None or named in ("python", "python3") else named
 
 
 def seal(ro_dir: Path) -> None:

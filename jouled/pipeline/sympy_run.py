@@ -11,7 +11,6 @@ failed, or makes the reporter lie, is caught.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import sys
@@ -56,13 +55,6 @@ def split_sympy(test_cmd: Sequence[str]) -> tuple[list[str], str | None] | None:
     return None
 
 
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
 def plan(
     test_cmd: Sequence[str],
     tree: Path,
@@ -77,29 +69,18 @@ def plan(
     if split is None:
         return None
     args, named = split
-    runners.install(ro_dir, RUNNER, layout)
-    unchanged = runners.unchanged_sources(tree, pristine)
-    # The script is no `.py` file: it counts as unchanged when its bytes are the pristine's.
-    script = _digest(tree / SCRIPT)
-    if pristine is not None and script is not None and script == _digest(pristine / SCRIPT):
-        unchanged = {**unchanged, SCRIPT: script}
-    framework = [
-        rel
-        for rel in [*(rel for rel, _ in runners.sources(tree)), SCRIPT]
-        if rel.startswith(FRAMEWORK) and rel not in unchanged and (tree / rel).is_file()
-    ]
-    runners.write_trusted(ro_dir, [*protected, *framework], unchanged)
-    runners.seal(ro_dir)
-    interpreter = python if named is None or named in ("python", "python3") else named
-    argv = [interpreter, "-c", runners.boot(layout, RUNNER), SCRIPT, *args]
-    canaries, labels = plant_canaries(tree, args)
-    key, setup = runners.setup(
-        layout, canaries.files, level="reduced" if framework else "", labels=labels
+    changed = runners.prepare_plain(
+        ro_dir, RUNNER, layout, tree, pristine, protected, FRAMEWORK, scripts=(SCRIPT,)
     )
+    boot = runners.boot(layout, RUNNER)
+    argv = [runners.interpreter(named, python), "-c", boot, SCRIPT, *args]
+    level = "reduced" if changed else ""
+    canaries, labels = plant_canaries(tree, args)
+    key, setup = runners.setup(layout, canaries.files, level=level, labels=labels)
     # Set before the interpreter starts, the seed makes SymPy run its tests in this process
     # (it otherwise starts a child for hash randomization, which the monitor would not see).
     env = {"PYTHONHASHSEED": str(secrets.randbelow(2**32))}
-    return Plan(argv, env, key, setup, {}, canaries, None, "reduced" if framework else "")
+    return Plan(argv, env, key, setup, {}, canaries, None, level)
 
 
 def plant_canaries(tree: Path, args: Sequence[str]) -> tuple[Canaries, list[str]]:

@@ -33,7 +33,6 @@ from jouled.pipeline.testreport import FAILED, PASSED
 RUNNER = Path(__file__).with_name("jouled_unittest.py")
 # Directories of the tree that hold its own test framework (Django's).
 FRAMEWORK_DIRS = ("django/test/",)
-_PORTABLE_PYTHON = frozenset({"python", "python3"})
 # Django's (and unittest's) way of naming a test in its log: "test_x (pkg.mod.Class)", or
 # from Python 3.11 on "test_x (pkg.mod.Class.test_x)"; a docstring may follow.
 _LOG_ID = re.compile(r"^(?P<name>\w+) \((?P<where>[\w.]+)\)")
@@ -73,21 +72,19 @@ def plan(
     if split is None:
         return None
     mode, target, args, named = split
-    runners.install(ro_dir, RUNNER, layout)
-    unchanged = runners.unchanged_sources(tree, pristine)
-    # The test framework's own files, when the patch changed them (a fix to Django's test
-    # runner): the runner's code is the patch's, so the run is graded at `reduced`,
-    # and those files count as the framework's rather than as the patch's.
-    framework = [
-        rel
-        for rel, _ in runners.sources(tree)
-        if rel.startswith(FRAMEWORK_DIRS) and rel not in unchanged
+    # A fix to Django's own test runner makes the runner's code the patch's: `reduced`.
+    changed = runners.prepare_plain(
+        ro_dir, RUNNER, layout, tree, pristine, protected, FRAMEWORK_DIRS
+    )
+    argv = [
+        runners.interpreter(named, python),
+        "-c",
+        runners.boot(layout, RUNNER),
+        mode,
+        target,
+        *args,
     ]
-    runners.write_trusted(ro_dir, [*protected, *framework], unchanged)
-    runners.seal(ro_dir)
-    interpreter = python if named is None or named in _PORTABLE_PYTHON else named
-    argv = [interpreter, "-c", runners.boot(layout, RUNNER), mode, target, *args]
-    level = "reduced" if framework else ""
+    level = "reduced" if changed else ""
     canaries, labels = plant_canaries(tree, target, args)
     key, setup = runners.setup(layout, canaries.files, level=level, labels=labels)
     return Plan(argv, {}, key, setup, {}, canaries, None, level)
