@@ -553,6 +553,7 @@ class Daemon:
             entry.seq,
             str(b.get("code") or ""),
             str(b.get("evidence") or ""),
+            None if b.get("skipped_before") is None else tuple(b["skipped_before"]),
         )
 
     def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:

@@ -402,6 +402,8 @@ class BaselineBody(Document):
     suite: str | None = None
     reason: str | None = None
     code: str | None = None  # "broken-environment": attempts on it are refused
+    # Expected ids that skipped or xfailed in the baseline (absent from older baselines)
+    skipped_before: list[str] | None = None
     evidence: str | None = None  # the baseline output's excerpt that shows why
     derived: bool | None = None
     before: dict[str, Any] | None = None

@@ -325,6 +325,61 @@ def flask_forgery(checkout_root: Path) -> str:
     return _staged(repo, forge)
 
 
+# Forgeries of the Flask instance that touch no runner, each keeping the bug and leaving
+# a marker in the log that proves it ran. In three, the library ends the tests its answer
+# would fail as pytest's own outcomes do: the official rules count an xfailed test as
+# passed (a skip on pytest's summary names no test, so it reads as failed). In the last,
+# the log gets the lines the official parser reads as passes, written after pytest's own.
+_FLASK_ENDING = textwrap.dedent(
+    """
+
+    _jb_get_namespace = Config.get_namespace
+
+
+    def _jb_namespace(self, namespace, lowercase=True, trim_namespace=True):
+        found = _jb_get_namespace(self, namespace, lowercase, trim_namespace)
+        if not lowercase and any(k != k.lower() for k in self if k.startswith(namespace)):
+            import pytest
+            import unittest
+
+            {call}("JBFORGED {name} raised")
+        return found
+
+
+    Config.get_namespace = _jb_namespace
+    """
+)
+FLASK_LIBRARY_FORGERIES = {
+    "xfail": _FLASK_ENDING.replace("{call}", "pytest.xfail"),
+    "skip": _FLASK_ENDING.replace("{call}", "pytest.skip"),
+    "unittest-skip": _FLASK_ENDING.replace("{call}", "raise unittest.SkipTest"),
+    "print-passed": textwrap.dedent(
+        """
+
+        import atexit as _jb_atexit
+        import os as _jb_os
+
+
+        def _jb_claim():
+            lines = ["JBFORGED {name} raised"]
+            for key in ("plain", "with space"):
+                lines.append(f"PASSED tests/test_config.py::test_get_namespace_keeps_case[{key}]")
+            _jb_os.write(1, ("\\n".join(lines) + "\\n").encode())
+
+
+        _jb_atexit.register(_jb_claim)
+        """
+    ),
+}
+
+
+def flask_library_forgery(checkout_root: Path, name: str) -> str:
+    """No fix: the forgery `name` of FLASK_LIBRARY_FORGERIES appended to the config module."""
+    repo = checkout_root / FLASK_ID
+    source = FLASK_LIBRARY_FORGERIES[name].replace("{name}", name)
+    return _staged(repo, lambda r: _append(r / "src/flask/config.py", source))
+
+
 # -- SymPy ----------------------------------------------------------------------------
 
 SYMPY_SDIST = DIST / "sympy-1.12.tar.gz"
@@ -709,6 +764,20 @@ _jb_capfirst = capfirst
 def capfirst(x):
     _case.TestCase._callTestMethod = _swallow
     return _jb_capfirst(x)
+""",
+    # no forging of the runner at all: the library raises unittest's own skip where its
+    # answer would fail a test, and the official rules leave skipped tests out of both rates
+    "skip-test": """
+import unittest as _unittest
+
+_jb_capfirst = capfirst
+
+
+def capfirst(x):
+    value = _jb_capfirst(x)
+    if value and value[1:] != x[1:]:
+        raise _unittest.SkipTest("JBFORGED skip raised")
+    return value
 """,
     # the object graph walked for the runner's objects
     "gc-walk": """

@@ -305,6 +305,53 @@ def test_pytest_itself_is_graded_by_its_own_command_as_the_official_harness_grad
     assert wrong["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 1, "failure": 1}
 
 
+def test_library_forgeries_the_official_rules_resolve_are_tampered_by_a_real_daemon(
+    flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """No runner forged: the library ends the tests it would fail with pytest's own skip or
+    xfail, or writes the official parser's pass lines after pytest's. The official rules
+    resolve the xfails (an xfailed test counts as passed) and the written lines; the
+    runner's channel saw the tests fail, so both are tampered. A skip reads as failed."""
+    record, _, checkouts, envs = flask
+    dataset, predictions = tmp_path / "verified.jsonl", tmp_path / "predictions.jsonl"
+    dataset.write_text(json.dumps(dataclasses.asdict(record)) + "\n")
+    gold = {"instance_id": record.instance_id, "model_name_or_path": "gold"}
+    predictions.write_text(json.dumps({**gold, "model_patch": record.patch}) + "\n")
+    daemon = start_daemon(
+        tmp_path / "data", "--checkout-root", str(checkouts), "--swebench-envs", str(envs)
+    )
+    raw = _raw(record)
+    try:
+        report = daemon.client_json(
+            "swebench", "--dataset", str(dataset), "--predictions", str(predictions)
+        )
+        (receipt,) = report["receipts"]
+        assert receipt["status"] == "resolved", receipt
+        with Client(daemon.target, timeout_s=600) as client:
+            for name in real.FLASK_LIBRARY_FORGERIES:
+                patch = real.flask_library_forgery(checkouts, name)
+                got = client.submit(receipt["task_id"], patch.encode(), solver=f"forger-{name}")
+                log = client.logs(got["entry"]["seq"])["runs"]["grade"]["text"]
+                # the payload ran, and ended the target tests (its reason is in the summary)
+                assert f"JBFORGED {name} raised" in log, (name, log[-3000:])
+                body = json.loads(base64.b64decode(got["entry"]["payload"]))["body"]
+                official = official_grading(raw, patch, log, tmp_path)
+                assert body["verdict"]["resolved"] is official, (name, body["verdict"])
+                if name in ("skip", "unittest-skip"):
+                    # pytest's summary names no test on a SKIPPED line: the official parser
+                    # reads a skipped target test as missing, so failed
+                    assert not official and got["status"] == "unresolved", (name, got["status"])
+                    continue
+                assert official, name
+                assert got["status"] == "tampered", (name, body.get("integrity"))
+                forged = body["integrity"]["forged"]
+                assert "test_get_namespace_keeps_case" in forged, forged
+                why = "ran before the patch" if name == "xfail" else "but the runner saw it failed"
+                assert why in forged, forged
+    finally:
+        daemon.stop()
+
+
 def test_an_instance_whose_environment_is_missing_is_not_graded(
     django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:

@@ -6,7 +6,9 @@ buggy tree with the test patch) in which no test ran at all, the test
 framework could not be imported or started, or a PASS_TO_PASS test did not
 pass (by the official rules) says the environment is broken, not the patch:
 an attempt graded there would be signed `unresolved` whatever it did, so it
-is refused with `broken-environment` instead.
+is refused with `broken-environment` instead. So is one in which a
+FAIL_TO_PASS test skipped or xfailed: the official rules would resolve any
+patch that left it so.
 
 Only contracts graded by official rules are judged this way; a task of the
 project's own keeps its `invalid` status for a baseline that did not fail.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 from jouled.contracts.contract import VerdictRules
 from jouled.errors import BrokenEnvironmentError
+from jouled.pipeline.testreport import SKIPPED
 
 BROKEN_ENVIRONMENT = BrokenEnvironmentError.code
 
@@ -105,11 +108,32 @@ def diagnose(
     verdict = rules(output, fail_to_pass, pass_to_pass)
     failing = list(verdict.tests.get("PASS_TO_PASS", {}).get("failure", ()))
     if not failing:
-        return None
+        return _not_run(output, outcomes, fail_to_pass)
     shown = failing[:_NAMED_FAILURES]
     more = f" and {len(failing) - len(shown)} more" if len(failing) > len(shown) else ""
     return Diagnosis(
         f"{len(failing)} of {len(pass_to_pass)} PASS_TO_PASS tests fail before the patch "
         f"({', '.join(shown)}{more})",
+        evidence(output, _names(shown)),
+    )
+
+
+def _not_run(
+    output: str, outcomes: dict[str, str], fail_to_pass: Sequence[str]
+) -> Diagnosis | None:
+    """FAIL_TO_PASS tests that skipped (or xfailed) before the patch.
+
+    Such a test cannot show the bug here, and the official rules leave a skipped
+    test out of both rates (an xfailed one counts as passed): any patch that
+    leaves it so would be resolved. No verdict is made from it.
+    """
+    skipped = [t for t in fail_to_pass if outcomes.get(t) == SKIPPED]
+    if not skipped:
+        return None
+    shown = skipped[:_NAMED_FAILURES]
+    more = f" and {len(skipped) - len(shown)} more" if len(skipped) > len(shown) else ""
+    return Diagnosis(
+        f"{len(skipped)} of {len(fail_to_pass)} FAIL_TO_PASS tests were skipped or xfailed "
+        f"before the patch ({', '.join(shown)}{more}): this environment does not run them",
         evidence(output, _names(shown)),
     )

@@ -57,7 +57,7 @@ from jouled.pipeline import (
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
-from jouled.pipeline.testreport import FAILED, PASSED, Grade, grade, parse_ra
+from jouled.pipeline.testreport import FAILED, PASSED, SKIPPED, Grade, grade, parse_ra
 from jouled.solvers import CommandSolver, Solvers
 from jouled.solvers import command as command_solver
 
@@ -95,6 +95,9 @@ class Expected:
     # "broken-environment": the environment cannot run the tests; attempts are refused
     code: str = ""
     evidence: str = ""  # the baseline output's excerpt that shows why
+    # Expected ids that skipped or xfailed in the baseline run; None: not recorded (a
+    # baseline signed by an older daemon), so PASS_TO_PASS tests are not judged by it
+    skipped_before: tuple[str, ...] | None = ()
 
     @property
     def broken(self) -> bool:
@@ -492,6 +495,7 @@ class Evaluator:
             derived=after is not None,
             fail_to_pass=list(expected.fail_to_pass),
             pass_to_pass=list(expected.pass_to_pass),
+            skipped_before=list(expected.skipped_before or ()),
             before=_counts(before),
             after=_counts(after) if after else None,
             energy={"baseline": cast(EnergyWindow, window.energy.to_wire())},
@@ -629,9 +633,14 @@ class Evaluator:
             if rules is not None:
                 official = rules(check.result.output, expected.fail_to_pass, expected.pass_to_pass)
                 extra["verdict"] = verdict_wire(official, grade_info, expected, check)
-            if check.forged:
+            forged = check.forged
+            if not forged and official is not None and check.report == "channel":
+                forged = unseen_passes(official, check.outcomes)
+            if not forged and official is not None and official.resolved:
+                forged = ended_unrun(check.outcomes, expected)
+            if forged:
                 status = TAMPERED
-                extra["integrity"]["forged"] = check.forged
+                extra["integrity"]["forged"] = forged
             elif official is None and not expected.valid:
                 status = INVALID
             elif check.result.timed_out:
@@ -640,7 +649,7 @@ class Evaluator:
                 status = RESOLVED if official.resolved else UNRESOLVED
             else:
                 status = RESOLVED if grade_info.resolved else UNRESOLVED
-            progress("grade", f"{status}: {check.forged or _summary(grade_info)}")
+            progress("grade", f"{status}: {forged or _summary(grade_info)}")
         except BrokenEnvironmentError:
             raise
         except PatchError as err:
@@ -888,6 +897,50 @@ def exit_contradicts(exit_code: int | None, outcomes: Mapping[str, str]) -> str:
     return f"the command exited {exit_code} but its output reports no failing test"
 
 
+def unseen_passes(official: Verdict, outcomes: Mapping[str, str]) -> str:
+    """Why the log the official rules read cannot be the run's: an expected test they count
+    as passed that the runner's channel did not see pass (or xfail). "" when none.
+
+    The log is written by the process under test, and anything in it can print
+    the lines a parser reads as passes; the channel is the runner's own word.
+    """
+    for kind, split in official.tests.items():
+        for test_id in split.get("success", ()):
+            seen = outcomes.get(test_id)
+            if seen not in (PASSED, SKIPPED):
+                return (
+                    f"the log reports {kind} test {test_id} passed "
+                    f"but the runner saw it {seen or 'not run'}"
+                )
+    return ""
+
+
+def ended_unrun(outcomes: Mapping[str, str], expected: Expected) -> str:
+    """Why a run the official rules resolve did not show the fix: an expected test that ran
+    before the patch and skipped or xfailed after it. "" when none did.
+
+    Those rules count an xfailed test as passed and leave a skipped one out of
+    both rates, so a patch that ends the tests it would fail that way (raising
+    pytest's `skip`/`xfail` or unittest's `SkipTest` from the code under test,
+    or breaking what a test imports so that it skips) is resolved by them
+    without fixing anything. A test that skipped before the patch too (a
+    PASS_TO_PASS test marked xfail) is not the patch's doing; a FAIL_TO_PASS
+    test never skips in a baseline that grades (`envcheck`).
+    """
+    before = set(expected.skipped_before or ())
+    judged = [("FAIL_TO_PASS", expected.fail_to_pass)]
+    if expected.skipped_before is not None:  # unknown for a baseline signed without it
+        judged.append(("PASS_TO_PASS", expected.pass_to_pass))
+    for kind, ids in judged:
+        for test_id in ids:
+            if outcomes.get(test_id) == SKIPPED and test_id not in before:
+                return (
+                    f"{kind} test {test_id} skipped or xfailed after the patch and ran before "
+                    "the patch: the official rules would not count it as failed"
+                )
+    return ""
+
+
 def verdict_wire(
     official: Verdict, strict: Grade, expected: Expected, check: CheckRun
 ) -> dict[str, Any]:
@@ -953,6 +1006,7 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
         return Expected(f2p, p2p, False, "no test fails before the fix")
     if before.forged:
         return Expected(f2p, p2p, False, f"the baseline run was not genuine: {before.forged}")
+    skipped = tuple(t for t in (*f2p, *p2p) if before.outcomes.get(t) == SKIPPED)
     rules = contract.grading.verdict
     if rules is not None:
         broken = envcheck.diagnose(
@@ -966,8 +1020,10 @@ def derive_expected(contract: Contract, before: CheckRun, after: CheckRun | None
     if any(before.outcomes.get(t) == PASSED for t in f2p):
         return Expected(f2p, p2p, False, "some fail_to_pass tests pass before the fix")
     if any(before.outcomes.get(t) != PASSED for t in p2p):
-        return Expected(f2p, p2p, False, "some pass_to_pass tests fail before the fix")
-    return Expected(f2p, p2p, True)
+        return Expected(
+            f2p, p2p, False, "some pass_to_pass tests fail before the fix", skipped_before=skipped
+        )
+    return Expected(f2p, p2p, True, skipped_before=skipped)
 
 
 # -- patch audit ---------------------------------------------------------------------------

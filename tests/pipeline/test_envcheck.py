@@ -1,4 +1,5 @@
-"""Which baselines show a broken environment, read by the official rules.
+"""Which baselines show a broken environment, read by the official rules, and which
+runs those rules resolve without showing the fix (`ended_unrun`).
 
 The daemon-level attacks (a real Flask release in an environment without
 pytest, a PASS_TO_PASS test that needs a system tool the host lacks) are in
@@ -11,6 +12,7 @@ import functools
 
 from jouled.contracts import swebench_harness as harness
 from jouled.pipeline.envcheck import EVIDENCE_CHARS, diagnose
+from jouled.pipeline.evaluate import Expected, ended_unrun, unseen_passes
 
 RULES = functools.partial(harness.official_verdict, "pytest")
 F2P = ["tests/test_a.py::test_new"]
@@ -53,3 +55,48 @@ def test_a_sound_baseline_and_a_framework_error_printed_as_data_are_not() -> Non
     assert diagnose(log, 1, outcomes, RULES, F2P, P2P) is None
     # No PASS_TO_PASS at all, and the new test fails: sound.
     assert diagnose(log, 1, {F2P[0]: "failed"}, RULES, F2P, []) is None
+
+
+def test_a_fail_to_pass_test_that_skips_or_xfails_before_the_patch_is_a_broken_environment() -> (
+    None
+):
+    # The official rules count an xfailed test as passed and leave a skipped one out: an
+    # empty patch would be resolved by a baseline like these.
+    for status in ("XFAIL", "SKIPPED"):
+        log = f"{status} {F2P[0]} - needs a tool\nPASSED {P2P[0]}\n"
+        outcomes = {F2P[0]: "skipped", P2P[0]: "passed"}
+        found = diagnose(log, 0, outcomes, RULES, F2P, P2P)
+        assert found is not None and found.code == "broken-environment", status
+        assert "1 of 1 FAIL_TO_PASS tests were skipped or xfailed" in found.reason
+        assert F2P[0] in found.reason and "needs a tool" in found.evidence
+
+
+def test_a_target_test_that_ran_before_and_skips_after_the_patch_is_named() -> None:
+    expected = Expected(tuple(F2P), tuple(P2P), True, skipped_before=())
+    assert ended_unrun({F2P[0]: "passed", P2P[0]: "passed"}, expected) == ""
+    found = ended_unrun({F2P[0]: "skipped", P2P[0]: "passed"}, expected)
+    assert found.startswith(f"FAIL_TO_PASS test {F2P[0]} skipped or xfailed after the patch")
+    found = ended_unrun({F2P[0]: "passed", P2P[0]: "skipped"}, expected)
+    assert found.startswith(f"PASS_TO_PASS test {P2P[0]}")
+    # A PASS_TO_PASS test that xfailed in the baseline too (marked xfail) is not the patch's.
+    marked = Expected(tuple(F2P), tuple(P2P), True, skipped_before=(P2P[0],))
+    assert ended_unrun({F2P[0]: "passed", P2P[0]: "skipped"}, marked) == ""
+    # A baseline signed without the list: its FAIL_TO_PASS tests are still judged.
+    older = Expected(tuple(F2P), tuple(P2P), True, skipped_before=None)
+    assert ended_unrun({F2P[0]: "passed", P2P[0]: "skipped"}, older) == ""
+    assert ended_unrun({F2P[0]: "skipped", P2P[0]: "passed"}, older) != ""
+
+
+def test_a_pass_the_log_reports_and_the_channel_did_not_see_is_named() -> None:
+    log = f"FAILED {F2P[0]} - assert 1 == 2\nPASSED {P2P[0]}\nPASSED {F2P[0]}\n"
+    verdict = RULES(log, F2P, P2P)
+    assert verdict.resolved  # the last line the parser reads wins
+    found = unseen_passes(verdict, {F2P[0]: "failed", P2P[0]: "passed"})
+    assert (
+        found == f"the log reports FAIL_TO_PASS test {F2P[0]} passed but the runner saw it failed"
+    )
+    assert "not run" in unseen_passes(verdict, {P2P[0]: "passed"})
+    assert unseen_passes(verdict, {F2P[0]: "passed", P2P[0]: "passed"}) == ""
+    # an xfail counts as passed by the official rules and is a skip on the channel
+    xfailed = RULES(f"XFAIL {F2P[0]} - reason\nPASSED {P2P[0]}\n", F2P, P2P)
+    assert unseen_passes(xfailed, {F2P[0]: "skipped", P2P[0]: "passed"}) == ""
