@@ -74,8 +74,8 @@ from jouled.ledger.signing import load_or_create_key
 from jouled.ledger.store import Ledger
 from jouled.patch import apply_patch, diff_trees, parse_patch
 from jouled.pipeline.evaluate import restore_protected, seed
+from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import plain_argv
-from jouled.pipeline.sandbox import Limits
 from jouled.pipeline.sandbox import run as sandbox_run
 
 REPO = Path(__file__).resolve().parents[1]

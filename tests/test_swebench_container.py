@@ -28,7 +28,7 @@ from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
 from jouled.pipeline import container
 from jouled.pipeline.evaluate import Attempt, Evaluator
-from jouled.pipeline.sandbox import Limits
+from jouled.pipeline.limits import Limits
 from jouled.startup import container_images
 from tests.test_swebench import GIT, INSTANCE, MemoryBaselines, make_instance
 

@@ -55,7 +55,8 @@ from jouled.pipeline import (
     unittest_run,
 )
 from jouled.pipeline.audit import audit_patch, to_wire
-from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.pipeline.limits import Limits, RunResult
+from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
 from jouled.pipeline.testreport import FAILED, PASSED, Grade, grade, parse_ra
 from jouled.solvers import CommandSolver, Solvers

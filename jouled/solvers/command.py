@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from jouled.contracts.contract import iter_tree
-from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.pipeline.limits import Limits, RunResult
+from jouled.pipeline.sandbox import Sandbox
 from jouled.solvers import CommandSolver
 
 PROMPT_FILE = "PROMPT.md"
