@@ -21,7 +21,8 @@ from jouled.ledger import keys
 from jouled.ledger.entry import Entry
 from jouled.ledger.journal import RefusedRow
 from jouled.ledger.keys import KeyPaths
-from jouled.ledger.store import Ledger, current_keyid
+from jouled.ledger.schema import current_keyid
+from jouled.ledger.store import Ledger
 from jouled.pipeline import container
 
 log = logging.getLogger("jouled")
