@@ -70,7 +70,7 @@ def tail_to_replay(
     db: duckdb.DuckDBPyConnection, tail: Path, path: Path
 ) -> tuple[list[TailRecord], int]:
     """The records a crash left in the tail that DuckDB lacks, checked as a chain, and
-        how many entries DuckDB holds.
+    how many entries DuckDB holds.
 
     Records DuckDB already holds (a crash after the commit, before the tail
     was emptied) must match what it holds; the rest must continue the chain
@@ -203,8 +203,8 @@ def check_note(
 
 
 def migrate(db: duckdb.DuckDBPyConnection, signer: Signer) -> int:
-    """Give a ledger written before some frontier columns those columns, once; the
-    entries whose frontier columns are filled (all of them).
+    """Give a ledger written before some frontier columns those columns, once; how
+    many entries it holds (each with its frontier columns filled).
 
     Every result's frontier columns are then derived again from the signed
     payloads, by the same SQL that checks them, in one transaction: a

@@ -171,15 +171,9 @@ class Ledger:
         self._db.close()
 
     def _replay_tail(self) -> None:
-        """Move the entries a crash left in the tail into DuckDB, checked as a chain.
-
-        Records DuckDB already holds (a crash after the commit, before the tail
-        was emptied) must match what it holds; the rest must continue the chain
-        from its last entry, and the newest checkpoint among them must verify
-        with this daemon's key. A batch is acknowledged once written whole, its
-        last record carrying its checkpoint: an incomplete last line, and the
-        records of a batch whose checkpoint never made it, are dropped.
-        """
+        """Move the entries a crash left in the tail into DuckDB, checked as a chain
+        (`opening.tail_to_replay`), once their newest checkpoint verifies with this
+        daemon's key."""
         new, count = opening.tail_to_replay(self._db, self._tail.path, self.path)
         if new:
             keys = [self.signer.public] + ([self.retired.public] if self.retired else [])
