@@ -43,7 +43,9 @@ from jouled.errors import (
 )
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
-from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
+from jouled.patch import Patch, parse_patch
+from jouled.patch_apply import apply_patch
+from jouled.patch_diff import diff_trees
 from jouled.pipeline import (
     container,
     envcheck,
