@@ -30,8 +30,10 @@ from jb_client.api import checkpoint_history_path
 from jb_client.render import calibration_lines, meter_lines
 
 from jouled import frontier
+from jouled.best_of_k import best_of_k
 from jouled.documents import ExportRecord
 from jouled.errors import DocumentError, UsageError
+from jouled.frontier_attempts import suite_of
 
 if TYPE_CHECKING:
     from jb_client.api import Client
@@ -97,7 +99,7 @@ def parse_note(note: str) -> dict[str, Any]:
 
 
 def _in_suite(body: Mapping[str, Any], suite: str) -> bool:
-    return not suite or frontier._suite_of(body) == suite
+    return not suite or suite_of(body) == suite
 
 
 def from_entries(
@@ -122,7 +124,7 @@ def from_entries(
             bodies, suite=suite or None, axis=axis, ops=[e.body for e in ops]
         )
     if best is None:
-        best = frontier.best_of_k(bodies, suite=suite or None)
+        best = best_of_k(bodies, suite=suite or None)
     return ReportData(
         source=source,
         suite=suite,

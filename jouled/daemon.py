@@ -16,6 +16,7 @@ from jouled import __version__, frontier, limits, metrics, pages, receipts, star
 from jouled.attempt_logs import AttemptLogs
 from jouled.attempt_queue import AttemptQueue, Job, Ticket
 from jouled.auth import OPERATOR, Identity
+from jouled.best_of_k import best_of_k
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
@@ -584,7 +585,7 @@ class Daemon:
         version, rows = self._rows.rows(
             ("best_of_k", suite),
             self._frontier.results,  # op windows do not change best-of-k
-            lambda: frontier.best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
+            lambda: best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
         )
         return pages.page(rows, page_size, page_token, version)
 

@@ -9,7 +9,8 @@ import pytest
 from jb_client import render
 from rich.console import Console
 
-from jouled.frontier import best_of_k, frontier_rows
+from jouled.best_of_k import best_of_k
+from jouled.frontier import frontier_rows
 from tests.client.ledger import hostile_ledger, result
 
 
@@ -231,7 +232,7 @@ HOSTS = (
 
 
 def fleet_doc() -> dict[str, Any]:
-    from jouled.frontier import HostLedger, fleet_frontier
+    from jouled.frontier_fleet import HostLedger, fleet_frontier
 
     ledgers = []
     for i, host in enumerate(HOSTS):
