@@ -56,13 +56,13 @@ from jouled.pipeline import (
     sympy_run,
     unittest_run,
 )
+from jouled.pipeline import solve as command_solver
 from jouled.pipeline.audit import audit_patch, to_wire
 from jouled.pipeline.limits import Limits, RunResult
 from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
 from jouled.pipeline.testreport import FAILED, PASSED, Grade, grade, parse_ra
 from jouled.solvers import CommandSolver, Solvers
-from jouled.solvers import command as command_solver
 
 Progress = Callable[[str, str], None]
 
