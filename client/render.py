@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from jb_client.columns import FRONTIER, Column, revision, verdict
+
 if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
@@ -52,11 +54,6 @@ def _joules(value: float | None, reliable: bool = True) -> str:
     return text if reliable else f"~{text}"
 
 
-def _verdict(r: dict[str, Any]) -> str:
-    """A row's Pareto mark: * on the frontier, ? no verdict (its $ partly claimed)."""
-    return {True: "*", None: "?"}.get(r.get("pareto"), "")
-
-
 def _usd(r: dict[str, Any]) -> str:
     """Claimed dollars, with the share of attempts that claimed them when not all did."""
     total, share = r.get("usd_total"), r.get("usd_claimed_share")
@@ -70,13 +67,6 @@ def _usd_cumulative(r: dict[str, Any]) -> str:
     """Best-of-k's claimed dollars: "-" when none of the first k claimed, as in `_usd`."""
     total = r.get("usd_cumulative")
     return "-" if total is None else f"{float(total):.4f}"
-
-
-def _revision(r: dict[str, Any]) -> str:
-    """Which versions of its tasks a row graded: its revision, or how many it merged."""
-    if r.get("revision") is None:
-        return f"merged {r.get('merged_digests', 0)}"
-    return f"r{r['revision']}"
 
 
 def _revised(rows: Sequence[dict[str, Any]]) -> bool:
@@ -238,70 +228,36 @@ def frontier_table(
         "resolution vs energy (~ = energy not reliable; * = Pareto; "
         "? = no verdict, $ partly claimed; $ (n%) = share of attempts that claimed)"
     )
-    cols = (
-        "",
-        "suite",
-        "solver",
-        "model",
-        *(("rev", "digest set") if revised else ()),
-        "attempts",
-        "tasks",
-        "resolved",
-        "resolution",
-        "95% CI",
-        "J total",
-        "J/resolved",
-        "wall med s",
-        "$ claimed",
-        "source",
-        "reliable",
-        "tampered",
-        "audit flagged",
-        "integrity",
-        "op J",
-    )
-    for col in cols:
-        # A digest set is an id to compare rows by: cut short it would mislead.
-        ident = col in ("rev", "digest set")
+    columns = [c for c in FRONTIER if c.terminal and (revised or not c.revised_only)]
+    for col in columns:
         table.add_column(
-            col,
-            justify="right"
-            if col not in ("suite", "solver", "model", "source", "", "rev", "integrity")
-            else "left",
-            no_wrap=ident,
-            min_width=16 if col == "digest set" else None,
+            col.terminal_head,
+            justify="left" if col.left else "right",
+            no_wrap=col.ident,
+            min_width=16 if col.ident and not col.left else None,
             # Names fold rather than stretch the table across several screens.
             overflow="fold",
-            max_width=32 if col in ("suite", "solver", "model") else None,
+            max_width=32 if col.name else None,
         )
     for r in rows:
-        reliable = r["reliable_share"] == 1
-        table.add_row(
-            _verdict(r),
-            r["suite"],
-            r["solver"],
-            r["model"] or "-",
-            *((_revision(r), str(r.get("digest_set", ""))) if revised else ()),
-            str(r["attempts"]),
-            str(r["tasks"]),
-            str(r["resolved"]),
-            _pct(r["resolution"]),
-            f"{_pct(r['ci_low'])}-{_pct(r['ci_high'])}",
-            _joules(r["joules_total"], reliable),
-            _joules(r["joules_per_resolved"], reliable),
-            "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
-            _usd(r),
-            r["energy_source"],
-            _pct(r["reliable_share"]),
-            str(r.get("tampered", 0)),
-            str(r.get("audit_flagged", 0)),
-            r.get("integrity") or "-",
-            # The agent's own metered operations: beside the grade energy, never in it.
-            _joules(r.get("op_joules"), r.get("op_reliable_share") == 1)
-            if r.get("op_windows")
-            else "-",
-        )
+        table.add_row(*(_cell(col, r) for col in columns))
     _print_whole(console, table)
+
+
+def _cell(col: Column, r: Mapping[str, Any]) -> str:
+    """One frontier cell as the terminal shows it."""
+    value = col.value(r)
+    if col.kind == "pct":
+        return _pct(value)
+    if col.kind == "ci":
+        return f"{_pct(value[0])}-{_pct(value[1])}"
+    if col.kind == "joules":
+        return _joules(value, col.reliable is None or col.reliable(r))
+    if col.kind == "seconds":
+        return "-" if value is None else f"{value:.2f}"
+    if col.kind == "usd":
+        return _usd(value)
+    return str(value)
 
 
 def _name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
@@ -313,7 +269,7 @@ def _name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
     if r.get("model"):
         cell.append(f" {r['model']}", style="dim")
     if revised:
-        cell.append(f" {_revision(r)}", style="dim")
+        cell.append(f" {revision(r)}", style="dim")
     return cell
 
 
@@ -361,7 +317,7 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
     for r in rows:
         reliable = r["reliable_share"] == 1
         cells: list[Any] = [
-            _verdict(r),
+            verdict(r),
             _name_cell(r, suites, revised),
             f"{r['resolved']}/{r['attempts']}",
             _pct(r["resolution"]),
@@ -739,7 +695,7 @@ def _fleet_full(doc: dict[str, Any]) -> Table:
         reliable = r["reliable_share"] == 1
         summary = r["host"] == "*"
         table.add_row(
-            _verdict(r),
+            verdict(r),
             f"all ({len(r['hosts'])})" if summary else r["host"],
             r["suite"],
             r["solver"],
@@ -801,7 +757,7 @@ def _fleet_compact(doc: dict[str, Any]) -> Table:
         reliable = r["reliable_share"] == 1
         host = f"all ({len(r['hosts'])})" if r["host"] == "*" else labels[str(r["host"])]
         table.add_row(
-            _verdict(r),
+            verdict(r),
             Text(host),  # Text, not markup: a host name comes from the fleet file.
             _name_cell(r, suites),
             f"{r['resolved']}/{r['attempts']}",
