@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from jb_client import plot
 from jb_client.api import checkpoint_history_path
 from jb_client.columns import FRONTIER, Column
-from jb_client.render import calibration_lines, meter_lines
+from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
 from jouled.best_of_k import best_of_k
