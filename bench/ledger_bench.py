@@ -82,8 +82,9 @@ from jouled.ledger import merkle
 from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, write_atomic
 from jouled.ledger.columns import ALL_NAMES, derived_select
 from jouled.ledger.entry import Entry, Signature, make_entry
+from jouled.ledger.schema import SCHEMA
 from jouled.ledger.signing import Signer, raw_public
-from jouled.ledger.store import SCHEMA, Ledger
+from jouled.ledger.store import Ledger
 from jouled.ledger.verify import verify_export, verify_file
 
 T = TypeVar("T")

@@ -72,10 +72,12 @@ from jouled.contracts.task import load_task
 from jouled.ledger import merkle
 from jouled.ledger.signing import load_or_create_key
 from jouled.ledger.store import Ledger
-from jouled.patch import apply_patch, diff_trees, parse_patch
+from jouled.patch import parse_patch
+from jouled.patch_apply import apply_patch
+from jouled.patch_diff import diff_trees
 from jouled.pipeline.evaluate import restore_protected, seed
+from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import plain_argv
-from jouled.pipeline.sandbox import Limits
 from jouled.pipeline.sandbox import run as sandbox_run
 
 REPO = Path(__file__).resolve().parents[1]

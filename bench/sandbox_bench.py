@@ -44,8 +44,9 @@ from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
 from jouled.pipeline import pytest_run
 from jouled.pipeline.evaluate import Evaluator, prepare_tree, seed
+from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import plain_argv
-from jouled.pipeline.sandbox import Limits, Sandbox, sandbox_level
+from jouled.pipeline.sandbox import Sandbox, sandbox_level
 from jouled.pipeline.taskcheck import _NoStore
 
 REPO = Path(__file__).resolve().parents[1]

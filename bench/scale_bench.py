@@ -171,7 +171,7 @@ import json, sys, time, threading
 sys.path.insert(0, "bench")
 import ledger_bench as lb
 from pathlib import Path
-from jouled.ledger import store
+from jouled.ledger import opening
 times = {}
 def timed(name, fn):
     def wrapper(*a, **k):
@@ -181,15 +181,14 @@ def timed(name, fn):
         finally:
             times[name] = times.get(name, 0) + time.perf_counter() - start
     return wrapper
-store.Ledger._rehash = timed("rehash payloads and build the tree", store.Ledger._rehash)
-store.Ledger._check_columns = timed(
-    "column check (DuckDB, beside the rehash)", store.Ledger._check_columns)
-store.seal.digest = timed("  the seal's digest", store.seal.digest)
-store.Ledger._column_mismatch = staticmethod(
-    timed("  every column from its payload", store.Ledger._column_mismatch))
+opening.rehash = timed("rehash payloads and build the tree", opening.rehash)
+opening.check_columns = timed(
+    "column check (DuckDB, beside the rehash)", opening.check_columns)
+opening.seal.digest = timed("  the seal's digest", opening.seal.digest)
+opening.column_mismatch = timed("  every column from its payload", opening.column_mismatch)
 if sys.argv[2] == "unsealed":
-    store.seal.seal_path(Path(sys.argv[1]) / "ledger.duckdb").unlink(missing_ok=True)
-store.Ledger._migrate = timed("columns present and filled", store.Ledger._migrate)
+    opening.seal.seal_path(Path(sys.argv[1]) / "ledger.duckdb").unlink(missing_ok=True)
+opening.migrate = timed("columns present and filled", opening.migrate)
 start = time.perf_counter()
 ledger = lb.open_ledger(Path(sys.argv[1]), lb.bench_signer())
 times["open (all of the above)"] = time.perf_counter() - start
@@ -355,7 +354,7 @@ FLOOR = """
 import json, os, statistics, sys, tempfile, time
 import duckdb
 from jouled.ledger.columns import NAMES
-from jouled.ledger.store import SCHEMA
+from jouled.ledger.schema import SCHEMA
 def median_s(fn, n=300):
     runs = []
     for _ in range(n):

@@ -11,7 +11,7 @@ ranks highest for it by rendezvous hashing (`assign`), so the same suite on
 the same fleet lands the same way every time, and when a host goes away only
 its own attempts move, each to its next-ranked live host. An attempt keeps
 its idempotency key wherever it runs; the merged frontier counts each key
-once (`jouled.frontier.count_once`).
+once (`jouled.frontier_fleet.count_once`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from jb_client.api import Client, ClientError, checkpoint_history_path, parquet_path
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
-from jouled.frontier import HostLedger, fleet_frontier
+from jouled.frontier_fleet import HostLedger, fleet_frontier
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.trust import PinnedKey, load_pinned
 from jouled.ledger.verify import split_notes, verify_file

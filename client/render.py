@@ -7,9 +7,12 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from jb_client import cells as fmt
+from jb_client.columns import FRONTIER, verdict
+from jb_client.meter_text import ZONE_COLUMNS, meter_lines, zone_rows
+
 if TYPE_CHECKING:
     from rich.table import Table
-    from rich.text import Text
 
 
 if TYPE_CHECKING:
@@ -41,50 +44,6 @@ def _table(title: str, **kwargs: Any) -> Table:
     from rich.table import Table
 
     return Table(title=title, **kwargs)
-
-
-def _joules(value: float | None, reliable: bool = True) -> str:
-    if value is None:
-        return "-"
-    if value == float("inf"):
-        return "inf"
-    text = f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
-    return text if reliable else f"~{text}"
-
-
-def _verdict(r: dict[str, Any]) -> str:
-    """A row's Pareto mark: * on the frontier, ? no verdict (its $ partly claimed)."""
-    return {True: "*", None: "?"}.get(r.get("pareto"), "")
-
-
-def _usd(r: dict[str, Any]) -> str:
-    """Claimed dollars, with the share of attempts that claimed them when not all did."""
-    total, share = r.get("usd_total"), r.get("usd_claimed_share")
-    if total is None:
-        return "-"  # nothing claimed: unknown, never $0
-    text = f"{float(total):.4f}"
-    return text if share is None or share >= 1 else f"{text} ({_pct(share)})"
-
-
-def _usd_cumulative(r: dict[str, Any]) -> str:
-    """Best-of-k's claimed dollars: "-" when none of the first k claimed, as in `_usd`."""
-    total = r.get("usd_cumulative")
-    return "-" if total is None else f"{float(total):.4f}"
-
-
-def _revision(r: dict[str, Any]) -> str:
-    """Which versions of its tasks a row graded: its revision, or how many it merged."""
-    if r.get("revision") is None:
-        return f"merged {r.get('merged_digests', 0)}"
-    return f"r{r['revision']}"
-
-
-def _revised(rows: Sequence[dict[str, Any]]) -> bool:
-    return any(r.get("revision", 0) != 0 for r in rows)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = None) -> None:
@@ -123,7 +82,7 @@ def receipt_line(document: dict[str, Any]) -> None:
     r = Receipt.parse(document)
     grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
-    j = "-" if joules is None else _joules(joules / 1000, bool(grade.get("reliable")))
+    j = "-" if joules is None else fmt.joules(joules / 1000, bool(grade.get("reliable")))
     status = f"{r.status.value:<10}"
     mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
     rollout = _rollout(r)
@@ -159,8 +118,8 @@ def op_receipt_line(document: dict[str, Any]) -> None:
     reliable = bool(e.get("reliable"))
     end = f"  [yellow]abandoned ({r.end})[/]" if r.abandoned else ""
     _console(True).print(
-        f"op {r.label}: {_joules(None if gross is None else gross / 1000, reliable)} J gross, "
-        f"{_joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
+        f"op {r.label}: {fmt.joules(None if gross is None else gross / 1000, reliable)} J gross, "
+        f"{fmt.joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
         f"({e.get('source', '?')}, {e.get('attribution', '?')}), {e.get('wall_ms', 0)} ms, "
         f"agent {r.agent}, seq {r.seq}{end}",
         highlight=False,
@@ -233,92 +192,25 @@ def frontier_table(
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
         console.print(_frontier_compact(rows))
         return
-    revised = _revised(rows)
+    revised = fmt.revised(rows)
     table = _table(
         "resolution vs energy (~ = energy not reliable; * = Pareto; "
         "? = no verdict, $ partly claimed; $ (n%) = share of attempts that claimed)"
     )
-    cols = (
-        "",
-        "suite",
-        "solver",
-        "model",
-        *(("rev", "digest set") if revised else ()),
-        "attempts",
-        "tasks",
-        "resolved",
-        "resolution",
-        "95% CI",
-        "J total",
-        "J/resolved",
-        "wall med s",
-        "$ claimed",
-        "source",
-        "reliable",
-        "tampered",
-        "audit flagged",
-        "integrity",
-        "op J",
-    )
-    for col in cols:
-        # A digest set is an id to compare rows by: cut short it would mislead.
-        ident = col in ("rev", "digest set")
+    columns = [c for c in FRONTIER if c.terminal and (revised or not c.revised_only)]
+    for col in columns:
         table.add_column(
-            col,
-            justify="right"
-            if col not in ("suite", "solver", "model", "source", "", "rev", "integrity")
-            else "left",
-            no_wrap=ident,
-            min_width=16 if col == "digest set" else None,
+            col.terminal_head,
+            justify="left" if col.left else "right",
+            no_wrap=col.ident,
+            min_width=16 if col.ident and not col.left else None,
             # Names fold rather than stretch the table across several screens.
             overflow="fold",
-            max_width=32 if col in ("suite", "solver", "model") else None,
+            max_width=32 if col.name else None,
         )
     for r in rows:
-        reliable = r["reliable_share"] == 1
-        table.add_row(
-            _verdict(r),
-            r["suite"],
-            r["solver"],
-            r["model"] or "-",
-            *((_revision(r), str(r.get("digest_set", ""))) if revised else ()),
-            str(r["attempts"]),
-            str(r["tasks"]),
-            str(r["resolved"]),
-            _pct(r["resolution"]),
-            f"{_pct(r['ci_low'])}-{_pct(r['ci_high'])}",
-            _joules(r["joules_total"], reliable),
-            _joules(r["joules_per_resolved"], reliable),
-            "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
-            _usd(r),
-            r["energy_source"],
-            _pct(r["reliable_share"]),
-            str(r.get("tampered", 0)),
-            str(r.get("audit_flagged", 0)),
-            r.get("integrity") or "-",
-            # The agent's own metered operations: beside the grade energy, never in it.
-            _joules(r.get("op_joules"), r.get("op_reliable_share") == 1)
-            if r.get("op_windows")
-            else "-",
-        )
+        table.add_row(*(fmt.frontier_cell(col, r) for col in columns))
     _print_whole(console, table)
-
-
-def _name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
-    from rich.text import Text
-
-    # Text, not markup: names come from results.
-    cell = Text(f"{r['suite']}/" if suites > 1 else "", style="dim")
-    cell.append(str(r["solver"]))
-    if r.get("model"):
-        cell.append(f" {r['model']}", style="dim")
-    if revised:
-        cell.append(f" {_revision(r)}", style="dim")
-    return cell
-
-
-def _ci(r: dict[str, Any]) -> str:
-    return f"{100 * r['ci_low']:.0f}-{100 * r['ci_high']:.0f}"
 
 
 def _compact(title: str) -> Table:
@@ -327,11 +219,6 @@ def _compact(title: str) -> Table:
     return _table(
         title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left"
     )
-
-
-def _weak(r: dict[str, Any]) -> bool:
-    """Whether the row's successes were graded below the integrity monitor."""
-    return r.get("integrity") not in (None, "monitor")
 
 
 def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
@@ -345,10 +232,11 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
         "a audit flagged, int:r / int:n successes graded at reduced / no integrity, "
         "op the agent's op windows (J)"
     )
-    revised = _revised(rows)
+    revised = fmt.revised(rows)
     usd = any(r["usd_total"] for r in rows)
     flags = any(
-        r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") or _weak(r) for r in rows
+        r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") or fmt.weak(r)
+        for r in rows
     )
     table.add_column("", no_wrap=True)
     table.add_column("solver model", overflow="fold", min_width=12)
@@ -361,22 +249,22 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
     for r in rows:
         reliable = r["reliable_share"] == 1
         cells: list[Any] = [
-            _verdict(r),
-            _name_cell(r, suites, revised),
+            verdict(r),
+            fmt.name_cell(r, suites, revised),
             f"{r['resolved']}/{r['attempts']}",
-            _pct(r["resolution"]),
-            _ci(r),
-            _joules(r["joules_per_resolved"], reliable),
+            fmt.pct(r["resolution"]),
+            fmt.ci(r),
+            fmt.joules(r["joules_per_resolved"], reliable),
             "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
         ]
         if usd:
-            cells.append(_usd(r))
+            cells.append(fmt.usd(r))
         if flags:
             marks = [f"t{r['tampered']}"] if r.get("tampered") else []
             marks += [f"a{r['audit_flagged']}"] if r.get("audit_flagged") else []
-            marks += [f"int:{r['integrity'][0]}"] if _weak(r) else []
+            marks += [f"int:{r['integrity'][0]}"] if fmt.weak(r) else []
             if r.get("op_windows"):
-                marks.append("op" + _joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
+                marks.append("op" + fmt.joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
             cells.append(" ".join(marks))
         table.add_row(*cells)
     return table
@@ -415,11 +303,11 @@ def bestofk_table(
             str(r["k"]),
             str(r["tasks"]),
             str(r["resolved_within_k"]),
-            _pct(r["resolution_within_k"]),
-            _pct(r.get("selected_resolution")),
-            _joules(r["joules_cumulative"]),
-            _usd_cumulative(r),
-            _pct(r["pass_at_k"]),
+            fmt.pct(r["resolution_within_k"]),
+            fmt.pct(r.get("selected_resolution")),
+            fmt.joules(r["joules_cumulative"]),
+            fmt.usd_cumulative(r),
+            fmt.pct(r["pass_at_k"]),
             str(r.get("tampered", 0)),
         )
     _print_whole(console, table)
@@ -443,24 +331,21 @@ def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
     for r in rows:
         key = (r["suite"], r["solver"], r["model"])
         # The name once per group: the k rows below it read as its curve.
-        cells: list[Any] = ["" if key == previous else _name_cell(r, suites)]
+        cells: list[Any] = ["" if key == previous else fmt.name_cell(r, suites)]
         previous = key
         cells += [
             str(r["k"]),
             f"{r['resolved_within_k']}/{r['tasks']}",
             f"{r.get('selected_resolved', '-')}/{r['tasks']}",
-            _pct(r["pass_at_k"]),
-            _joules(r["joules_cumulative"]),
+            fmt.pct(r["pass_at_k"]),
+            fmt.joules(r["joules_cumulative"]),
         ]
         if usd:
-            cells.append(_usd_cumulative(r))
+            cells.append(fmt.usd_cumulative(r))
         if tampered:
             cells.append(str(r.get("tampered", 0)))
         table.add_row(*cells)
     return table
-
-
-ZONE_COLUMNS = ("zone", "source", "range", "ceiling", "last read", "timing")
 
 
 def meter_table(status: dict[str, Any], *, console: Console | None = None) -> None:
@@ -485,190 +370,6 @@ def meter_table(status: dict[str, Any], *, console: Console | None = None) -> No
         for row in rows:
             zones.add_row(*(Text(row[c]) for c in ZONE_COLUMNS))
         console.print(zones)
-
-
-def _sections(status: dict[str, Any]) -> list[dict[str, Any]]:
-    """The status and, for a combined meter, each of its parts."""
-    parts = status.get("meters")
-    return (
-        [status, *(p for p in parts if isinstance(p, dict))]
-        if isinstance(parts, list)
-        else [status]
-    )
-
-
-def zone_rows(status: dict[str, Any]) -> list[dict[str, str]]:
-    """One row per metered RAPL zone and GPU, keyed by `ZONE_COLUMNS`."""
-    cal = status.get("calibration")
-    signed = cal.get("domains") if isinstance(cal, dict) else None
-    signed = signed if isinstance(signed, dict) else {}
-    nominal = {
-        d.get("name"): d.get("update_us")
-        for section in _sections(status)
-        for d in section.get("domains") or []
-        if isinstance(d, dict)
-    }
-
-    def timing(name: str) -> str:
-        d = signed.get(name)
-        if isinstance(d, dict) and d.get("update_us"):
-            return (
-                f"idle ± {d.get('timing_mw', 0)} mW, steps ≤ {d['update_us'] / 1000:g} ms "
-                "(calibrated)"
-            )
-        period = nominal.get(name)
-        return f"steps ~{period / 1000:g} ms (documented)" if period else "not calibrated"
-
-    rows = []
-    for section in _sections(status):
-        rapl = section.get("rapl")
-        for z in (rapl.get("zones") or []) if isinstance(rapl, dict) else []:
-            if not isinstance(z, dict) or not z.get("selected"):
-                continue
-            name = str(z.get("domain") or z.get("name", "?"))
-            top = z.get("max_energy_range_uj")
-            rows.append(
-                {
-                    "zone": f"{name} ({z.get('id', '?')})",
-                    "source": "rapl",
-                    "range": f"{top / 1e6:,.1f} J" if top else "unknown",
-                    "ceiling": f"{z.get('ceiling_w', '?'):g} W"
-                    if isinstance(z.get("ceiling_w"), int | float)
-                    else "?",
-                    "last read": _last_read(z.get("last_read_uj"), "uJ", z.get("last_read_age_ms")),
-                    "timing": timing(name),
-                }
-            )
-        nvml = section.get("nvml")
-        for g in (nvml.get("gpus") or []) if isinstance(nvml, dict) else []:
-            if not isinstance(g, dict):
-                continue
-            name = str(g.get("domain", "?"))
-            ceiling = g.get("ceiling_w")
-            rows.append(
-                {
-                    "zone": f"{name} ({g.get('name', '?')})",
-                    "source": "nvml" + ("" if g.get("energy_counter") else " power"),
-                    "range": "no wrap" if g.get("energy_counter") else "sampled power",
-                    "ceiling": f"{ceiling:g} W" if isinstance(ceiling, int | float) else "?",
-                    "last read": _last_read(
-                        g.get("last_read"),
-                        str(g.get("last_read_unit", "")),
-                        g.get("last_read_age_ms"),
-                    ),
-                    "timing": timing(name),
-                }
-            )
-    return rows
-
-
-def _last_read(value: Any, unit: str, age_ms: Any) -> str:
-    if not isinstance(value, int | float):
-        return "none yet"
-    shown = {
-        "uJ": f"{value / 1e6:,.3f} J",
-        "mJ": f"{value / 1e3:,.3f} J",
-        "mW": f"{value / 1e3:,.3f} W",
-    }
-    text = shown.get(unit, f"{value} {unit}")
-    return f"{text}, {age_ms} ms ago" if isinstance(age_ms, int | float) else text
-
-
-def meter_lines(status: dict[str, Any], *, zones: bool = True) -> list[tuple[str, str]]:
-    """(key, value) lines for `meter_table` and the report's meter section; with
-    `zones`, each row of `zone_rows` as one more line (the table prints them as
-    a table instead). No host path is shown."""
-    lines: list[tuple[str, str]] = []
-    lines.append(
-        (
-            "source",
-            f"{status.get('source', '?')}"
-            + (" (measured)" if status.get("measured") else " (an estimate, not a measurement)"),
-        )
-    )
-    if "min_window_ms" in status:
-        lines.append(("floor", f"windows under {status['min_window_ms']} ms are not reliable"))
-    if "policy" in status:
-        lines.append(("attribution", str(status["policy"])))
-    for d in status.get("domains") or []:
-        lines.append(
-            (
-                f"domain {d.get('name', '?')}",
-                f"{d.get('kind', '?')} via {d.get('source', '?')}, resolution "
-                f"{d.get('resolution_uj', '?')} uJ, floor {d.get('min_window_ms', '?')} ms",
-            )
-        )
-    est = status.get("estimator")
-    if isinstance(est, dict):
-        lines.append(("estimator", f"{est.get('mode', '?')}, {est.get('watts', '?')} W"))
-    cal = status.get("calibration")
-    if isinstance(cal, dict):
-        lines += calibration_lines(cal)
-    elif "calibration" in status:
-        lines.append(("calibration", "none yet (marginal energy is gross energy)"))
-    for section in _sections(status):
-        for kind in ("rapl", "nvml"):
-            part = section.get(kind)
-            if isinstance(part, dict) and "interval_s" in part:
-                lines.append((f"{kind} polling", f"every {part['interval_s']:g} s at most"))
-        rapl = section.get("rapl")
-        for z in (rapl.get("zones") or []) if isinstance(rapl, dict) else []:
-            if isinstance(z, dict) and not z.get("selected"):
-                lines.append(
-                    (f"skipped {z.get('id', '?')}", f"{z.get('name', '?')}: {z.get('reason', '')}")
-                )
-    if zones:
-        for row in zone_rows(status):
-            lines.append(
-                (f"zone {row['zone']}", "; ".join(f"{c} {row[c]}" for c in ZONE_COLUMNS[1:]))
-            )
-    known = {
-        "source", "measured", "min_window_ms", "policy", "domains", "estimator", "calibration",
-        "rapl", "nvml", "meters",
-    }  # fmt: skip
-    for key, value in status.items():
-        if key not in known:
-            lines.append((str(key), _compact_json(value)))
-    return lines
-
-
-def calibration_lines(cal: dict[str, Any]) -> list[tuple[str, str]]:
-    seq = cal.get("seq")
-    when = cal.get("time") or ""
-    age = cal.get("age_s")
-    head = f"ledger entry {seq}" if seq is not None else "calibration"
-    head += f", {when}" if when else ""
-    head += f" ({_age(age)} ago)" if isinstance(age, int | float) else ""
-    head += f", {cal.get('seconds', '?')} s of {cal.get('source', '?')}"
-    lines = [("calibration", head)]
-    for name, d in sorted((cal.get("domains") or {}).items()):
-        if isinstance(d, dict):
-            lines.append(
-                (
-                    f"idle {name}",
-                    f"{d.get('idle_mw', 0) / 1000:.3f} W ± {d.get('stddev_mw', 0) / 1000:.3f} W"
-                    f", timing ± {d.get('timing_mw', 0) / 1000:.3f} W",
-                )
-            )
-    return lines
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} days"
-
-
-def _compact_json(value: Any) -> str:
-    import json
-
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
 
 
 def kv(title: str, data: dict[str, Any]) -> None:
@@ -739,18 +440,18 @@ def _fleet_full(doc: dict[str, Any]) -> Table:
         reliable = r["reliable_share"] == 1
         summary = r["host"] == "*"
         table.add_row(
-            _verdict(r),
+            verdict(r),
             f"all ({len(r['hosts'])})" if summary else r["host"],
             r["suite"],
             r["solver"],
             r["model"] or "-",
             str(r["attempts"]),
             str(r["resolved"]),
-            _pct(r["resolution"]),
-            _joules(r["joules_total"], reliable),
-            _joules(r["joules_per_resolved"], reliable),
+            fmt.pct(r["resolution"]),
+            fmt.joules(r["joules_total"], reliable),
+            fmt.joules(r["joules_per_resolved"], reliable),
             r["energy_source"],
-            _pct(r["reliable_share"]),
+            fmt.pct(r["reliable_share"]),
         )
     return table
 
@@ -801,30 +502,15 @@ def _fleet_compact(doc: dict[str, Any]) -> Table:
         reliable = r["reliable_share"] == 1
         host = f"all ({len(r['hosts'])})" if r["host"] == "*" else labels[str(r["host"])]
         table.add_row(
-            _verdict(r),
+            verdict(r),
             Text(host),  # Text, not markup: a host name comes from the fleet file.
-            _name_cell(r, suites),
+            fmt.name_cell(r, suites),
             f"{r['resolved']}/{r['attempts']}",
-            _pct(r["resolution"]),
-            _joules(r["joules_total"], reliable),
-            _joules(r["joules_per_resolved"], reliable),
+            fmt.pct(r["resolution"]),
+            fmt.joules(r["joules_total"], reliable),
+            fmt.joules(r["joules_per_resolved"], reliable),
         )
     return table
-
-
-def _num(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if unit == "$":
-        return f"{value:.4f}"
-    return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
-def _spread(s: dict[str, Any] | None, unit: str) -> str:
-    """Median and interquartile range of one side's per-task values."""
-    if s is None:
-        return "-"
-    return f"{_num(s['median'], unit)} ({_num(s['q1'], unit)}-{_num(s['q3'], unit)})"
 
 
 def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
@@ -852,10 +538,10 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
     table.add_row(
         "resolution",
         str(res["tasks"]),
-        _pct(res["a_rate"]),
-        _pct(res["b_rate"]),
+        fmt.pct(res["a_rate"]),
+        fmt.pct(res["b_rate"]),
         "-" if res["difference"] is None else f"{100 * res['difference']:+.1f} pts",
-        "-" if res["ci_low"] is None else f"{_pct(res['ci_low'])} to {_pct(res['ci_high'])}",
+        "-" if res["ci_low"] is None else f"{fmt.pct(res['ci_low'])} to {fmt.pct(res['ci_high'])}",
         f"McNemar p={res['p_value']:.4g} (A only {first['a_only']}, B only {first['b_only']})",
     )
     for label, m, unit in (("joules", joules, "J"), ("$ claimed", usd, "$")):
@@ -863,12 +549,12 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         table.add_row(
             label,
             str(m["tasks"]),
-            _spread(m["a"], unit),
-            _spread(m["b"], unit),
-            "-" if diff is None else _num(diff["mean"], unit),
+            fmt.spread(m["a"], unit),
+            fmt.spread(m["b"], unit),
+            "-" if diff is None else fmt.num(diff["mean"], unit),
             "-"
             if m["ci_low"] is None
-            else f"{_num(m['ci_low'], unit)} to {_num(m['ci_high'], unit)}",
+            else f"{fmt.num(m['ci_low'], unit)} to {fmt.num(m['ci_high'], unit)}",
             "paired bootstrap",
         )
     console.print(table)
@@ -888,8 +574,8 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
             r["task_id"],
             f"{r['a']['rate']:.0%} of {r['a']['attempts']}",
             f"{r['b']['rate']:.0%} of {r['b']['attempts']}",
-            _num(r["a"]["joules"]),
-            _num(r["b"]["joules"]),
+            fmt.num(r["a"]["joules"]),
+            fmt.num(r["b"]["joules"]),
         )
     console.print(table)
     if len(rows) > shown:

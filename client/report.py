@@ -27,11 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from jb_client import plot
 from jb_client.api import checkpoint_history_path
-from jb_client.render import calibration_lines, meter_lines
+from jb_client.columns import FRONTIER, Column
+from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
+from jouled.best_of_k import best_of_k
 from jouled.documents import ExportRecord
 from jouled.errors import DocumentError, UsageError
+from jouled.frontier_attempts import suite_of
 
 if TYPE_CHECKING:
     from jb_client.api import Client
@@ -97,7 +100,7 @@ def parse_note(note: str) -> dict[str, Any]:
 
 
 def _in_suite(body: Mapping[str, Any], suite: str) -> bool:
-    return not suite or frontier._suite_of(body) == suite
+    return not suite or suite_of(body) == suite
 
 
 def from_entries(
@@ -122,7 +125,7 @@ def from_entries(
             bodies, suite=suite or None, axis=axis, ops=[e.body for e in ops]
         )
     if best is None:
-        best = frontier.best_of_k(bodies, suite=suite or None)
+        best = best_of_k(bodies, suite=suite or None)
     return ReportData(
         source=source,
         suite=suite,
@@ -209,59 +212,28 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") ->
 
 
 def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    head = (
-        "",
-        "suite",
-        "solver",
-        "model",
-        "attempts",
-        "tasks",
-        "resolved",
-        "resolution",
-        "95% CI",
-        "J total",
-        "J/resolved",
-        "wall median s",
-        "$ claimed",
-        "energy source",
-        "reliable",
-        "tampered",
-        "audit flagged",
-        "integrity",
-        "errors",
-        "op J",
-    )
-    body = []
-    for r in rows:
-        reliable = r.get("reliable_share") == 1
-        jpr = r.get("joules_per_resolved")
-        body.append(
-            (
-                {True: "*", None: "?"}.get(r.get("pareto"), ""),
-                esc(r["suite"]),
-                esc(r["solver"]),
-                esc(r.get("model") or "-"),
-                esc(r["attempts"]),
-                esc(r["tasks"]),
-                esc(r["resolved"]),
-                _pct(r["resolution"]),
-                f"{_pct(r['ci_low'])}–{_pct(r['ci_high'])}",
-                _j(round(1000 * float(r["joules_total"])), reliable),
-                "-" if jpr is None else _j(round(1000 * float(jpr)), reliable),
-                "-" if r.get("wall_median_s") is None else f"{float(r['wall_median_s']):.2f}",
-                _usd(r),
-                esc(r.get("energy_source", "")),
-                _pct(r.get("reliable_share")),
-                _flag(r.get("tampered", 0)),
-                _flag(r.get("audit_flagged", 0)),
-                esc(r.get("integrity") or "-"),
-                esc(r.get("errors", 0)),
-                _j(round(1000 * float(r.get("op_joules") or 0)), r.get("op_reliable_share") == 1)
-                if r.get("op_windows")
-                else "-",
-            )
-        )
-    return _table(head, body, "num")
+    columns = [c for c in FRONTIER if c.report]
+    body = [[_cell(col, r) for col in columns] for r in rows]
+    return _table([c.head for c in columns], body, "num")
+
+
+def _cell(col: Column, r: Mapping[str, Any]) -> str:
+    """One frontier cell as the report shows it (HTML, escaped)."""
+    value = col.value(r)
+    if col.kind == "pct":
+        return _pct(value)
+    if col.kind == "ci":
+        return f"{_pct(value[0])}–{_pct(value[1])}"
+    if col.kind == "joules":
+        reliable = col.reliable is None or col.reliable(r)
+        return "-" if value is None else _j(round(1000 * float(value)), reliable)
+    if col.kind == "seconds":
+        return "-" if value is None else f"{float(value):.2f}"
+    if col.kind == "usd":
+        return _usd(value)
+    if col.kind == "flag":
+        return _flag(value)
+    return esc(value)
 
 
 def _usd(r: Mapping[str, Any]) -> str:

@@ -298,7 +298,7 @@ def keys_rotate(
     Stop the daemon first. Afterwards give auditors the new jouled.pub with the
     entry range it signs from (the rotation entry's seq + 1).
     """
-    from jouled.daemon import rotate_key
+    from jouled.startup import rotate_key
 
     _setup_logging(False)
     try:

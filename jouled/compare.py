@@ -52,7 +52,8 @@ from fractions import Fraction
 from typing import Any
 
 from jouled.errors import UsageError
-from jouled.frontier import ERROR, USD_SOURCE, _Attempt, _parse
+from jouled.frontier import USD_SOURCE
+from jouled.frontier_attempts import ERROR, Attempt, parse_attempt
 
 MIN_PAIRS = 10
 RESAMPLES = 10_000
@@ -136,7 +137,7 @@ def bootstrap_mean_interval(
 class _Side:
     """A task's counted attempts by one side, in ledger order."""
 
-    attempts: tuple[_Attempt, ...]
+    attempts: tuple[Attempt, ...]
 
     @property
     def task_id(self) -> str:
@@ -147,7 +148,7 @@ class _Side:
         return sum(a.resolved for a in self.attempts) / len(self.attempts)
 
     @property
-    def first(self) -> _Attempt:
+    def first(self) -> Attempt:
         # min keeps the earliest among equal rollout indices: attempts are in ledger order.
         return min(self.attempts, key=lambda a: a.rollout)
 
@@ -179,7 +180,7 @@ class _Selector:
     solver: str
     model: str | None  # None: every model
 
-    def matches(self, a: _Attempt) -> bool:
+    def matches(self, a: Attempt) -> bool:
         return a.solver == self.solver and (self.model is None or a.model == self.model)
 
 
@@ -193,10 +194,10 @@ def _selector(spec: str, solvers: set[str]) -> _Selector:
 
 
 def _sides(
-    parsed: Sequence[tuple[str, _Attempt]], sel: _Selector
+    parsed: Sequence[tuple[str, Attempt]], sel: _Selector
 ) -> tuple[dict[str, _Side], list[str], dict[str, set[str]]]:
     """Per digest, the side's counted attempts; its models; per task id, its digests."""
-    by_digest: dict[str, list[_Attempt]] = defaultdict(list)
+    by_digest: dict[str, list[Attempt]] = defaultdict(list)
     digests: dict[str, set[str]] = defaultdict(set)
     models: set[str] = set()
     for digest, a in parsed:
@@ -348,7 +349,7 @@ def compare(
         raise UsageError(f"--resamples {resamples} must be at least 1")
     parsed = []
     for body in results:
-        attempt = _parse(body)
+        attempt = parse_attempt(body)
         if suite is None or attempt.suite == suite:
             parsed.append((str(body.get("task_digest") or ""), attempt))
     solvers = {att.solver for _, att in parsed}

@@ -1,4 +1,5 @@
-"""Aggregate result entries into frontier rows, a Pareto flag and best-of-k curves.
+"""Aggregate result entries into frontier rows and a Pareto flag (best-of-k curves:
+`jouled.best_of_k`; several hosts' ledgers: `jouled.frontier_fleet`).
 
 Pure functions over `result` entry bodies (docs/ledger.md, `result`): the daemon
 feeds them from its ledger and `jb-client` from an export, so both print the
@@ -89,7 +90,6 @@ Counting rules, decided once here so every consumer agrees:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import statistics
 import threading
@@ -98,12 +98,23 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jouled.documents import INTEGRITY_LEVELS, STATUSES, FrontierRow, Status
+from jouled.documents import INTEGRITY_LEVELS, STATUSES, FrontierRow
 from jouled.errors import UsageError
-
-RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
-
-COUNTED_PHASES = ("solve", "grade")
+from jouled.frontier_attempts import (
+    ERROR,
+    INVALID,
+    TAMPERED,
+    TIMEOUT,
+    Attempt,
+    Key,
+    OpKey,
+    OpSum,
+    Revisions,
+    RowKey,
+    digest_set_id,
+    parse_attempt,
+    parse_op,
+)
 
 # Frontier axis -> the row column that is its cost.
 AXES = {
@@ -113,10 +124,6 @@ AXES = {
 }
 
 USD_SOURCE = "claimed"
-
-_Key = tuple[str, str, str]  # (suite, solver, model)
-_RowKey = tuple[str, str, str, int]  # (suite, solver, model, revision)
-_OpKey = tuple[str, str, str, int]  # (agent, task_id, run_id, rollout)
 
 
 # -- statistics ------------------------------------------------------------------------
@@ -191,224 +198,10 @@ def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
     return on
 
 
-# -- one attempt -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Energy:
-    """The counted phases of one attempt, summed."""
-
-    gross_mj: int  # valid windows only
-    marginal_mj: int
-    wall_ms: int
-    windows: int
-    reliable_windows: int
-    invalid_windows: int
-    sources: frozenset[str]
-
-
-@dataclass(frozen=True)
-class _Attempt:
-    suite: str
-    solver: str
-    model: str
-    task_id: str
-    rollout: int
-    status: str
-    resolved: bool
-    energy: _Energy
-    usd_micros: int
-    claimed_mj: int
-    audit_flagged: bool = False
-    visible_passed: float = 0.0  # share of the visible expected tests that passed
-    patch_sha256: str = ""
-    agent: str = ""
-    run_id: str = ""
-    task_digest: str = ""
-    integrity: int = 0  # the rank of its `integrity.level` in INTEGRITY_LEVELS
-
-    @property
-    def key(self) -> _Key:
-        return (self.suite, self.solver, self.model)
-
-    @property
-    def claims_usd(self) -> bool:
-        return self.usd_micros > 0
-
-    @property
-    def op_key(self) -> _OpKey:
-        return (self.agent, self.task_id, self.run_id, self.rollout)
-
-
-@dataclass
-class _OpSum:
-    """The op windows signed for one (agent, task, run, rollout)."""
-
-    marginal_mj: int = 0
-    windows: int = 0
-    reliable: int = 0
-    abandoned: int = 0
-
-    def add(self, other: _OpSum) -> None:
-        self.marginal_mj += other.marginal_mj
-        self.windows += other.windows
-        self.reliable += other.reliable
-        self.abandoned += other.abandoned
-
-
-def _parse_op(body: Mapping[str, Any]) -> tuple[_OpKey, _OpSum] | None:
-    """An `op` body's key and energy; None when it names no task."""
-    task_id = str(body.get("task_id") or "")
-    if not task_id:
-        return None
-    key = (
-        str(body.get("agent") or ""),
-        task_id,
-        str(body.get("run_id") or ""),
-        int(body.get("rollout") or 0),
-    )
-    window = body.get("energy")
-    window = window if isinstance(window, Mapping) else {}
-    valid = _window_is_valid(window)
-    return key, _OpSum(
-        marginal_mj=int(window["marginal_mj"]) if valid else 0,
-        windows=1,
-        reliable=int(valid and window.get("reliable") is True),
-        abandoned=int(body.get("abandoned") is True),
-    )
-
-
-def _suite_of(body: Mapping[str, Any]) -> str:
-    suite = body.get("suite")
-    if suite:
-        return str(suite)
-    return str(body.get("task_id", "")).split("/", 1)[0]
-
-
-def _window_is_valid(window: Mapping[str, Any]) -> bool:
-    if window.get("valid") is False:
-        return False
-    return window.get("gross_mj") is not None and window.get("marginal_mj") is not None
-
-
-def _counted_energy(energy: Mapping[str, Any]) -> _Energy:
-    gross = marginal = wall = windows = reliable = invalid = 0
-    sources: set[str] = set()
-    for phase in COUNTED_PHASES:
-        window = energy.get(phase)
-        if not isinstance(window, Mapping):
-            continue  # the phase did not run
-        windows += 1
-        # The clock kept running through a failed energy read, so wall still counts.
-        wall += int(window.get("wall_ms") or 0)
-        sources.add(str(window.get("source", "")))
-        if _window_is_valid(window):
-            gross += int(window["gross_mj"])
-            marginal += int(window["marginal_mj"])
-            reliable += bool(window.get("reliable"))
-        else:
-            invalid += 1
-    return _Energy(gross, marginal, wall, windows, reliable, invalid, frozenset(sources))
-
-
-def _integrity_rank(level: object) -> int:
-    """A result's `integrity.level` as its rank in INTEGRITY_LEVELS; unknown or absent: none."""
-    return INTEGRITY_LEVELS.index(level) if level in INTEGRITY_LEVELS else 0
-
-
-def _parse(body: Mapping[str, Any]) -> _Attempt:
-    task_id = str(body.get("task_id", ""))
-    status = body.get("status")
-    if status not in STATUSES:
-        raise UsageError(
-            f"result for {task_id!r} has unknown status {status!r}",
-            hint="the ledger was written by a newer jouled; upgrade jb-client",
-        )
-    rollout = int(body.get("rollout") or 0)
-    if rollout < 0:
-        raise UsageError(f"result for {task_id!r} has negative rollout {rollout}")
-    claimed = body.get("claimed") or {}
-    integrity = body.get("integrity")
-    return _Attempt(
-        suite=_suite_of(body),
-        solver=str(body.get("solver") or ""),
-        model=str(body.get("model") or ""),
-        task_id=task_id,
-        rollout=rollout,
-        status=status,
-        resolved=status == RESOLVED and body.get("resolved") is True,
-        energy=_counted_energy(body.get("energy") or {}),
-        usd_micros=int(claimed.get("usd_micros") or 0),
-        claimed_mj=int(claimed.get("joules_mj") or 0),
-        audit_flagged=isinstance(body.get("audit"), list) and bool(body["audit"]),
-        visible_passed=_visible_share(body),
-        patch_sha256=str(body.get("patch_sha256") or ""),
-        agent=str(body.get("agent") or ""),
-        run_id=str(body.get("run_id") or ""),
-        task_digest=str(body.get("task_digest") or ""),
-        integrity=_integrity_rank(
-            integrity.get("level") if isinstance(integrity, Mapping) else None
-        ),
-    )
-
-
-class _Revisions:
-    """Each task's digests, numbered in the order they first appear."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, dict[str, int]] = {}
-
-    def of(self, a: _Attempt) -> int:
-        return self.see(a.task_id, a.task_digest)
-
-    def see(self, task_id: str, task_digest: str) -> int:
-        digests = self._seen.setdefault(task_id, {})
-        return digests.setdefault(task_digest, len(digests))
-
-
-def digest_set_id(pairs: Iterable[tuple[str, str]]) -> str:
-    """The id of a set of (task_id, task_digest) pairs: equal sets, equal ids."""
-    lines = sorted({f"{task}\0{digest}" for task, digest in pairs})
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-
-
-def _visible_share(body: Mapping[str, Any]) -> float:
-    """What share of the tests an agent could run itself passed (all expected ids when
-    the result does not say which were hidden)."""
-    tests = body.get("tests_visible") or body.get("tests") or {}
-    expected = int(tests.get("expected") or 0)
-    return int(tests.get("passed") or 0) / expected if expected else 0.0
-
-
-def select_visible(samples: Sequence[_Attempt]) -> _Attempt | None:
-    """The rollout an agent would submit, seeing only what it could see.
-
-    Most visible tests passing first; among equals, the patch the most rollouts
-    produced (identical patches agreeing); then the earliest rollout.
-    """
-    if not samples:
-        return None
-    votes = Counter(a.patch_sha256 for a in samples)
-    return min(samples, key=lambda a: (-a.visible_passed, -votes[a.patch_sha256], a.rollout))
-
-
-def _grouped(
-    results: Iterable[Mapping[str, Any]], suite: str | None
-) -> dict[_RowKey, list[_Attempt]]:
-    groups: dict[_RowKey, list[_Attempt]] = defaultdict(list)
-    revisions = _Revisions()
-    for body in results:
-        attempt = _parse(body)
-        revision = revisions.of(attempt)  # numbered over every suite, as in `Frontier`
-        if suite is None or attempt.suite == suite:
-            groups[(*attempt.key, revision)].append(attempt)
-    return groups
-
-
 # -- frontier rows ---------------------------------------------------------------------
 
 
-def _energy_source(labels: set[str]) -> str:
+def source_label(labels: set[str]) -> str:
     ordered = sorted(labels)
     if not ordered:
         return "none"
@@ -449,15 +242,15 @@ class _Group:
     tasks: set[tuple[str, str]] = field(default_factory=set)  # (task_id, task_digest)
     walls: list[int] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
-    op_keys: set[_OpKey] = field(default_factory=set)
-    ops: _OpSum = field(default_factory=_OpSum)
+    op_keys: set[OpKey] = field(default_factory=set)
+    ops: OpSum = field(default_factory=OpSum)
     # The median sorts every wall time; it is kept until the next attempt arrives.
     _median_ms: float | None = None
     _median_fresh: bool = False
     # (digest_set, tasks, merged_digests): hashed again only when a task version is new.
     _coverage: tuple[str, int, int] | None = None
 
-    def add(self, a: _Attempt) -> None:
+    def add(self, a: Attempt) -> None:
         if a.status == ERROR:
             self.errors += 1
             return
@@ -521,7 +314,7 @@ class _Group:
             self._median_fresh = True
         return self._median_ms
 
-    def row(self, key: _Key, revision: int | None) -> dict[str, Any]:
+    def row(self, key: Key, revision: int | None) -> dict[str, Any]:
         """The group's frontier row (a `FrontierRow`, without its Pareto verdict yet)."""
         n, resolved = self.attempts, self.resolved
         median_ms = self.wall_median_ms()
@@ -551,7 +344,7 @@ class _Group:
             usd_claimed_share=self.usd_claims / n if n else None,
             usd_source=USD_SOURCE,
             claimed_joules=self.claimed_mj / 1000,
-            energy_source=_energy_source(self.sources),
+            energy_source=source_label(self.sources),
             reliable_share=self.reliable_windows / self.windows if self.windows else None,
             invalid_windows=self.invalid_windows,
             invalid=self.invalid,
@@ -587,7 +380,7 @@ def _judged(row: Mapping[str, Any], axis: str) -> bool:
     return claims_all_usd(row)
 
 
-def _mark_pareto(rows: list[dict[str, Any]], axis: str) -> None:
+def mark_pareto(rows: list[dict[str, Any]], axis: str) -> None:
     pools: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         row["pareto"] = None  # no verdict unless the pool below gives one
@@ -615,7 +408,7 @@ def _sort_key(row: Mapping[str, Any], axis: str) -> tuple[Any, ...]:
 _Fetch = Callable[..., Sequence[tuple[Any, ...]]]  # (sql, params=()) -> rows
 
 # One row per `result` of a relation holding the ledger's query columns, read as
-# `_parse` reads the body (jouled/ledger/columns.py defines each column).
+# `parse_attempt` reads the body (jouled/ledger/columns.py defines each column).
 _ATTEMPTS_SQL = """
 SELECT seq,
     CASE WHEN coalesce(suite, '') <> '' THEN suite
@@ -684,7 +477,7 @@ SELECT {_GROUP_KEY},
     min(g_integrity) FILTER (WHERE {_COUNTED} AND g_resolved)
 FROM {_WITH_REVISION} GROUP BY {_GROUP_KEY}
 """
-# The counted attempts an op window's key names; their revision comes from `_Revisions`.
+# The counted attempts an op window's key names; their revision comes from `Revisions`.
 _OP_KEY_SQL = f"""
 SELECT DISTINCT g_suite, g_solver, g_model, g_task, g_digest FROM ({{attempts}})
 WHERE {_COUNTED} AND g_agent = ? AND g_task = ? AND g_run = ? AND g_rollout = ?
@@ -702,14 +495,14 @@ class Frontier:
     def __init__(
         self, results: Iterable[Mapping[str, Any]] = (), ops: Iterable[Mapping[str, Any]] = ()
     ) -> None:
-        self._groups: dict[_RowKey, _Group] = defaultdict(_Group)
-        self._revisions = _Revisions()
-        self._ops: dict[_OpKey, _OpSum] = {}
-        self._op_groups: dict[_OpKey, set[_RowKey]] = {}  # the rows holding each key
+        self._groups: dict[RowKey, _Group] = defaultdict(_Group)
+        self._revisions = Revisions()
+        self._ops: dict[OpKey, OpSum] = {}
+        self._op_groups: dict[OpKey, set[RowKey]] = {}  # the rows holding each key
         self.version = 0  # grows with every result and op added: cached answers go stale
         self.results = 0  # ... and with every result
         # Set when built from columns: which (suite, solver, model, task, digest) hold a key.
-        self._holding: Callable[[_OpKey], list[tuple[str, str, str, str, str]]] | None = None
+        self._holding: Callable[[OpKey], list[tuple[str, str, str, str, str]]] | None = None
         self._lock = threading.Lock()
         for body in ops:
             self.add_op(body)
@@ -717,7 +510,7 @@ class Frontier:
             self.add(body)
 
     def add(self, body: Mapping[str, Any]) -> None:
-        attempt = _parse(body)
+        attempt = parse_attempt(body)
         with self._lock:
             group_key = (*attempt.key, self._revisions.of(attempt))
             group = self._groups[group_key]
@@ -733,7 +526,7 @@ class Frontier:
 
     def add_op(self, body: Mapping[str, Any]) -> None:
         """An `op` entry's body: charged to every row holding an attempt it names."""
-        parsed = _parse_op(body)
+        parsed = parse_op(body)
         if parsed is None:
             return
         key, op = parsed
@@ -745,7 +538,7 @@ class Frontier:
                     row_key = (suite, solver, model, self._revisions.see(task_id, digest))
                     self._groups[row_key].op_keys.add(key)
                     self._op_groups.setdefault(key, set()).add(row_key)
-            self._ops.setdefault(key, _OpSum()).add(op)
+            self._ops.setdefault(key, OpSum()).add(op)
             # Only the rows holding the key: an op costs the same however many rows there are.
             for row_key in self._op_groups.get(key, ()):
                 self._groups[row_key].ops.add(op)
@@ -778,7 +571,7 @@ class Frontier:
             frontier._revisions.see(task_id, task_digest)
         groups = frontier._groups
         for row in fetch(_GROUPS_SQL.format(attempts=attempts)):
-            key: _RowKey = (row[0], row[1], row[2], int(row[3]))
+            key: RowKey = (row[0], row[1], row[2], int(row[3]))
             group = groups[key]
             counts = row[4 : 4 + len(_GROUP_SUMS)]
             for name, value in zip(_GROUP_SUMS, counts, strict=True):
@@ -792,7 +585,7 @@ class Frontier:
         # first window of a key asks the ledger which rows hold it (`add_op`).
         op_key_sql = _OP_KEY_SQL.format(attempts=attempts)
 
-        def holding(key: _OpKey) -> list[tuple[str, str, str, str, str]]:
+        def holding(key: OpKey) -> list[tuple[str, str, str, str, str]]:
             rows = fetch(op_key_sql, list(key))
             return [(str(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in rows]
 
@@ -824,7 +617,7 @@ class Frontier:
                 rows = [self._pooled(groups).row(key, None) for key, groups in _by_key(chosen)]
             else:
                 rows = [group.row(key[:3], key[3]) for key, group in chosen]
-        _mark_pareto(rows, axis)
+        mark_pareto(rows, axis)
         rows.sort(key=lambda r: _sort_key(r, axis))
         return rows
 
@@ -840,9 +633,9 @@ class Frontier:
 
 
 def _by_key(
-    chosen: Sequence[tuple[_RowKey, _Group]],
-) -> list[tuple[_Key, list[_Group]]]:
-    merged: dict[_Key, list[_Group]] = defaultdict(list)
+    chosen: Sequence[tuple[RowKey, _Group]],
+) -> list[tuple[Key, list[_Group]]]:
+    merged: dict[Key, list[_Group]] = defaultdict(list)
     for key, group in chosen:
         merged[key[:3]].append(group)
     return sorted(merged.items())
@@ -858,250 +651,3 @@ def frontier_rows(
 ) -> list[dict[str, Any]]:
     """The frontier of a list of results and op entry bodies (see `Frontier.rows`)."""
     return Frontier(results, ops).rows(suite=suite, axis=axis, merge_digests=merge_digests)
-
-
-# -- best of k -------------------------------------------------------------------------
-
-
-def _best_of_k_row(
-    key: _RowKey, by_task: Mapping[str, Sequence[_Attempt]], k: int
-) -> dict[str, Any]:
-    # "Within k" follows rollout indices, so repeated (task, rollout) samples
-    # both fall inside the same k; pass@k instead treats every sample as a draw.
-    first_k = [a for samples in by_task.values() for a in samples if a.rollout < k]
-    solved = {a.task_id for a in first_k if a.resolved}
-    picks = [select_visible([a for a in by_task[t] if a.rollout < k]) for t in by_task]
-    selected = sum(1 for a in picks if a is not None and a.resolved)
-    # Sorted so the mean sums in the same order whatever order the ledger came in.
-    estimable = [by_task[t] for t in sorted(by_task) if len(by_task[t]) >= k]
-    estimates = [pass_at_k(len(s), sum(a.resolved for a in s), k) for s in estimable]
-    tasks = len(by_task)
-    return {
-        "suite": key[0],
-        "solver": key[1],
-        "model": key[2],
-        "revision": key[3],
-        "digest_set": digest_set_id((t, s[0].task_digest) for t, s in by_task.items()),
-        "k": k,
-        "tasks": tasks,
-        "attempts": len(first_k),
-        "resolved_within_k": len(solved),
-        "resolution_within_k": len(solved) / tasks,
-        # Without the oracle: the rollout chosen by `select_visible`, per task.
-        "selected_resolved": selected,
-        "selected_resolution": selected / tasks,
-        "joules_cumulative": sum(a.energy.gross_mj for a in first_k) / 1000,
-        "invalid_windows": sum(a.energy.invalid_windows for a in first_k),
-        "tampered": sum(a.status == TAMPERED for a in first_k),
-        # Null when none of the first k claimed: unknown, never $0 (as the frontier's usd_total).
-        "usd_cumulative": sum(a.usd_micros for a in first_k) / 1_000_000
-        if any(a.usd_micros for a in first_k)
-        else None,
-        "usd_source": USD_SOURCE,
-        "pass_at_k": statistics.fmean(estimates) if estimates else None,
-        "pass_at_k_tasks": len(estimable),
-    }
-
-
-def best_of_k(
-    results: Iterable[Mapping[str, Any]], *, suite: str | None = None
-) -> list[dict[str, Any]]:
-    """Per (suite, solver, model, revision) and k = 1..N: what the first k rollouts bought.
-
-    N is one more than the highest rollout index seen for the group; k runs over
-    `k_ladder(N)` (every k up to 32, then sparser, always N). Tasks
-    resolved within the first k rollouts stand against the joules and claimed
-    dollars those rollouts cost; `pass_at_k` is the unbiased estimate averaged
-    over the tasks that have at least k samples (`pass_at_k_tasks` of them;
-    null when none has). Error attempts are left out and revisions kept apart,
-    as in the frontier; `usd_cumulative` sums the dollars the attempts claimed
-    (null when none of them claimed, as the frontier's `usd_total`).
-
-    `resolved_within_k` asks the oracle (any of the first k resolved): an upper
-    bound no deployed agent reaches. `selected_resolved` is what an agent gets
-    that picks one of its first k rollouts with only what it can see
-    (`select_visible`: its visible tests, then agreement between identical
-    patches); both stand against the same cumulative joules and dollars.
-    """
-    rows: list[dict[str, Any]] = []
-    groups = _grouped(results, suite)
-    for key in sorted(groups):
-        by_task: dict[str, list[_Attempt]] = defaultdict(list)
-        for attempt in groups[key]:
-            if attempt.status != ERROR:
-                by_task[attempt.task_id].append(attempt)
-        if not by_task:
-            continue
-        n_rollouts = 1 + max(a.rollout for samples in by_task.values() for a in samples)
-        rows.extend(_best_of_k_row(key, by_task, k) for k in k_ladder(n_rollouts))
-    return rows
-
-
-# Best-of-k has a row for every k up to this, then for k growing by an eighth at a time.
-BEST_OF_K_DENSE = 32
-BEST_OF_K_GROWTH = 1.125
-
-
-def k_ladder(n: int) -> list[int]:
-    """The k a group of N rollouts gets a best-of-k row for: 1..32, then k growing by an
-    eighth (rounded up) each row, always ending at N.
-
-    The rows a group costs grow with the logarithm of its highest rollout index, not
-    with the index: 80 rows for 10,001 rollouts (the most a submission may number),
-    120 for a million.
-    """
-    ks = list(range(1, min(n, BEST_OF_K_DENSE) + 1))
-    k = len(ks)
-    while k < n:
-        k = min(n, max(k + 1, math.ceil(k * BEST_OF_K_GROWTH)))
-        ks.append(k)
-    return ks
-
-
-# -- several hosts ---------------------------------------------------------------------
-
-# The columns whose figures come from a host's meters: a cross-host row holds them only
-# when every host's windows carry the same source label.
-METERED_COLUMNS = ("joules_total", "joules_marginal", "joules_per_resolved", "op_joules")
-ALL_HOSTS = "*"
-
-
-@dataclass(frozen=True)
-class HostLedger:
-    """One host's verified ledger, reduced to what the frontier reads."""
-
-    host: str
-    results: Sequence[Mapping[str, Any]]
-    ops: Sequence[Mapping[str, Any]] = ()
-
-
-def _attempt_identity(body: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """What makes two results on different hosts the same attempt; None: nothing does.
-
-    A client that retries an attempt on another host reuses its idempotency key,
-    so the key (with the attempt's coordinates, in case two callers chose the
-    same key for different work) names one attempt across the fleet. A key
-    belongs to the credential that used it: another agent's is another attempt.
-    """
-    key = str(body.get("idempotency_key") or "")
-    if not key:
-        return None
-    return (
-        key,
-        str(body.get("task_id", "")),
-        str(body.get("solver") or ""),
-        str(body.get("model") or ""),
-        str(body.get("run_id") or ""),
-        str(int(body.get("rollout") or 0)),
-        str(body.get("agent") or ""),
-    )
-
-
-def count_once(
-    hosts: Sequence[HostLedger],
-) -> tuple[dict[str, list[Mapping[str, Any]]], list[dict[str, Any]]]:
-    """Each host's results with every attempt counted once across the fleet.
-
-    An attempt retried on another host after its first host went away may have
-    a result on both (the first host signed it, then vanished before the
-    receipt arrived). Of the results sharing an identity (`_attempt_identity`)
-    the one on the host whose name sorts first is counted, so the choice
-    depends on neither the order hosts were listed in nor their clocks. The
-    others come back as duplicates: host, the counted host, task, key.
-    """
-    owner: dict[tuple[str, ...], str] = {}
-    for ledger in sorted(hosts, key=lambda h: h.host):
-        for body in ledger.results:
-            ident = _attempt_identity(body)
-            if ident is not None and ident not in owner:
-                owner[ident] = ledger.host
-    kept: dict[str, list[Mapping[str, Any]]] = {}
-    duplicates: list[dict[str, Any]] = []
-    for ledger in hosts:
-        mine = kept.setdefault(ledger.host, [])
-        for body in ledger.results:
-            ident = _attempt_identity(body)
-            if ident is None or owner[ident] == ledger.host:
-                mine.append(body)
-            else:
-                duplicates.append(
-                    {
-                        "host": ledger.host,
-                        "counted_on": owner[ident],
-                        "task_id": ident[1],
-                        "idempotency_key": ident[0],
-                    }
-                )
-    return kept, duplicates
-
-
-def _host_label(labels: set[str]) -> str:
-    """One host's energy source over its rows of one (suite, solver, model)."""
-    if len(labels) == 1:
-        return next(iter(labels))
-    parts = {
-        p for label in labels if label != "none" for p in label.removeprefix("mixed:").split(",")
-    }
-    return _energy_source(parts)
-
-
-def fleet_frontier(
-    hosts: Sequence[HostLedger],
-    *,
-    suite: str | None = None,
-    axis: str = "joules",
-    merge_digests: bool = False,
-) -> dict[str, Any]:
-    """The frontier of several hosts' ledgers: a row per (host, suite, solver, model).
-
-    Every row names its `host` and carries its `energy_source`; Pareto flags are
-    set within one host's rows. `summary` holds a row per (suite, solver, model)
-    over all hosts (`host` "*", `hosts` the hosts it spans): its counts always,
-    its metered columns only when every host's row has the same single source
-    label (`comparable` true). Otherwise those columns are null and
-    `energy_source` reads "not comparable", with each host's label in
-    `energy_sources`: energy from different meters is never summed into one
-    figure. Attempts are counted once across hosts (`count_once`). Revisions are
-    numbered over the hosts' results in host-name order, so the summary does not
-    depend on the order the hosts were listed in; a host whose rows of one
-    (suite, solver, model) span several revisions reports their labels together.
-    """
-    if len({h.host for h in hosts}) != len(hosts):
-        raise UsageError("two ledgers name the same host", hint="give each host its own name")
-    kept, duplicates = count_once(hosts)
-    rows: list[dict[str, Any]] = []
-    labels_of: dict[_Key, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    ordered = sorted(hosts, key=lambda h: h.host)
-    for ledger in ordered:
-        for row in frontier_rows(
-            kept[ledger.host], suite=suite, axis=axis, ops=ledger.ops, merge_digests=merge_digests
-        ):
-            rows.append({"host": ledger.host, **row})
-            key = (row["suite"], row["solver"], row["model"])
-            labels_of[key][ledger.host].add(row["energy_source"])
-    sources = {
-        key: {host: _host_label(labels) for host, labels in by_host.items()}
-        for key, by_host in labels_of.items()
-    }
-    every = [b for ledger in ordered for b in kept[ledger.host]]
-    summary = frontier_rows(
-        every,
-        suite=suite,
-        axis=axis,
-        ops=[o for h in ordered for o in h.ops],
-        merge_digests=merge_digests,
-    )
-    for row in summary:
-        by_host = sources[(row["suite"], row["solver"], row["model"])]
-        labels = {s for s in by_host.values() if s != "none"}
-        comparable = len(labels) <= 1 and not any(s.startswith("mixed:") for s in labels)
-        row.update(
-            host=ALL_HOSTS,
-            hosts=sorted(by_host),
-            comparable=comparable,
-            energy_sources=dict(sorted(by_host.items())),
-        )
-        if not comparable:
-            row.update(dict.fromkeys(METERED_COLUMNS), energy_source="not comparable")
-    _mark_pareto(summary, axis)
-    return {"rows": rows, "summary": summary, "duplicates": duplicates}

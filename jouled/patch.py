@@ -1,4 +1,5 @@
-"""Unified diffs: parse and validate them, apply them all-or-nothing, produce them from two trees.
+"""Unified diffs: parse and validate them (applied by `jouled.patch_apply`, produced from
+two trees by `jouled.patch_diff`).
 
 Patches come from untrusted agents. Parsing is strict wherever leniency could
 hide a mistake (hunk counts, context lines, file names), and every rejection
@@ -14,23 +15,17 @@ more than text has to be rejected rather than half-applied.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import os
 import re
-import secrets
-import stat
-from collections.abc import Callable, Iterable, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-from jouled.errors import JouledError, PatchError, PreconditionError
+from jouled.errors import PatchError
 
 MAX_PATCH_BYTES = 1 << 20
 
-_REGENERATE = "regenerate the patch with `git diff` against the pristine task tree"
+REGENERATE = "regenerate the patch with `git diff` against the pristine task tree"
 _HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # `diff -N` dates an absent side at the epoch; negative UTC offsets show 1969-12-31.
 _EPOCH_RE = re.compile(r"\s*19(?:70-01-01|69-12-31)\b")
@@ -50,7 +45,7 @@ _GIT_EXTENDED = (
     "index ",
 )
 _REGULAR = 0o100000
-_NO_NEWLINE = "\\ No newline at end of file"
+NO_NEWLINE = "\\ No newline at end of file"
 
 
 # -- the parsed form --------------------------------------------------------------------
@@ -271,19 +266,19 @@ def _git_paths(
         raise PatchError(
             f"cannot read the file name from `diff --git {names}`",
             path=label,
-            hint=_REGENERATE,
+            hint=REGENERATE,
         )
     if "new file mode" in fields:
         old = None
     if "deleted file mode" in fields:
         new = None
     if old is None and new is None:
-        raise PatchError("both sides of the diff are /dev/null", path=label, hint=_REGENERATE)
+        raise PatchError("both sides of the diff are /dev/null", path=label, hint=REGENERATE)
     if old is not None and new is not None and old != new and "rename from" not in fields:
         raise PatchError(
             f"the diff names two files, {old} and {new}, without `rename from`/`rename to`",
             path=label,
-            hint=_REGENERATE,
+            hint=REGENERATE,
         )
     return old, new
 
@@ -302,7 +297,7 @@ def _parse_mode(text: str, label: str) -> int:
     try:
         mode = int(text.strip(), 8)
     except ValueError:
-        raise PatchError(f"malformed file mode {text!r}", path=label, hint=_REGENERATE) from None
+        raise PatchError(f"malformed file mode {text!r}", path=label, hint=REGENERATE) from None
     kind = mode & 0o170000
     if kind == 0o120000:
         reason = "symlinks are not accepted"
@@ -346,7 +341,7 @@ def _plain_paths(old: str | None, new: str | None, label: str) -> tuple[str | No
             hint="a plain diff cannot rename; use `git diff` (with rename headers) or one name",
         )
     if old is None and new is None:
-        raise PatchError("both sides of the diff are /dev/null", path=label, hint=_REGENERATE)
+        raise PatchError("both sides of the diff are /dev/null", path=label, hint=REGENERATE)
     return old, new
 
 
@@ -358,7 +353,7 @@ def _all_empty(hunks: Sequence[Hunk], *, old_side: bool) -> bool:
 
 
 def _clean_paths(old: str | None, new: str | None) -> tuple[str | None, str | None]:
-    return (None if old is None else _clean_path(old)), (None if new is None else _clean_path(new))
+    return (None if old is None else clean_path(old)), (None if new is None else clean_path(new))
 
 
 def _checked_file(
@@ -445,7 +440,7 @@ def _unquote(quoted: str) -> str:
             out.append(int(body[i + 1 : i + 4], 8))
             i += 4
         else:
-            raise PatchError(f"malformed quoted file name {quoted}", hint=_REGENERATE)
+            raise PatchError(f"malformed quoted file name {quoted}", hint=REGENERATE)
     return out.decode("utf-8", errors="surrogateescape")
 
 
@@ -489,7 +484,7 @@ def _strip_prefix(name: str | None, prefix: str, label: str) -> str | None:
         raise PatchError(
             f"file name {name} lacks the `{prefix}` prefix its `diff --git` line uses",
             path=label,
-            hint=_REGENERATE,
+            hint=REGENERATE,
         )
     return name[len(prefix) :]
 
@@ -502,7 +497,7 @@ def _is_text(text: str) -> bool:
     return True
 
 
-def _clean_path(path: str) -> str:
+def clean_path(path: str) -> str:
     """The normalised relative path, or a PatchError saying why it cannot be trusted."""
     shown = path if path.isprintable() else ascii(path)
 
@@ -512,14 +507,14 @@ def _clean_path(path: str) -> str:
     if not _is_text(path):
         raise reject("file name is not UTF-8", "rename the file to a UTF-8 name")
     if "\x00" in path:
-        raise reject("file name contains a NUL byte", _REGENERATE)
+        raise reject("file name contains a NUL byte", REGENERATE)
     if "\\" in path:
         raise reject(
             "file name contains a backslash",
             "separate directories with `/`; Windows-style paths are not accepted",
         )
     if not path.isprintable():
-        raise reject("file name contains control characters", _REGENERATE)
+        raise reject("file name contains control characters", REGENERATE)
     if path.startswith("/"):
         raise reject(
             "absolute paths are not accepted",
@@ -531,7 +526,7 @@ def _clean_path(path: str) -> str:
             "file name has a `..` component", "patches may only touch files inside the task tree"
         )
     if not parts or "" in parts:
-        raise reject("file name has an empty component (`//` or a trailing `/`)", _REGENERATE)
+        raise reject("file name has an empty component (`//` or a trailing `/`)", REGENERATE)
     if ".git" in (part.lower() for part in parts):
         raise reject(
             "patches may not touch .git", "change the repository's files, not its git metadata"
@@ -586,11 +581,11 @@ def _parse_hunk(cur: _Cursor, label: str, number: int) -> Hunk:
     hunk = Hunk(old_start, old_len, new_start, new_len, tuple(body))
     if (old_seen + extra_old, new_seen + extra_new) != (old_len, new_len):
         raise PatchError(
-            f"hunk {number} ({_hunk_header(hunk)}) is malformed: its header counts {old_len} "
+            f"hunk {number} ({hunk_header(hunk)}) is malformed: its header counts {old_len} "
             f"old and {new_len} new lines but its body has {old_seen + extra_old} and "
             f"{new_seen + extra_new}",
             path=label,
-            hint="do not edit diffs by hand; " + _REGENERATE,
+            hint="do not edit diffs by hand; " + REGENERATE,
         )
     _check_hunk_body(hunk, label, number)
     return hunk
@@ -618,21 +613,21 @@ def _check_hunk_body(hunk: Hunk, label: str, number: int) -> None:
                 path=label,
                 hint="patch only UTF-8 text files; binary content cannot be submitted",
             )
-    old, new = _sides(hunk.lines)
+    old, new = hunk_sides(hunk.lines)
     if any(not line.endswith("\n") for line in old[:-1] + new[:-1]):
         raise PatchError(
-            f"hunk {number} ({_hunk_header(hunk)}) marks a line in its middle as the file's "
+            f"hunk {number} ({hunk_header(hunk)}) marks a line in its middle as the file's "
             "last (`\\ No newline at end of file`)",
             path=label,
-            hint="do not edit diffs by hand; " + _REGENERATE,
+            hint="do not edit diffs by hand; " + REGENERATE,
         )
 
 
-def _hunk_header(hunk: Hunk) -> str:
+def hunk_header(hunk: Hunk) -> str:
     return f"@@ -{hunk.old_start},{hunk.old_len} +{hunk.new_start},{hunk.new_len} @@"
 
 
-def _sides(lines: Sequence[str]) -> tuple[list[str], list[str]]:
+def hunk_sides(lines: Sequence[str]) -> tuple[list[str], list[str]]:
     """The old and new text of a hunk, each line with its newline unless a marker removed it."""
     old: list[str] = []
     new: list[str] = []
@@ -654,556 +649,8 @@ def _sides(lines: Sequence[str]) -> tuple[list[str], list[str]]:
     return old, new
 
 
-def _split_lines(text: str) -> list[str]:
+def split_lines(text: str) -> list[str]:
     # Only "\n" ends a line: str.splitlines would also split on \r, \f, \x1c and U+2028.
     lines = text.split("\n")
     last = lines.pop()
     return [line + "\n" for line in lines] + ([last] if last else [])
-
-
-# -- application ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Original:
-    """A file's bytes and permission bits before the patch, for patching and for rollback."""
-
-    data: bytes
-    mode: int
-
-
-def apply_patch(patch: Patch, root: Path) -> list[str]:
-    """Apply every file of `patch` under `root`, or none of them.
-
-    Returns the relative paths written or deleted, sorted. A PatchError means
-    nothing was written; a plain JouledError means writing failed part way and
-    the tree was rolled back as far as the filesystem allowed.
-    """
-    if not root.is_dir():
-        raise PreconditionError(f"patch target {root} is not a directory")
-    removed = {
-        f.old_path for f in patch.files if f.old_path is not None and f.old_path != f.new_path
-    }
-    writes: dict[str, tuple[bytes, int]] = {}
-    originals: dict[str, _Original] = {}
-    for file in patch.files:
-        _plan(file, root, removed, writes, originals)
-    _commit(root, writes, removed, originals)
-    return sorted(writes.keys() | removed)
-
-
-def _plan(
-    file: FilePatch,
-    root: Path,
-    removed: set[str],
-    writes: dict[str, tuple[bytes, int]],
-    originals: dict[str, _Original],
-) -> None:
-    """Check one file against the tree and compute its new bytes, writing nothing."""
-    if file.old_path is None:
-        _require_absent(root, file.path, removed)
-        text = "".join(_apply_hunks(file.path, [], file.hunks))
-        executable = bool(file.new_mode and file.new_mode & 0o111)
-        writes[file.path] = (text.encode("utf-8"), 0o755 if executable else 0o644)
-        return
-    original = _read_existing(root, file.old_path, deleting=file.is_delete)
-    originals[file.old_path] = original
-    data = original.data
-    if file.hunks:
-        lines = _split_lines(_decode(original.data, file.old_path))
-        data = "".join(_apply_hunks(file.old_path, lines, file.hunks)).encode("utf-8")
-    if file.new_path is None:
-        if data:
-            raise PatchError(
-                "the patch deletes this file but leaves lines of it unaccounted for",
-                path=file.old_path,
-                hint="a deletion must remove every line; " + _REGENERATE,
-            )
-        return
-    if file.is_rename:
-        _require_absent(root, file.new_path, removed)
-    writes[file.new_path] = (data, _mode_after(original.mode, file.new_mode))
-
-
-def _mode_after(current: int, git_mode: int | None) -> int:
-    if git_mode is None:
-        return current
-    if git_mode & 0o111:
-        # Execute wherever read is allowed, as git does.
-        return current | ((current & 0o444) >> 2)
-    return current & ~0o111
-
-
-def _decode(data: bytes, path: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise PatchError(
-            f"the file in the task tree is not UTF-8 text (byte {err.start})",
-            path=path,
-            hint="only UTF-8 text files can be patched",
-        ) from None
-
-
-def _inspect(
-    root: Path, rel: str, removed: AbstractSet[str] = frozenset()
-) -> os.stat_result | None:
-    """lstat each component of `rel` under `root`; None when the file does not exist.
-
-    Every component is checked because a symlinked directory anywhere on the way
-    would let a write land outside the tree.
-    """
-    parts = rel.split("/")
-    st: os.stat_result | None = None
-    for depth in range(1, len(parts) + 1):
-        sub = "/".join(parts[:depth])
-        try:
-            st = os.lstat(root / sub)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            raise JouledError(f"cannot inspect {sub} in the task tree: {err}") from err
-        if stat.S_ISLNK(st.st_mode):
-            raise PatchError(
-                f"`{sub}` is a symlink in the task tree; patches may not touch paths through "
-                "symlinks",
-                path=rel,
-                hint="change the file the link points to by its own path inside the tree",
-            )
-        if depth < len(parts) and not stat.S_ISDIR(st.st_mode):
-            if sub in removed:
-                return None  # the patch deletes that file and puts a directory in its place
-            raise PatchError(
-                f"`{sub}` is a file in the task tree, not a directory",
-                path=rel,
-                hint="check the path against the pristine task tree",
-            )
-    assert st is not None
-    if stat.S_ISDIR(st.st_mode):
-        raise PatchError(
-            "is a directory in the task tree", path=rel, hint="patch the files inside it"
-        )
-    if not stat.S_ISREG(st.st_mode):
-        raise PatchError(
-            "is not a regular file in the task tree", path=rel, hint="patch only regular files"
-        )
-    return st
-
-
-def _require_absent(root: Path, rel: str, removed: set[str]) -> None:
-    if _inspect(root, rel, removed) is not None:
-        raise PatchError(
-            "the patch creates this file but it already exists in the task tree",
-            path=rel,
-            hint="modify the existing file instead; " + _REGENERATE,
-        )
-
-
-def _read_existing(root: Path, rel: str, *, deleting: bool) -> _Original:
-    st = _inspect(root, rel)
-    if st is None:
-        verb = "deletes" if deleting else "modifies"
-        raise PatchError(
-            f"the patch {verb} this file but it does not exist in the task tree",
-            path=rel,
-            hint="check the path (relative to the repository root) or create the file with a "
-            "`--- /dev/null` diff",
-        )
-    try:
-        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read()
-    except OSError as err:
-        raise JouledError(f"cannot read {rel} in the task tree: {err}") from err
-    return _Original(data=data, mode=stat.S_IMODE(st.st_mode))
-
-
-def patched_text(file: FilePatch, old_text: str) -> tuple[str, list[int]]:
-    """A file's text after `file` applies to `old_text` ("" for a new file), in memory.
-
-    Also returns the 1-based line numbers, in the new text, of the lines the
-    patch added. Raises PatchError where a hunk does not apply.
-    """
-    added: list[int] = []
-    lines = _apply_hunks(file.path, _split_lines(old_text), file.hunks, added)
-    return "".join(lines), added
-
-
-def _apply_hunks(
-    path: str, lines: list[str], hunks: Sequence[Hunk], added: list[int] | None = None
-) -> list[str]:
-    out: list[str] = []
-    cursor = 0  # first line of the old file not yet copied to `out`
-    drift = 0  # how far the previous hunk landed from its header; later hunks likely share it
-    for number, hunk in enumerate(hunks, 1):
-        old, new = _sides(hunk.lines)
-        stated = hunk.old_start - 1 if hunk.old_len else hunk.old_start
-        at = _locate(lines, old, stated + drift, cursor)
-        if at is None:
-            raise _mismatch(path, number, hunk, lines, old, max(stated + drift, 0), cursor)
-        drift = at - stated
-        out += lines[cursor:at]
-        if added is not None:
-            added += _added_lines(hunk, len(out))
-        out += new
-        cursor = at + len(old)
-    out += lines[cursor:]
-    if any(not line.endswith("\n") for line in out[:-1]):
-        raise PatchError(
-            "the patch would join two lines: it puts text after a line that has no newline",
-            path=path,
-            hint="the hunk touching the end of the file must include its last line; " + _REGENERATE,
-        )
-    return out
-
-
-def _added_lines(hunk: Hunk, start: int) -> list[int]:
-    """The new-side line numbers of a hunk's '+' lines, its first new line being start + 1."""
-    numbers: list[int] = []
-    at = start
-    for line in hunk.lines:
-        if line[0] in " +":
-            at += 1
-            if line[0] == "+":
-                numbers.append(at)
-    return numbers
-
-
-def _locate(lines: list[str], block: list[str], expected: int, lo: int) -> int | None:
-    """Where `block` matches exactly, nearest to `expected` and not before `lo`."""
-    if not block:
-        # A hunk without context lines has nothing to search by: only its stated place will do.
-        return expected if lo <= expected <= len(lines) else None
-    hi = len(lines) - len(block)
-    for distance in range(max(expected - lo, hi - expected) + 1):
-        for at in (expected - distance, expected + distance) if distance else (expected,):
-            if lo <= at <= hi and lines[at] == block[0] and lines[at : at + len(block)] == block:
-                return at
-    return None
-
-
-def _mismatch(
-    path: str,
-    number: int,
-    hunk: Hunk,
-    lines: list[str],
-    block: list[str],
-    at: int,
-    cursor: int,
-) -> PatchError:
-    detail = "it overlaps the hunk before it; hunks must follow the file's order"
-    for index, want in enumerate(block):
-        lineno = at + index + 1
-        if at + index >= len(lines):
-            detail = f"the file has {len(lines)} lines but the hunk expects line {lineno}"
-            break
-        have = lines[at + index]
-        if have != want:
-            detail = f"line {lineno} is {_show(have)} where the hunk expects {_show(want)}"
-            if have.rstrip("\r\n") == want.rstrip("\r\n"):
-                detail += " (the lines differ only in their line ending)"
-            break
-    else:
-        if at >= cursor and not block:
-            detail = f"the file has {len(lines)} lines, fewer than the hunk's position"
-    return PatchError(
-        f"hunk {number} ({_hunk_header(hunk)}) does not apply: {detail}, and no other position "
-        "matches its context exactly",
-        path=path,
-        hint="the file differs from what the patch expects (no fuzz is applied); " + _REGENERATE,
-    )
-
-
-def _show(line: str, width: int = 60) -> str:
-    return repr(line if len(line) <= width else line[: width - 3] + "...")
-
-
-def _commit(
-    root: Path,
-    writes: dict[str, tuple[bytes, int]],
-    removed: set[str],
-    originals: dict[str, _Original],
-) -> None:
-    """Write the planned tree; on an OS error, undo what was done and raise."""
-    undo: list[Callable[[], None]] = []
-    try:
-        # Deletions first: a rename or a file-to-directory change may reuse the freed name.
-        for rel in sorted(removed):
-            os.unlink(root / rel)
-            undo.append(partial(_restore, root, rel, originals[rel]))
-            _prune_empty_dirs(root, rel)
-        for rel, (data, mode) in sorted(writes.items()):
-            created = _make_parents(root, rel)
-            undo.append(partial(_remove_dirs, created))
-            _write_file(root / rel, data, mode)
-            previous = originals.get(rel)
-            undo.append(
-                partial(_unlink_quietly, root / rel)
-                if previous is None
-                else partial(_restore, root, rel, previous)
-            )
-    except OSError as err:
-        failures = _rollback(undo)
-        state = "rolled back" if not failures else f"rollback failed: {'; '.join(failures)}"
-        raise JouledError(f"could not write the patched tree ({err}); {state}") from err
-
-
-def _rollback(undo: list[Callable[[], None]]) -> list[str]:
-    failures: list[str] = []
-    for action in reversed(undo):
-        try:
-            action()
-        except OSError as err:
-            failures.append(str(err))
-    return failures
-
-
-def _restore(root: Path, rel: str, original: _Original) -> None:
-    _make_parents(root, rel)
-    _write_file(root / rel, original.data, original.mode)
-
-
-def _unlink_quietly(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
-def _remove_dirs(created: list[Path]) -> None:
-    for directory in reversed(created):
-        directory.rmdir()
-
-
-def _make_parents(root: Path, rel: str) -> list[Path]:
-    created: list[Path] = []
-    for parent in reversed(PurePosixPath(rel).parents[:-1]):
-        directory = root / parent
-        try:
-            os.mkdir(directory)
-        except FileExistsError:
-            continue
-        created.append(directory)
-    return created
-
-
-def _prune_empty_dirs(root: Path, rel: str) -> None:
-    # A directory the patch emptied goes too, as with `git apply`; the root always stays.
-    for parent in PurePosixPath(rel).parents[:-1]:
-        try:
-            os.rmdir(root / parent)
-        except OSError:
-            return
-
-
-def _write_file(path: Path, data: bytes, mode: int) -> None:
-    """Replace `path` atomically, so an interrupted write never leaves half a file."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.jouled-tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            os.fchmod(handle.fileno(), mode)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
-
-# -- producing diffs --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Entry:
-    data: bytes  # file content, or a symlink's target
-    executable: bool
-    link: bool = False
-
-
-# What `diff_trees` reads of a tree: its entries (paths and metadata only, never
-# contents, until a file is known to differ).
-DIFF_MAX_ENTRIES = 100_000
-
-
-@dataclass(frozen=True)
-class _Stat:
-    path: Path
-    size: int
-    executable: bool
-    link: bool
-
-
-def diff_trees(
-    old_root: Path,
-    new_root: Path,
-    *,
-    max_bytes: int | None = None,
-    max_entries: int = DIFF_MAX_ENTRIES,
-) -> bytes:
-    """A git-style diff that turns `old_root` into `new_root`; b"" when they are the same.
-
-    Files are compared by content and executable bit, in sorted path order.
-    `.git` is skipped (no patch may touch it). Renames show as a deletion and
-    an addition. Symlinks that differ, non-UTF-8 files and names no patch could
-    carry raise PatchError, since the result could not be applied.
-
-    Memory is bounded whatever the trees hold: each tree is listed (at most
-    `max_entries` entries), files of equal size are compared in chunks, and
-    only a file that differs is read whole. With `max_bytes`, a changed file
-    larger than that, or a diff growing past it, raises PatchError at once.
-    """
-    old = _listing(old_root, max_entries)
-    new = _listing(new_root, max_entries)
-    out = bytearray()
-    for rel in sorted(old.keys() | new.keys()):
-        before, after = old.get(rel), new.get(rel)
-        if before is not None and after is not None and _same_file(before, after):
-            continue
-        _clean_path(rel)
-        if (before is not None and before.link) or (after is not None and after.link):
-            raise PatchError(
-                "is a symlink that differs between the trees; a patch cannot express it",
-                path=rel,
-                hint="replace the symlink with a regular file",
-            )
-        for side in (before, after):
-            if max_bytes is not None and side is not None and side.size > max_bytes:
-                raise _too_large(f"is {side.size} bytes long", rel, max_bytes)
-        out += _diff_file(rel, _read_entry(before), _read_entry(after)).encode("utf-8")
-        if max_bytes is not None and len(out) > max_bytes:
-            raise _too_large(f"takes the diff to {len(out)} bytes", rel, max_bytes)
-    return bytes(out)
-
-
-def _too_large(what: str, rel: str, max_bytes: int) -> PatchError:
-    return PatchError(
-        f"changed, {what}; the diff of a tree is bounded to {max_bytes} bytes",
-        path=rel,
-        hint="change less: a patch carries source edits, not generated or large files",
-    )
-
-
-def _listing(root: Path, max_entries: int) -> dict[str, _Stat]:
-    if not root.is_dir():
-        raise PreconditionError(f"{root} is not a directory")
-    entries: dict[str, _Stat] = {}
-    seen = 0
-
-    def fail(err: OSError) -> None:
-        raise err
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
-        dirnames[:] = [name for name in dirnames if name != ".git"]
-        base = Path(dirpath)
-        for name in filenames + dirnames:
-            if name == ".git":
-                continue
-            seen += 1
-            if seen > max_entries:
-                raise PatchError(
-                    f"{root.name} holds more than {max_entries} files and directories; "
-                    "a diff of it is refused",
-                    hint="leave fewer files in the tree",
-                )
-            path = base / name
-            rel = path.relative_to(root).as_posix()
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                entries[rel] = _Stat(path, st.st_size, False, True)
-            elif stat.S_ISREG(st.st_mode):
-                entries[rel] = _Stat(path, st.st_size, bool(st.st_mode & 0o100), False)
-            elif not stat.S_ISDIR(st.st_mode):
-                raise PatchError("is not a regular file", path=rel, hint="remove it from the tree")
-    return entries
-
-
-def _same_file(a: _Stat, b: _Stat) -> bool:
-    """Equal content (or link target) and executable bit, read in chunks."""
-    if a.link or b.link:
-        return a.link and b.link and os.readlink(a.path) == os.readlink(b.path)
-    if a.executable != b.executable or a.size != b.size:
-        return False
-    with a.path.open("rb") as fa, b.path.open("rb") as fb:
-        while True:
-            chunk = fa.read(1 << 16)
-            if chunk != fb.read(1 << 16):
-                return False
-            if not chunk:
-                return True
-
-
-def _read_entry(entry: _Stat | None) -> _Entry | None:
-    if entry is None:
-        return None
-    if entry.link:
-        target = os.readlink(entry.path).encode("utf-8", errors="surrogateescape")
-        return _Entry(target, executable=False, link=True)
-    return _Entry(entry.path.read_bytes(), executable=entry.executable)
-
-
-def _diff_file(rel: str, before: _Entry | None, after: _Entry | None) -> str:
-    out = [f"diff --git a/{rel} b/{rel}\n"]
-    if before is None and after is not None:
-        out.append(f"new file mode {_git_mode_of(after)}\n")
-    elif after is None and before is not None:
-        out.append(f"deleted file mode {_git_mode_of(before)}\n")
-    elif before is not None and after is not None and before.executable != after.executable:
-        out.append(f"old mode {_git_mode_of(before)}\nnew mode {_git_mode_of(after)}\n")
-    old_lines = _split_lines(_decode_entry(before, rel))
-    new_lines = _split_lines(_decode_entry(after, rel))
-    if old_lines == new_lines:
-        return "".join(out)
-    # git ends names containing spaces with a tab, so readers can tell the name's end.
-    tab = "\t" if " " in rel else ""
-    out.append(f"--- {'/dev/null' if before is None else f'a/{rel}{tab}'}\n")
-    out.append(f"+++ {'/dev/null' if after is None else f'b/{rel}{tab}'}\n")
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for group in matcher.get_grouped_opcodes(3):
-        out.extend(_format_hunk(group, old_lines, new_lines))
-    return "".join(out)
-
-
-def _git_mode_of(entry: _Entry) -> str:
-    return "100755" if entry.executable else "100644"
-
-
-def _decode_entry(entry: _Entry | None, rel: str) -> str:
-    if entry is None:
-        return ""
-    try:
-        return entry.data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PatchError(
-            "is not UTF-8 text; a text patch cannot express it",
-            path=rel,
-            hint="leave binary files out of the trees being compared",
-        ) from None
-
-
-def _format_hunk(
-    group: Sequence[tuple[str, int, int, int, int]], old: list[str], new: list[str]
-) -> list[str]:
-    old_from, old_to = group[0][1], group[-1][2]
-    new_from, new_to = group[0][3], group[-1][4]
-    out = [f"@@ -{_range(old_from, old_to)} +{_range(new_from, new_to)} @@\n"]
-    for tag, i1, i2, j1, j2 in group:
-        if tag == "equal":
-            out.extend(_body_lines(" ", old[i1:i2]))
-            continue
-        out.extend(_body_lines("-", old[i1:i2]))
-        out.extend(_body_lines("+", new[j1:j2]))
-    return out
-
-
-def _range(start: int, stop: int) -> str:
-    length = stop - start
-    # An empty range names the line before it, so `-0,0` means "before the first line".
-    first = start + 1 if length else start
-    return f"{first}" if length == 1 else f"{first},{length}"
-
-
-def _body_lines(prefix: str, lines: Sequence[str]) -> list[str]:
-    out = []
-    for line in lines:
-        if line.endswith("\n"):
-            out.append(prefix + line)
-        else:
-            out.append(f"{prefix}{line}\n{_NO_NEWLINE}\n")
-    return out

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from jouled.config import Config
-from jouled.daemon import Daemon, Submission
+from jouled.daemon import Daemon
 from jouled.documents import Receipt, ResultBody
 from jouled.errors import UsageError
+from jouled.submission import Submission
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
+from jouled.best_of_k import best_of_k
 from jouled.errors import UsageError
-from jouled.frontier import (
-    best_of_k,
-    digest_set_id,
-    frontier_rows,
-    pareto,
-    pass_at_k,
-    wilson_interval,
-)
+from jouled.frontier import frontier_rows, pareto, pass_at_k, wilson_interval
+from jouled.frontier_attempts import digest_set_id
 
 
 def window(

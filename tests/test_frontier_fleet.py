@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from jouled.errors import UsageError
-from jouled.frontier import HostLedger, count_once, fleet_frontier
+from jouled.frontier_fleet import HostLedger, count_once, fleet_frontier
 
 
 def body(task: str, *, key: str = "", source: str = "rapl", mj: int = 1000) -> dict[str, Any]:

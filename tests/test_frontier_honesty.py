@@ -14,14 +14,10 @@ from typing import Any
 from jb_client import render
 from rich.console import Console
 
-from jouled.frontier import (
-    Frontier,
-    HostLedger,
-    best_of_k,
-    digest_set_id,
-    fleet_frontier,
-    frontier_rows,
-)
+from jouled.best_of_k import best_of_k
+from jouled.frontier import Frontier, frontier_rows
+from jouled.frontier_attempts import digest_set_id
+from jouled.frontier_fleet import HostLedger, fleet_frontier
 
 from .test_frontier import result, window
 from .test_frontier_ops import op

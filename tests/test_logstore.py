@@ -30,8 +30,8 @@ def test_a_changed_or_absent_blob_is_not_returned(tmp_path: Path) -> None:
 
 
 def test_a_result_signed_before_logs_has_its_graded_run_only() -> None:
-    from jouled.daemon import Daemon
+    from jouled.attempt_logs import AttemptLogs
 
     old = {"output": {"sha256": "ab" * 32, "kept_bytes": 5, "dropped_bytes": 7}}
-    assert Daemon._runs(old) == {"grade": {**old["output"], "status": "truncated"}}
-    assert Daemon._runs({}) == {}
+    assert AttemptLogs.runs(old) == {"grade": {**old["output"], "status": "truncated"}}
+    assert AttemptLogs.runs({}) == {}

@@ -13,15 +13,9 @@ from pathlib import Path
 import pytest
 
 from jouled.errors import JouledError, PatchError
-from jouled.patch import (
-    MAX_PATCH_BYTES,
-    FilePatch,
-    Hunk,
-    apply_patch,
-    diff_trees,
-    parse_patch,
-    patch_sha256,
-)
+from jouled.patch import MAX_PATCH_BYTES, FilePatch, Hunk, parse_patch, patch_sha256
+from jouled.patch_apply import apply_patch
+from jouled.patch_diff import diff_trees
 
 # -- helpers ----------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from jb_client import render
 
-from jouled.frontier import best_of_k, frontier_rows
+from jouled.best_of_k import best_of_k
+from jouled.frontier import frontier_rows
 
 
 @pytest.fixture(autouse=True)

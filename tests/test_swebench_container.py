@@ -22,14 +22,14 @@ import pytest
 
 from jouled.contracts import swebench
 from jouled.contracts.swebench import SweBenchRecord, to_contract
-from jouled.daemon import container_images
 from jouled.errors import SandboxError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
 from jouled.pipeline import container
 from jouled.pipeline.evaluate import Attempt, Evaluator
-from jouled.pipeline.sandbox import Limits
+from jouled.pipeline.limits import Limits
+from jouled.startup import container_images
 from tests.test_swebench import GIT, INSTANCE, MemoryBaselines, make_instance
 
 IMAGE = f"sweb.eval.x86_64.{INSTANCE}:latest"

@@ -31,14 +31,16 @@ from jouled.api.auth import (
 )
 from jouled.api.metrics import MetricsServer
 from jouled.api.peercred import PeerCred, PeerRelay
+from jouled.attempt_queue import Ticket
 from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract
-from jouled.daemon import Daemon, Submission, Ticket
+from jouled.daemon import Daemon
 from jouled.documents import OpReceipt, Receipt
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.opwindows import DISCONNECT
 from jouled.quotas import Places
+from jouled.submission import Submission
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 

@@ -112,7 +112,7 @@ def _count_hidden(before: Path, hidden: tuple[str, ...], where: Path) -> int:
 
 def reference_patch(before: Path, reference: Path) -> bytes | None:
     """The reference fix as a diff, so the reference solver takes the same path as any patch."""
-    from jouled.patch import diff_trees
+    from jouled.patch_diff import diff_trees
 
     with tempfile.TemporaryDirectory(prefix="jouled-ref-") as tmp:
         fixed = Path(tmp) / "fixed"

@@ -27,16 +27,14 @@ a crash of the daemon or the host.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import duckdb
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -47,104 +45,22 @@ from jouled.errors import (
     LedgerIntegrityError,
     NotFoundError,
     UsageError,
-    VerificationError,
 )
 from jouled.frontier import Frontier
-from jouled.ledger import journal, merkle, seal
-from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, verify_note, write_atomic
+from jouled.ledger import journal, merkle, opening, seal
+from jouled.ledger.checkpoint import Checkpoint, parse_note, sign_note, write_atomic
 from jouled.ledger.columns import (
     ALL_NAMES,
-    FRONTIER_COLUMNS,
-    FRONTIER_NAMES,
     NAMES,
-    QUERY_COLUMNS,
-    derived_select,
-    mismatch_sql,
     query_values,
 )
 from jouled.ledger.entry import Entry, Signature, make_entry, utc_now
 from jouled.ledger.journal import PendingAttempt
+from jouled.ledger.schema import CHECKPOINTS_SQL, INSERT_SQL, SCHEMA
 from jouled.ledger.signing import Signer, raw_public
-from jouled.ledger.tail import Tail, TailRecord, read_records, tail_path
+from jouled.ledger.tail import Tail, TailRecord, tail_path
 
 log = logging.getLogger(__name__)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS entries (
-    seq BIGINT PRIMARY KEY,
-    kind VARCHAR NOT NULL,
-    time VARCHAR NOT NULL,
-    payload BLOB NOT NULL,
-    signatures VARCHAR NOT NULL,
-    leaf_hash VARCHAR NOT NULL,
-    task_id VARCHAR,
-    suite VARCHAR,
-    task_digest VARCHAR,
-    solver VARCHAR,
-    model VARCHAR,
-    status VARCHAR,
-    resolved BOOLEAN,
-    patch_sha256 VARCHAR,
-    idempotency_key VARCHAR,
-    run_id VARCHAR,
-    rollout INTEGER,
-    attempt_id VARCHAR,
-    agent VARCHAR,
-    claimed_usd_micros BIGINT,
-    claimed_joules_mj BIGINT,
-    audit_flagged BOOLEAN,
-    counted_gross_mj BIGINT,
-    counted_marginal_mj BIGINT,
-    counted_wall_ms BIGINT,
-    counted_windows INTEGER,
-    reliable_windows INTEGER,
-    invalid_windows INTEGER,
-    solve_source VARCHAR,
-    grade_source VARCHAR,
-    integrity_level VARCHAR
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    size BIGINT PRIMARY KEY,
-    root VARCHAR NOT NULL,
-    note VARCHAR NOT NULL,
-    time VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS journal (
-    attempt_id VARCHAR PRIMARY KEY,
-    idempotency_key VARCHAR,
-    task_id VARCHAR NOT NULL,
-    accepted VARCHAR NOT NULL,
-    request VARCHAR NOT NULL,
-    mac VARCHAR
-);
-"""
-
-
-def current_keyid(path: Path) -> str | None:
-    """The key id the ledger says signs next (None for a new ledger), read without writing."""
-    if not path.exists():
-        return None
-    try:
-        # The tail holds the newest entries: a rotation a crash left there names the key.
-        records, _ = read_records(tail_path(path))
-    except LedgerError:
-        records = []  # opening the ledger reports what is wrong
-    for record in reversed(records):
-        if record.entry.kind in ("genesis", "key_rotation"):
-            body = record.entry.body
-            return str(body.get("new_keyid") or body.get("keyid"))
-    try:
-        with duckdb.connect(str(path), read_only=True) as db:
-            row = db.execute(
-                "SELECT payload FROM entries WHERE kind IN ('genesis', 'key_rotation') "
-                "ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-    except duckdb.Error:
-        return None  # opening it for real reports what is wrong
-    if row is None:
-        return None
-    body = json.loads(bytes(row[0]))["body"]
-    return str(body.get("new_keyid") or body.get("keyid"))
 
 
 def _column(entry: Entry, name: str) -> Any:
@@ -160,62 +76,10 @@ def _public(b64: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(base64.b64decode(b64))
 
 
-T = TypeVar("T")
-A = TypeVar("A")
-
-
-class _Background(Generic[T]):
-    """`fn(arg)` on its own thread; `result()` waits for it and re-raises what it raised."""
-
-    def __init__(self, fn: Callable[[A], T], arg: A) -> None:
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, arg), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[Any], T], arg: Any) -> None:
-        try:
-            self._value = fn(arg)
-        except BaseException as err:
-            self._error = err
-
-    def result(self) -> T | None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-# The columns an append writes, as `_insert` passes them to DuckDB in one JSON text.
-_INSERT_TYPES = {
-    "seq": "BIGINT",
-    "kind": "VARCHAR",
-    "time": "VARCHAR",
-    "payload": "VARCHAR",
-    "signatures": "VARCHAR",
-    "leaf_hash": "VARCHAR",
-    **dict(QUERY_COLUMNS),
-}
-_INSERT_SQL = (
-    f"INSERT INTO entries ({', '.join(_INSERT_TYPES)}) SELECT "
-    + ", ".join("encode(r.payload)" if c == "payload" else f"r.{c}" for c in _INSERT_TYPES)
-    + f" FROM (SELECT unnest(from_json(?::JSON, '{json.dumps([_INSERT_TYPES])}')) AS r)"
-)
-
-_CHECKPOINTS_SQL = (
-    "INSERT INTO checkpoints (size, root, note, time) SELECT r.size, r.root, r.note, r.time "
-    """FROM (SELECT unnest(from_json(?::JSON, '[{"size": "BIGINT", "root": "VARCHAR", """
-    """"note": "VARCHAR", "time": "VARCHAR"}]')) AS r)"""
-)
-
-_RESTORE = "restore the data dir from a backup; never extend a damaged ledger"
-
 # Results whose frontier columns an append leaves for the next batch fill, at most.
 FILL_EVERY = 512
 # Entries the tail holds before they are moved into DuckDB, at most.
 FLUSH_EVERY = 512
-# Payloads hashed per query when opening: each batch is read as its payloads alone.
-REHASH_BATCH = 65_536
 # Kinds moved into DuckDB as soon as they are appended: what opening reads first.
 FLUSHED_AT_ONCE = ("genesis", "key_rotation")
 
@@ -274,8 +138,8 @@ class Ledger:
         try:
             self._db.execute(SCHEMA)
             self._replay_tail()
-            self._migrate()
-            self._load()
+            self._filled_to = opening.migrate(self._db, self.signer)
+            self.columns_checked = opening.load(self._db, self._tree, self.path, self.signer)
         except duckdb.Error as err:
             self._close_files()
             raise LedgerIntegrityError(
@@ -307,269 +171,18 @@ class Ledger:
         self._db.close()
 
     def _replay_tail(self) -> None:
-        """Move the entries a crash left in the tail into DuckDB, checked as a chain.
-
-        Records DuckDB already holds (a crash after the commit, before the tail
-        was emptied) must match what it holds; the rest must continue the chain
-        from its last entry, and the newest checkpoint among them must verify
-        with this daemon's key. A batch is acknowledged once written whole, its
-        last record carrying its checkpoint: an incomplete last line, and the
-        records of a batch whose checkpoint never made it, are dropped.
-        """
-        records, torn = read_records(self._tail.path)
-        unsealed = 0
-        while records and records[-1].note is None:
-            records.pop()
-            unsealed += 1
-        if torn or unsealed:
-            log.warning(
-                "dropped the end of %s (%d whole records and %d bytes of an incomplete one): "
-                "a crash interrupted an append that was never acknowledged",
-                self._tail.path,
-                unsealed,
-                torn,
-            )
-        if not records:
-            self._tail.clear()
-            return
-        row = self._db.execute("SELECT count(*) FROM entries").fetchone()
-        count = int(row[0]) if row else 0
-        first = records[0].entry.seq
-        stored = dict(
-            self._db.execute(
-                "SELECT seq, leaf_hash FROM entries WHERE seq >= ?", [max(first - 1, 0)]
-            ).fetchall()
-        )
-        if not 0 <= first <= count:
-            raise LedgerIntegrityError(
-                f"{self._tail.path} starts at entry {first} but {self.path} holds {count}",
-                hint="the tail belongs to another copy of the ledger; restore the data dir "
-                "from a backup",
-            )
-        prev = str(stored.get(first - 1, "")) if first else ""
-        new: list[TailRecord] = []
-        for n, record in enumerate(records):
-            entry = record.entry
-            where = f"{self._tail.path}: entry {entry.seq}"
-            if entry.seq != first + n:
-                raise LedgerIntegrityError(f"{where} follows entry {first + n - 1}", hint=_RESTORE)
-            if entry.seq < count:
-                if stored.get(entry.seq) != entry.leaf_hash.hex():
-                    raise LedgerIntegrityError(f"{where} differs from the ledger's", hint=_RESTORE)
-            elif (
-                merkle.leaf_hash(entry.payload) != entry.leaf_hash
-                or entry.doc.get("seq") != entry.seq
-                or entry.doc.get("prev") != prev
-            ):
-                raise LedgerIntegrityError(
-                    f"{where} does not continue the chain (edited, or not this ledger's)",
-                    hint=_RESTORE,
-                )
-            else:
-                new.append(record)
-            prev = entry.leaf_hash.hex()
+        """Move the entries a crash left in the tail into DuckDB, checked as a chain
+        (`opening.tail_to_replay`), once their newest checkpoint verifies with this
+        daemon's key."""
+        new, count = opening.tail_to_replay(self._db, self._tail.path, self.path)
         if new:
-            self._verify_tail_note(new[-1])
-            if self._note_file_behind(new, fresh_ledger=count == 0):
+            keys = [self.signer.public] + ([self.retired.public] if self.retired else [])
+            opening.verify_tail_note(new[-1], keys, self._tail.path)
+            if opening.note_file_behind(new, self.checkpoint_path, fresh_ledger=count == 0):
                 self._write_note(new)
             self._commit(new)
             log.info("moved %d entries from %s into the ledger", len(new), self._tail.path)
         self._tail.clear()
-
-    def _migrate(self) -> None:
-        """Give a ledger written before some frontier columns those columns, once.
-
-        Every result's frontier columns are then derived again from the signed
-        payloads, by the same SQL that checks them, in one transaction: a
-        crash leaves the old table, migrated again at the next open.
-        """
-        have = {r[0] for r in self._db.execute("DESCRIBE entries").fetchall()}
-        missing = [(n, t) for n, t in FRONTIER_COLUMNS if n not in have]
-        if missing:
-            self._db.execute("BEGIN TRANSACTION")
-            try:
-                for name, sql_type in missing:
-                    self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} {sql_type}")
-                self._fill_frontier_columns(0, every=True)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        else:
-            self._fill_frontier_columns(0)  # what a crash left unfilled
-        row = self._db.execute("SELECT count(*) FROM entries").fetchone()
-        self._filled_to = int(row[0]) if row else 0
-        self._migrate_journal()
-
-    def _migrate_journal(self) -> None:
-        """Give a journal written before its rows were authenticated a MAC column, once.
-
-        Rows already there meet the bounds of a request or stay without a MAC,
-        which refuses them: the journal had no authentication to tell them
-        apart by. A journal table of another shape is set aside, never read.
-        """
-        described = self._db.execute("DESCRIBE journal").fetchall()
-        have = [str(r[0]) for r in described]
-        if any(r[1] != "VARCHAR" for r in described):
-            have = [f"{r[0]} {r[1]}" for r in described]
-        if have == list(journal.COLUMNS):
-            return
-        if have != list(journal.COLUMNS[:-1]):
-            aside = "journal_unreadable_" + datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
-            log.warning(
-                "the ledger's journal table has columns %s, not %s: set aside as %s, and "
-                "nothing is signed from it",
-                ", ".join(have),
-                ", ".join(journal.COLUMNS),
-                aside,
-            )
-            self._db.execute(f"ALTER TABLE journal RENAME TO {aside}")
-            self._db.execute(SCHEMA)
-            return
-        key = journal.mac_key(self.signer)
-        self._db.execute("BEGIN TRANSACTION")
-        try:
-            self._db.execute("ALTER TABLE journal ADD COLUMN mac VARCHAR")
-            adopted = []
-            for row in self._db.execute(journal.ALL_SQL).fetchall():
-                checked = journal.check(row, None)
-                if isinstance(checked, journal.PendingAttempt):
-                    fields = row[1:-2:2]  # every field but the MAC, whole: within its bound
-                    adopted.append([int(row[0]), journal.mac(key, *fields)])
-            if adopted:
-                self._db.execute(
-                    "UPDATE journal SET mac = a.mac FROM (SELECT unnest(?::BIGINT[]) AS id, "
-                    "unnest(?::VARCHAR[]) AS mac) a WHERE journal.rowid = a.id",
-                    [[a[0] for a in adopted], [a[1] for a in adopted]],
-                )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-
-    def _fill_frontier_columns(self, start: int, *, every: bool = False) -> None:
-        """Derive the frontier columns of results from `start` on that do not have them yet
-        (with `every`, of all of them: a migration's new columns).
-
-        Appends store a result without them (each column costs its share of a
-        single-row INSERT, more here than the rest of an append); they are
-        filled from the payloads in batches, by the SQL that checks them.
-        """
-        unfilled = f"kind = 'result' AND seq >= {int(start)}"
-        if not every:
-            unfilled += " AND counted_windows IS NULL"
-        derived = derived_select(
-            f"(SELECT * FROM entries WHERE {unfilled})", "decode(payload)", "seq"
-        )
-        assignments = ", ".join(f"{n} = d.{n}" for n in FRONTIER_NAMES)
-        self._db.execute(
-            f"UPDATE entries SET {assignments} FROM ({derived}) d WHERE entries.seq = d.seq"
-        )
-
-    def _load(self) -> None:
-        """Rehash every stored payload into the tree, and check every query column.
-
-        The column check is one DuckDB query over the payloads, or over the
-        columns alone where the last clean stop sealed them; it runs on a
-        second cursor while this thread hashes (DuckDB works without the GIL),
-        so the two passes share the start-up time instead of adding up.
-        """
-        count, last = self._db.execute("SELECT count(*), max(seq) FROM entries").fetchone() or (
-            0,
-            0,
-        )
-        if count and last != count - 1:
-            gap = self._db.execute(
-                "SELECT expected, seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) - 1 "
-                "AS expected FROM entries) WHERE seq <> expected ORDER BY seq LIMIT 1"
-            ).fetchone()
-            assert gap is not None
-            raise LedgerIntegrityError(
-                f"ledger {self.path}: entry {gap[0]} is missing (next stored is {gap[1]})",
-                hint="restore the data dir from a backup; never extend a gapped ledger",
-            )
-        sealed = seal.take(seal.seal_path(self.path))
-        check = _Background(lambda cursor: self._check_columns(cursor, sealed), self._db.cursor())
-        try:
-            self._rehash(count)
-        finally:
-            bad = check.result()
-        if bad is not None:
-            seq, cols = bad
-            raise LedgerIntegrityError(
-                f"ledger {self.path}: entry {seq} column {cols.split(',')[0]!r} disagrees with "
-                "its signed payload (the column was edited)",
-                hint="restore the data dir from a backup",
-            )
-
-    def _rehash(self, count: int) -> None:
-        """Hash every payload into the tree, in seq order, checking it against its stored hash.
-
-        A batch of seqs is read as its payloads alone (in the order they were stored,
-        which appends keep in seq order) and its stored hashes as one string in seq
-        order; only a batch whose hashes differ is read again row by row, sorted, to
-        find the edited payload or to hash one stored out of order.
-        """
-        sha256 = hashlib.sha256
-        for start in range(0, count, REHASH_BATCH):
-            bounds = [start, start + REHASH_BATCH]
-            payloads = self._db.execute(
-                "SELECT payload FROM entries WHERE seq >= ? AND seq < ?", bounds
-            ).fetchall()
-            stored = self._db.execute(
-                "SELECT string_agg(leaf_hash, '' ORDER BY seq) FROM entries "
-                "WHERE seq >= ? AND seq < ?",
-                bounds,
-            ).fetchone()
-            leaves = [sha256(b"\x00" + payload).digest() for (payload,) in payloads]
-            if stored is None or b"".join(leaves).hex() != stored[0]:
-                leaves = self._rehash_sorted(start, bounds)
-            self._tree.extend(leaves)
-        assert self._tree.size == count
-
-    def _rehash_sorted(self, start: int, bounds: list[int]) -> list[bytes]:
-        leaves: list[bytes] = []
-        rows = self._db.execute(
-            "SELECT payload, leaf_hash FROM entries WHERE seq >= ? AND seq < ? ORDER BY seq",
-            bounds,
-        ).fetchall()
-        for i, (payload, stored) in enumerate(rows):
-            leaf = merkle.leaf_hash(payload)
-            if leaf.hex() != stored:
-                raise LedgerIntegrityError(
-                    f"ledger {self.path}: entry {start + i} does not match its leaf hash (its "
-                    "payload was edited)",
-                    hint="restore the data dir from a backup",
-                )
-            leaves.append(leaf)
-        return leaves
-
-    def _check_columns(
-        self, cursor: duckdb.DuckDBPyConnection, sealed: dict[str, object] | None
-    ) -> tuple[int, str] | None:
-        """(seq, columns) of the first row whose columns disagree with its payload, or None.
-
-        The seal of the last clean stop, where it matches every row, vouches for
-        the columns without a payload parsed (`jouled.ledger.seal`); otherwise
-        each is derived again from its payload.
-        """
-        try:
-            if sealed is not None:
-                rows, row_digest = seal.digest(cursor, ALL_NAMES)
-                if seal.matches(sealed, self.signer, rows, row_digest):
-                    self.columns_checked = "sealed"
-                    log.info("the columns of %d entries are as sealed at the last clean stop", rows)
-                    return None
-                log.warning("the column seal does not match the ledger: checking every column")
-            self.columns_checked = "derived"
-            return self._column_mismatch(cursor)
-        finally:
-            cursor.close()
-
-    @staticmethod
-    def _column_mismatch(cursor: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
-        row = cursor.execute(mismatch_sql("entries", "decode(payload)")).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
 
     def _adopt_history(self) -> None:
         """Take the origin from genesis and check the key file is the ledger's current key."""
@@ -593,26 +206,6 @@ class Ledger:
                 "`jouled keys rotate`, never by replacing the file",
             )
 
-    def _verify_tail_note(self, record: TailRecord) -> None:
-        """The tail's newest checkpoint must be this daemon's and commit to the records."""
-        keys = [self.signer.public] + ([self.retired.public] if self.retired else [])
-        assert record.note is not None
-        try:
-            cp, _ = parse_note(record.note)
-            verify_note(record.note, [(cp.origin, k) for k in keys])
-        except VerificationError as err:
-            raise LedgerIntegrityError(
-                f"{self._tail.path}: the checkpoint after entry {record.entry.seq} does not "
-                f"verify with this daemon's key: {err.message}",
-                hint=_RESTORE,
-            ) from err
-        if cp.size != record.entry.seq + 1:
-            raise LedgerIntegrityError(
-                f"{self._tail.path}: the checkpoint after entry {record.entry.seq} is of a "
-                f"tree of {cp.size}",
-                hint=_RESTORE,
-            )
-
     def _write_note(self, records: Sequence[TailRecord]) -> None:
         """Replace the note file with the newest checkpoint the records carry."""
         note = next((r.note for r in reversed(records) if r.note is not None), None)
@@ -620,20 +213,6 @@ class Ledger:
             write_atomic(self.checkpoint_path, note)
             st = self.checkpoint_path.stat()
             self._note_stat = (st.st_mtime_ns, st.st_size)
-
-    def _note_file_behind(self, records: Sequence[TailRecord], *, fresh_ledger: bool) -> bool:
-        """Whether the tail's records carry a newer checkpoint than the note file, at open.
-
-        A note file that does not read is left alone, for the check to report.
-        """
-        sizes = [parse_note(r.note)[0].size for r in records if r.note is not None]
-        try:
-            current, _ = parse_note(self.checkpoint_path.read_bytes())
-        except FileNotFoundError:
-            return fresh_ledger and bool(sizes)
-        except (OSError, VerificationError):
-            return False
-        return bool(sizes) and max(sizes) > current.size
 
     def _check_against_note(self) -> None:
         """Refuse a ledger that is behind, or forked from, its own checkpoint file."""
@@ -652,28 +231,9 @@ class Ledger:
         if stamp == self._note_stat and self._note is not None:
             return
         text = self.checkpoint_path.read_bytes()
-        try:
-            cp = verify_note(text, [(self.origin, k) for k in self._note_keys])
-        except VerificationError as err:
-            raise LedgerIntegrityError(
-                f"{self.checkpoint_path} does not verify with this daemon's key: {err.message}",
-                hint="the checkpoint was replaced, or the key changed without a key_rotation "
-                "entry; restore the data dir from a backup",
-            ) from err
-        size = self._tree.size
-        if cp.size > size:
-            raise LedgerIntegrityError(
-                f"ledger behind its checkpoint: {self.checkpoint_path} commits to {cp.size} "
-                f"entries but {self.path} holds {size}",
-                hint="the ledger was truncated or replaced by an older copy (or lost its WAL); "
-                "restore it from a backup - the daemon refuses to append",
-            )
-        if self._tree.root(cp.size) != cp.root:
-            raise LedgerIntegrityError(
-                f"ledger forked from its checkpoint: the first {cp.size} entries of {self.path} "
-                f"do not hash to the root in {self.checkpoint_path}",
-                hint="entries were edited, reordered or replaced; restore from a backup",
-            )
+        opening.check_note(
+            text, self.checkpoint_path, self.origin, self._note_keys, self._tree, self.path
+        )
         self._note_stat = stamp
         if self._note is None:  # opening; later the newest note is the one last signed
             self._note, self._note_time = text.decode("utf-8"), st.st_mtime
@@ -780,9 +340,9 @@ class Ledger:
             self._db.execute("BEGIN TRANSACTION")
             self._insert([r.entry for r in records])
             if checkpoints:  # one JSON text, as `_insert` passes entries
-                self._db.execute(_CHECKPOINTS_SQL, [json.dumps(checkpoints, ensure_ascii=False)])
+                self._db.execute(CHECKPOINTS_SQL, [json.dumps(checkpoints, ensure_ascii=False)])
             if fill:
-                self._fill_frontier_columns(self._filled_to)
+                opening.fill_frontier_columns(self._db, self._filled_to)
             self._db.execute("COMMIT")
         except duckdb.Error as err:
             self._db.execute("ROLLBACK")
@@ -850,7 +410,7 @@ class Ledger:
             }
             row.update(zip(NAMES, query_values(doc["kind"], doc["body"]), strict=True))
             rows.append(row)
-        self._db.execute(_INSERT_SQL, [json.dumps(rows, ensure_ascii=False)])
+        self._db.execute(INSERT_SQL, [json.dumps(rows, ensure_ascii=False)])
 
     # -- the attempt journal -------------------------------------------------------------
 
@@ -1036,7 +596,7 @@ class Ledger:
         with self._lock:
             self._flush()
             if self._filled_to < self._tree.size:
-                self._fill_frontier_columns(self._filled_to)
+                opening.fill_frontier_columns(self._db, self._filled_to)
                 self._filled_to = self._tree.size
         return Frontier.from_columns(self.fetch, ops=ops)
 
@@ -1109,7 +669,7 @@ class Ledger:
         with self._lock:
             try:
                 self._flush()
-                self._fill_frontier_columns(self._filled_to)
+                opening.fill_frontier_columns(self._db, self._filled_to)
                 self._seal_columns()
             finally:
                 self._close_files()

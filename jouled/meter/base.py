@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Self
 
 ESTIMATOR = "estimator"
@@ -170,6 +171,14 @@ class Calibration:
             seq=seq,
             time=time,
         )
+
+    def age_s(self) -> int | None:
+        """Whole seconds since it was measured; None when its time is not known."""
+        try:
+            then = datetime.strptime(self.time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        except ValueError:
+            return None
+        return int((datetime.now(UTC) - then).total_seconds())
 
     @classmethod
     def none(cls, source: str) -> Calibration:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from jouled.meter.base import Calibration, Meter, Snapshot
 from jouled.meter.window import PhaseEnergy, phase_energy
@@ -57,6 +58,23 @@ class Metering:
         self._waiting = 0
         self._waiting_lock = threading.Lock()
         self.holder = ""
+
+    def status(self) -> dict[str, Any]:
+        """The meter, the attribution policy and the calibration in force (with its age)."""
+        cal = self.calibration
+        return {
+            **self.meter.describe(),
+            "policy": self.policy,
+            "calibration": None
+            if cal is None
+            else {
+                **cal.body(),
+                "seq": cal.seq,
+                "time": cal.time,
+                "age_s": cal.age_s(),
+                "idle_w": {name: d.idle_mw / 1000 for name, d in sorted(cal.domains.items())},
+            },
+        }
 
     @contextmanager
     def phase(

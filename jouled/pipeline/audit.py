@@ -27,7 +27,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from jouled.errors import PatchError
-from jouled.patch import FilePatch, Patch, patched_text
+from jouled.patch import FilePatch, Patch
+from jouled.patch_apply import patched_text
 
 # At most this many flags are signed into a result; a marker says how many more there were.
 MAX_FLAGS = 50

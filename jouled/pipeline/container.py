@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from jouled.errors import SandboxError
-from jouled.pipeline.sandbox import SANDBOX_WORKDIR, Limits, RunResult
+from jouled.pipeline.limits import Limits, RunResult
+from jouled.pipeline.mounts import SANDBOX_WORKDIR
 
 ENGINES = ("docker", "podman")
 CONTAINER = "container"

@@ -43,7 +43,9 @@ from jouled.errors import (
 )
 from jouled.meter.metering import Metering, Window
 from jouled.meter.window import PhaseEnergy
-from jouled.patch import Patch, apply_patch, diff_trees, parse_patch
+from jouled.patch import Patch, parse_patch
+from jouled.patch_apply import apply_patch
+from jouled.patch_diff import diff_trees
 from jouled.pipeline import (
     container,
     envcheck,
@@ -54,12 +56,13 @@ from jouled.pipeline import (
     sympy_run,
     unittest_run,
 )
+from jouled.pipeline import solve as command_solver
 from jouled.pipeline.audit import audit_patch, to_wire
-from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.pipeline.limits import Limits, RunResult
+from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import ERROR as TEST_ERROR
 from jouled.pipeline.testreport import FAILED, PASSED, SKIPPED, Grade, grade, parse_ra
 from jouled.solvers import CommandSolver, Solvers
-from jouled.solvers import command as command_solver
 
 Progress = Callable[[str, str], None]
 

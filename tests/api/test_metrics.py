@@ -14,8 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from jouled.api.metrics import MetricsServer, guarded
 from jouled.auth import TokenStore
 from jouled.config import Config
-from jouled.daemon import Daemon, Submission
+from jouled.daemon import Daemon
 from jouled.errors import ConfigError
+from jouled.submission import Submission
 
 REPO = Path(__file__).resolve().parents[2]
 

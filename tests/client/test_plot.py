@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from jb_client import plot
 
+from jouled.best_of_k import best_of_k
 from jouled.errors import UsageError
-from jouled.frontier import best_of_k, frontier_rows
+from jouled.frontier import frontier_rows
 from tests.client.ledger import HOSTILE, hostile_ledger, result
 
 BODIES = [d["body"] for d in hostile_ledger() if d["kind"] == "result"]

@@ -6,10 +6,11 @@ import io
 from typing import Any
 
 import pytest
-from jb_client import render
+from jb_client import meter_text, render
 from rich.console import Console
 
-from jouled.frontier import best_of_k, frontier_rows
+from jouled.best_of_k import best_of_k
+from jouled.frontier import frontier_rows
 from tests.client.ledger import hostile_ledger, result
 
 
@@ -205,7 +206,7 @@ def test_meter_prints_a_zone_table_without_host_paths() -> None:
     render.meter_table(METER, console=c)
     text = buf.getvalue()
     assert "/sys" not in text and "{" not in text
-    for column in render.ZONE_COLUMNS:
+    for column in meter_text.ZONE_COLUMNS:
         assert column in text
     assert "package-0 (intel-rapl:0)" in text and "package-1 (intel-rapl:1)" in text
     assert "262,143.3 J" in text and "1000 W" in text
@@ -216,7 +217,7 @@ def test_meter_prints_a_zone_table_without_host_paths() -> None:
 
 
 def test_the_reports_meter_lines_carry_the_zones_without_host_paths() -> None:
-    lines = dict(render.meter_lines(METER))
+    lines = dict(meter_text.meter_lines(METER))
     assert "zone package-0 (intel-rapl:0)" in lines
     assert "range 262,143.3 J" in lines["zone package-0 (intel-rapl:0)"]
     assert not any("/sys" in v for v in lines.values())
@@ -231,7 +232,7 @@ HOSTS = (
 
 
 def fleet_doc() -> dict[str, Any]:
-    from jouled.frontier import HostLedger, fleet_frontier
+    from jouled.frontier_fleet import HostLedger, fleet_frontier
 
     ledgers = []
     for i, host in enumerate(HOSTS):

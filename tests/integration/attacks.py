@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jouled.patch import diff_trees
+from jouled.patch_diff import diff_trees
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"

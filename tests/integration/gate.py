@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 
-from jouled.patch import diff_trees
+from jouled.patch_diff import diff_trees
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 

@@ -25,10 +25,10 @@ from jb_client.api import Client, ClientError
 
 from jouled import limits
 from jouled.auth import add_token
+from jouled.best_of_k import k_ladder
 from jouled.config import Config
-from jouled.daemon import open_ledger
 from jouled.errors import Kind
-from jouled.frontier import k_ladder
+from jouled.startup import open_ledger
 from jouled.v1 import jouled_pb2 as pb
 
 from .conftest import Daemon, start_daemon

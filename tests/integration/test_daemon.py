@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jouled.patch import diff_trees
+from jouled.patch_diff import diff_trees
 
 from .conftest import TASKS, Daemon
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from jouled.patch import diff_trees
+from jouled.patch_diff import diff_trees
 
 from .conftest import TASKS, Daemon
 

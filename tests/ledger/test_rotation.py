@@ -7,13 +7,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jouled.config import Config
-from jouled.daemon import open_ledger, rotate_key
 from jouled.errors import VerificationError
 from jouled.ledger import keys
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.signing import Signer
 from jouled.ledger.trust import PinnedKey, load_trust_file
 from jouled.ledger.verify import verify_export
+from jouled.startup import open_ledger, rotate_key
 
 
 def config(d: Path) -> Config:

@@ -8,7 +8,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jouled.errors import KeyFileError, LedgerIntegrityError
-from jouled.ledger import merkle, store
+from jouled.ledger import merkle, opening
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.signing import Signer, load_or_create_key
 from jouled.ledger.store import Ledger
@@ -131,7 +131,7 @@ def _stored_backwards(path: Path) -> None:
 def test_rows_stored_out_of_seq_order_rebuild_the_same_tree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "REHASH_BATCH", 3)  # several batches, the last one short
+    monkeypatch.setattr(opening, "REHASH_BATCH", 3)  # several batches, the last one short
     ledger = open_ledger(tmp_path)
     ledger.append_many([("result", {"task_id": f"s/t{i}"}) for i in range(7)])
     root, size = ledger.root(), ledger.size
@@ -145,7 +145,7 @@ def test_rows_stored_out_of_seq_order_rebuild_the_same_tree(
 def test_an_edited_payload_stored_out_of_order_is_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "REHASH_BATCH", 3)
+    monkeypatch.setattr(opening, "REHASH_BATCH", 3)
     ledger = open_ledger(tmp_path)
     ledger.append_many([("result", {"task_id": f"s/t{i}", "resolved": False}) for i in range(7)])
     ledger.close()

@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from jouled.config import Config
-from jouled.daemon import open_ledger as open_daemon_ledger
 from jouled.errors import LedgerError, LedgerFullError, LedgerIntegrityError
 from jouled.ledger import keys
 from jouled.ledger.checkpoint import parse_note
-from jouled.ledger.store import FLUSH_EVERY, current_keyid
+from jouled.ledger.schema import current_keyid
+from jouled.ledger.store import FLUSH_EVERY
 from jouled.ledger.tail import read_records, tail_path
 from jouled.ledger.verify import verify_export
+from jouled.startup import open_ledger as open_daemon_ledger
 
 from .test_store import open_ledger
 

@@ -10,7 +10,9 @@ import pytest
 from jouled.contracts.contract import Contract, iter_tree
 from jouled.contracts.task import discover
 from jouled.ledger import canonical
-from jouled.patch import Patch, diff_trees, parse_patch, patched_text
+from jouled.patch import Patch, parse_patch
+from jouled.patch_apply import patched_text
+from jouled.patch_diff import diff_trees
 from jouled.pipeline.audit import (
     MAX_FLAGS,
     TRUNCATED,

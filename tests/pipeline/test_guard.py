@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from jouled.errors import PatchError
-from jouled.patch import apply_patch, diff_trees, parse_patch
+from jouled.patch import parse_patch
+from jouled.patch_apply import apply_patch
+from jouled.patch_diff import diff_trees
 from jouled.pipeline.guard import check_patch
 
 

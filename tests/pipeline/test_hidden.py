@@ -13,7 +13,8 @@ from jouled.contracts.contract import iter_tree
 from jouled.contracts.task import load_task
 from jouled.daemon import Daemon
 from jouled.errors import PatchError, TaskError
-from jouled.patch import apply_patch, parse_patch
+from jouled.patch import parse_patch
+from jouled.patch_apply import apply_patch
 from jouled.pipeline.evaluate import prepare_tree, seed
 from jouled.pipeline.taskcheck import check_tasks
 

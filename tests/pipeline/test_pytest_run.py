@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import pytest_run
+from jouled.pipeline.limits import Limits, RunResult
 from jouled.pipeline.pytest_run import Canaries, Channel, forgery, read_channel, split_pytest
-from jouled.pipeline.sandbox import Limits, RunResult, Sandbox
+from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED, parse_ra
 from tests.integration.attacks import UNITTEST_SWALLOW
 

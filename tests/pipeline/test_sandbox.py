@@ -18,14 +18,13 @@ import pytest
 
 from jouled.errors import SandboxError
 from jouled.pipeline import bwrap as bwrap_mod
-from jouled.pipeline import cgroup, sandbox
+from jouled.pipeline import cgroup, mounts, sandbox
+from jouled.pipeline.limits import Limits, RunResult
+from jouled.pipeline.mounts import SANDBOX_WORKDIR
 from jouled.pipeline.sandbox import (
     BWRAP,
     PROCESS,
-    SANDBOX_WORKDIR,
     Host,
-    Limits,
-    RunResult,
     Sandbox,
     run,
     sandbox_level,
@@ -515,9 +514,9 @@ def test_an_unprivileged_daemon_gets_a_user_namespace(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         from pathlib import Path
-        from jouled.pipeline import sandbox
+        from jouled.pipeline import limits, sandbox
         result = sandbox.run(["sh", "-c", "id -u; cat /proc/self/uid_map"], Path({str(work)!r}),
-                             limits=sandbox.Limits(60))
+                             limits=limits.Limits(60))
         print(result.level, ",".join(result.isolation["namespaces"]), result.isolation["uid"])
         print(result.output)
         """
@@ -563,8 +562,8 @@ def test_an_installation_under_tmp_is_not_hidden_by_the_private_tmp(
         (install / "marker").write_text("installed\n")
         os.chmod(install, 0o755)
         os.chmod(install / "marker", 0o644)
-        real = sandbox._interpreter_paths()
-        monkeypatch.setattr(sandbox, "_interpreter_paths", lambda: [*real, str(install)])
+        real = mounts.interpreter_paths()
+        monkeypatch.setattr(mounts, "interpreter_paths", lambda: [*real, str(install)])
         result = sh(f"cat {install}/marker && touch /tmp/scratch && echo tmp-ok", workdir)
         assert result.output == "installed\ntmp-ok\n", result.output
     finally:

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from jouled.errors import PatchError
-from jouled.patch import diff_trees
+from jouled.patch_diff import diff_trees
 from jouled.pipeline import cgroup, instance, scratch, seccomp
-from jouled.pipeline.sandbox import BWRAP, Limits, Sandbox, sandbox_level
+from jouled.pipeline.limits import Limits
+from jouled.pipeline.sandbox import BWRAP, Sandbox, sandbox_level
 
 LEVEL = sandbox_level()
 needs_bwrap = pytest.mark.skipif(LEVEL != BWRAP, reason=f"this host gives only {LEVEL}")

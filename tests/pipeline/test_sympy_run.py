@@ -22,8 +22,9 @@ import pytest
 
 from jouled.contracts import swebench_harness as harness
 from jouled.pipeline import sympy_run
+from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
-from jouled.pipeline.sandbox import Limits, Sandbox
+from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED
 from tests.swebench_real import DIST
 from tests.swebench_real import SYMPY_BIN_TEST as BIN_TEST

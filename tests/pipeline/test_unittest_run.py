@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import unittest_run
+from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
-from jouled.pipeline.sandbox import Limits, Sandbox
+from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED, parse_ra
 from tests.integration.attacks import UNITTEST_SWALLOW
 

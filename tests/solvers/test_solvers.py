@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from jouled.errors import ConfigError, UsageError
+from jouled.pipeline.solve import PROMPT_FILE, keep_patchable
 from jouled.solvers import BUILTIN, CommandSolver, Solvers, load_secrets, load_solvers
-from jouled.solvers.command import PROMPT_FILE, claimed_usage, keep_patchable
+from jouled.solvers.command import claimed_usage
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deploy" / "solvers.example.toml"

@@ -1,0 +1,97 @@
+"""How one figure reads in a terminal table's cell: joules, dollars, shares, intervals,
+names (`render` lays the tables out)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from jb_client.columns import Column, revision
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+
+def joules(value: float | None, reliable: bool = True) -> str:
+    if value is None:
+        return "-"
+    if value == float("inf"):
+        return "inf"
+    text = f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+    return text if reliable else f"~{text}"
+
+
+def usd(r: dict[str, Any]) -> str:
+    """Claimed dollars, with the share of attempts that claimed them when not all did."""
+    total, share = r.get("usd_total"), r.get("usd_claimed_share")
+    if total is None:
+        return "-"  # nothing claimed: unknown, never $0
+    text = f"{float(total):.4f}"
+    return text if share is None or share >= 1 else f"{text} ({pct(share)})"
+
+
+def usd_cumulative(r: dict[str, Any]) -> str:
+    """Best-of-k's claimed dollars: "-" when none of the first k claimed, as in `_usd`."""
+    total = r.get("usd_cumulative")
+    return "-" if total is None else f"{float(total):.4f}"
+
+
+def revised(rows: Sequence[dict[str, Any]]) -> bool:
+    return any(r.get("revision", 0) != 0 for r in rows)
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def frontier_cell(col: Column, r: Mapping[str, Any]) -> str:
+    """One frontier cell as the terminal shows it."""
+    value = col.value(r)
+    if col.kind == "pct":
+        return pct(value)
+    if col.kind == "ci":
+        return f"{pct(value[0])}-{pct(value[1])}"
+    if col.kind == "joules":
+        return joules(value, col.reliable is None or col.reliable(r))
+    if col.kind == "seconds":
+        return "-" if value is None else f"{value:.2f}"
+    if col.kind == "usd":
+        return usd(value)
+    return str(value)
+
+
+def name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
+    from rich.text import Text
+
+    # Text, not markup: names come from results.
+    cell = Text(f"{r['suite']}/" if suites > 1 else "", style="dim")
+    cell.append(str(r["solver"]))
+    if r.get("model"):
+        cell.append(f" {r['model']}", style="dim")
+    if revised:
+        cell.append(f" {revision(r)}", style="dim")
+    return cell
+
+
+def ci(r: dict[str, Any]) -> str:
+    return f"{100 * r['ci_low']:.0f}-{100 * r['ci_high']:.0f}"
+
+
+def weak(r: dict[str, Any]) -> bool:
+    """Whether the row's successes were graded below the integrity monitor."""
+    return r.get("integrity") not in (None, "monitor")
+
+
+def num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "$":
+        return f"{value:.4f}"
+    return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def spread(s: dict[str, Any] | None, unit: str) -> str:
+    """Median and interquartile range of one side's per-task values."""
+    if s is None:
+        return "-"
+    return f"{num(s['median'], unit)} ({num(s['q1'], unit)}-{num(s['q3'], unit)})"

@@ -1,0 +1,56 @@
+"""Receipts: a signed entry with what checks it alone (its inclusion proof and checkpoint)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from jouled import limits
+from jouled.documents import ExportRecord, InclusionProof, OpBody, OpReceipt, Receipt, ResultBody
+from jouled.errors import NotFoundError
+from jouled.ledger.checkpoint import parse_note
+from jouled.ledger.entry import Entry
+from jouled.ledger.store import Ledger
+
+
+def result_receipt(
+    ledger: Ledger, entry: Entry, output_tail: str, *, replayed: bool = False
+) -> dict[str, Any]:
+    """Everything needed to check one result alone: entry, proof, checkpoint."""
+    note = ledger.checkpoint_note()
+    size = parse_note(note)[0].size
+    body = ResultBody.parse(entry.body, where=f"entry {entry.seq}: result body")
+    return Receipt.of(
+        body,
+        seq=entry.seq,
+        leaf_hash=entry.leaf_hash.hex(),
+        entry=ExportRecord.parse(entry.export_record()),
+        proof=cast(InclusionProof, ledger.inclusion_proof(entry.seq, size)),
+        checkpoint=note,
+        output_tail=output_tail,
+        replayed=replayed,
+    ).to_dict()
+
+
+def op_receipt(ledger: Ledger, entry: Entry) -> dict[str, Any]:
+    """An op entry with what checks it alone: proof and checkpoint."""
+    note = ledger.checkpoint_note()
+    size = parse_note(note)[0].size
+    return OpReceipt.of(
+        OpBody.parse(entry.body, where=f"entry {entry.seq}: op body"),
+        seq=entry.seq,
+        leaf_hash=entry.leaf_hash.hex(),
+        entry=ExportRecord.parse(entry.export_record()),
+        proof=cast(InclusionProof, ledger.inclusion_proof(entry.seq, size)),
+        checkpoint=note,
+    ).to_dict()
+
+
+def result_entry(ledger: Ledger, seq: int) -> Entry:
+    """The result entry at `seq`; refuses any other kind, or a seq past the end."""
+    limits.integer("seq", seq)
+    if seq >= ledger.size:
+        raise NotFoundError(f"entry {seq} does not exist: the ledger has {ledger.size}")
+    entry = ledger.get(seq)
+    if entry.kind != "result":
+        raise NotFoundError(f"entry {seq} is a {entry.kind} entry, not a result")
+    return entry
