@@ -706,7 +706,7 @@ class Evaluator:
         try:
             command_solver.keep_patchable(workdir, base, contract.is_protected, solved.dropped)
             # Streamed and bounded: the daemon never holds more of the agent's work than
-            # the bound, whatever it wrote (jouled.patch.diff_trees).
+            # the bound, whatever it wrote (jouled.patch_diff.diff_trees).
             raw = diff_trees(base, workdir, max_bytes=self.solver_diff_bytes)
         except OSError as err:
             if err.errno not in NO_SPACE:
