@@ -118,9 +118,15 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "checkouts", base / "envs"
 
 
-def _prepare(record: dict[str, Any], checkouts: Path, envs: Path) -> None:
+def _prepare(fixture: dict[str, Any], checkouts: Path, envs: Path) -> None:
     """`jouled swebench prepare` for one record, run as docs/swebench.md writes it (relative
-    paths), its interpreter found by version; every host interpreter is left as it was."""
+    paths), its interpreter found by version; every host interpreter is left as it was.
+
+    A repository versioned by setuptools-scm is told the version its base commit has in the
+    full repository (the rebuilt checkout has no tags: its history is not there), as an
+    operator with a shallow clone would tell it.
+    """
+    record = fixture["record"]
     spec = harness.spec_for(record["repo"], record["version"])
     assert spec is not None
     try:
@@ -132,6 +138,7 @@ def _prepare(record: dict[str, Any], checkouts: Path, envs: Path) -> None:
     dataset.write_text(json.dumps([record]))
     env = {k: v for k, v in os.environ.items() if k != "PIP_NO_INDEX"}
     env.update(PIP_FIND_LINKS=str(verified.DIST), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(fixture.get("env", {}))
     before = real.host_interpreters()
     done = subprocess.run(
         [
@@ -169,7 +176,7 @@ def instance(request: pytest.FixtureRequest, workspace: tuple[Path, Path]) -> In
     fixture = _fixture(request.param)
     checkouts, envs = workspace
     _checkout(request.param, checkouts)
-    _prepare(fixture["record"], checkouts, envs)
+    _prepare(fixture, checkouts, envs)
     record = SweBenchRecord.from_dict(fixture["record"], request.param)
     return record, fixture["wrong"], checkouts, envs
 

@@ -65,6 +65,23 @@ def delta(repo_git: Path, commit: str, sdist: Path) -> tuple[str, bytes]:
     return diff.decode("utf-8"), raw
 
 
+def scm_version(repo_git: Path, commit: str) -> str:
+    """The version setuptools-scm's default scheme gives `commit` in the full repository.
+
+    `git describe` names the last tag and the distance from it: `7.2.0.dev0-157-gaa55975c7`
+    is `7.2.0.dev157+gaa55975c7`, `7.1.2-3-gabc` is `7.1.3.dev3+gabc`; on a tag, the tag.
+    """
+    described = _git("--git-dir", str(repo_git), "describe", "--tags", "--long", commit)
+    tag, distance, node = described.decode().strip().rsplit("-", 2)
+    if distance == "0":
+        return tag
+    if ".dev" in tag:
+        return f"{tag.split('.dev')[0]}.dev{distance}+{node}"
+    parts = tag.split(".")
+    parts[-1] = str(int(parts[-1]) + 1)
+    return f"{'.'.join(parts)}.dev{distance}+{node}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repo-git", type=Path, required=True)
@@ -72,6 +89,11 @@ def main() -> None:
     parser.add_argument("--record", type=Path, required=True)
     parser.add_argument("--wrong", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--scm-dist",
+        help="the distribution name of a repository versioned by setuptools-scm: the fixture "
+        "then names the version it has at base_commit in the full repository",
+    )
     args = parser.parse_args()
     record = json.loads(args.record.read_text())
     kept = {k: record[k] for k in KEPT_FIELDS if k in record}
@@ -83,6 +105,10 @@ def main() -> None:
         "commit_object": base64.b64encode(raw).decode("ascii"),
         "delta": diff,
     }
+    if args.scm_dist:
+        name = args.scm_dist.upper().replace("-", "_").replace(".", "_")
+        version = scm_version(args.repo_git, record["base_commit"])
+        fixture["env"] = {f"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_{name}": version}
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{record['instance_id']}.json.xz"
     out.write_bytes(
