@@ -124,7 +124,9 @@ def _prepare(fixture: dict[str, Any], checkouts: Path, envs: Path) -> None:
 
     A repository versioned by setuptools-scm is told the version its base commit has in the
     full repository (the rebuilt checkout has no tags: its history is not there), as an
-    operator with a shallow clone would tell it.
+    operator with a shallow clone would tell it. A fixture's `constraints` hold back a
+    dependency whose later releases the official images predate (docutils 0.21 and later
+    break Sphinx 3.5's LaTeX builder), through pip's own PIP_CONSTRAINT.
     """
     record = fixture["record"]
     spec = harness.spec_for(record["repo"], record["version"])
@@ -139,6 +141,10 @@ def _prepare(fixture: dict[str, Any], checkouts: Path, envs: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PIP_NO_INDEX"}
     env.update(PIP_FIND_LINKS=str(verified.DIST), PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.update(fixture.get("env", {}))
+    if "constraints" in fixture:  # a dependency's release the official images predate
+        constraints = here / f"{record['instance_id']}.constraints.txt"
+        constraints.write_text(fixture["constraints"])
+        env["PIP_CONSTRAINT"] = str(constraints)
     before = real.host_interpreters()
     done = subprocess.run(
         [

@@ -90,6 +90,11 @@ def main() -> None:
     parser.add_argument("--wrong", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
+        "--constraints",
+        help="pip constraints the environment is built under (a dependency's release the "
+        "official images predate, e.g. 'docutils<0.21')",
+    )
+    parser.add_argument(
         "--scm-dist",
         help="the distribution name of a repository versioned by setuptools-scm: the fixture "
         "then names the version it has at base_commit in the full repository",
@@ -105,6 +110,8 @@ def main() -> None:
         "commit_object": base64.b64encode(raw).decode("ascii"),
         "delta": diff,
     }
+    if args.constraints:
+        fixture["constraints"] = args.constraints.replace(";", "\n") + "\n"
     if args.scm_dist:
         name = args.scm_dist.upper().replace("-", "_").replace(".", "_")
         version = scm_version(args.repo_git, record["base_commit"])
