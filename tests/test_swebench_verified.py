@@ -199,3 +199,69 @@ def test_real_instances_are_graded_as_the_official_harness_grades_them(
     record = instance[0]
     assert gold["tests"]["FAIL_TO_PASS"] == {"success": len(record.FAIL_TO_PASS), "failure": 0}
     assert gold["tests"]["PASS_TO_PASS"] == {"success": len(record.PASS_TO_PASS), "failure": 0}
+
+
+def _check(dataset: Path, checkouts: Path, envs: Path, env: dict[str, str]) -> Any:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jouled",
+            "swebench",
+            "prepare",
+            "--dataset",
+            str(dataset),
+            "--checkout-root",
+            str(checkouts),
+            "--envs",
+            str(envs),
+            "--check",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=1500,
+    )
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_prepare_check_reports_a_real_instance_gradable(instance: Instance) -> None:
+    """`prepare --check` on the prepared environment: gold resolved, empty unresolved."""
+    record, _, checkouts, envs = instance
+    dataset = envs.parent / f"{record.instance_id}.json"
+    rc, results = _check(dataset, checkouts, envs, dict(os.environ))
+    assert rc == 0, results
+    (result,) = results
+    assert result["check"] == {
+        "gradable": True,
+        "code": "gradable",
+        "reason": "",
+        "gold": "resolved",
+        "empty": "unresolved",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_prepare_check_reports_a_broken_environment_with_its_evidence(tmp_path: Path) -> None:
+    """pytest's checkout installed without its version (no tags, and setuptools-scm not told):
+    its own minversion check stops every run, and `--check` says so instead of grading."""
+    real.oracle()
+    instance_id = "pytest-dev__pytest-10051"
+    if instance_id not in INSTANCES:
+        pytest.skip(f"no fixture for {instance_id}")
+    fixture = _fixture(instance_id)
+    checkouts, envs = tmp_path / "checkouts", tmp_path / "envs"
+    _checkout(instance_id, checkouts)
+    _prepare({**fixture, "env": {}}, checkouts, envs)
+    rc, results = _check(tmp_path / f"{instance_id}.json", checkouts, envs, dict(os.environ))
+    assert rc == 3, results
+    (result,) = results
+    check = result["check"]
+    assert check["gradable"] is False and check["code"] == "broken-environment", check
+    assert "'minversion' requires pytest" in check["reason"], check
+    assert check["gold"] == "" and check["empty"] == ""
