@@ -44,7 +44,7 @@ SWE_PINNED   := packaging==23.1 pluggy==1.3.0 exceptiongroup==1.1.3 tomli==2.0.1
 SWE_ORACLE   := swebench==4.1.0
 # The releases the real Verified instances' checkouts are rebuilt from (tests/swebench_verified.py),
 # one download each: two versions of one name cannot share a pip call
-SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 sphinx==3.4.3
+SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 sphinx==3.4.3 sympy==1.2
 
 swebench-fixtures: install
 	@test -f $(SWE_STAMP) || { \
