@@ -32,7 +32,7 @@ browser:
 # tools/swebench_oracle.py). Fetched once into .cache/swebench/; where they cannot
 # be fetched, those tests skip and say so.
 SWE_CACHE    := .cache/swebench
-SWE_STAMP    := $(SWE_CACHE)/.fetched-4
+SWE_STAMP    := $(SWE_CACHE)/.fetched-5
 SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1 sympy==1.12
 SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 Jinja2==3.1.2 \
                 Werkzeug==2.3.7 blinker==1.9.0 setuptools==70.0.0 wheel==0.45.1 flit_core==3.9.0 \
@@ -42,6 +42,9 @@ SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 
 # pytest-dev/pytest's specification pins these (pip downloads one version of a name at a time)
 SWE_PINNED   := packaging==23.1 pluggy==1.3.0 exceptiongroup==1.1.3 tomli==2.0.1
 SWE_ORACLE   := swebench==4.1.0
+# The releases the real Verified instances' checkouts are rebuilt from (tests/swebench_verified.py),
+# one download each: two versions of one name cannot share a pip call
+SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 sphinx==3.4.3 sympy==1.2
 
 swebench-fixtures: install
 	@test -f $(SWE_STAMP) || { \
@@ -54,6 +57,9 @@ swebench-fixtures: install
 	    --only-binary :all: -d $(SWE_CACHE)/dist $(SWE_PINNED) && \
 	  $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps \
 	    -d $(SWE_CACHE) $(SWE_ORACLE) && \
+	  ( for req in $(SWE_VERIFIED); do $(BIN)/python -m pip download --quiet \
+	    --disable-pip-version-check --no-deps --no-binary :all: -d $(SWE_CACHE)/dist $$req \
+	    || exit 1; done ) && \
 	  $(BIN)/python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
 	    $(SWE_CACHE)/swebench-4.1.0-py3-none-any.whl $(SWE_CACHE)/oracle && \
 	  touch $(SWE_STAMP); } \

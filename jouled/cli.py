@@ -348,10 +348,18 @@ def swebench_prepare(
             "--report", help="Build nothing: per repository version, whether one builds here."
         ),
     ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Then grade each prepared record's gold and empty patch once: gradable or not.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build each record's environment from its official specification (see docs/swebench.md)."""
     from jouled.contracts.swebench import load_records
+    from jouled.swebench_check import check as check_record
     from jouled.swebench_prepare import prepare, report
     from jouled.swebench_pythons import read_map
 
@@ -394,16 +402,28 @@ def swebench_prepare(
             per_instance=per_instance,
             force=force,
         )
-        results.append(done.to_json())
+        result = done.to_json()
         if not as_json:
             mark = "ok  " if done.ok else "FAIL"
             typer.echo(f"{mark} {done.instance_id}: {done.message} ({done.directory or '-'})")
             for need in done.host_requirements:
                 typer.echo(f"     host requirement (not run): {need}")
+        if check and done.ok:
+            checked = check_record(record, checkout_root, envs)
+            result["check"] = checked.to_json()
+            if not as_json:
+                verdict = "gradable" if checked.gradable else f"NOT gradable ({checked.code})"
+                typer.echo(
+                    f"     {verdict}: gold {checked.gold or '-'}, empty {checked.empty or '-'}"
+                    + (f": {checked.reason}" if checked.reason else "")
+                )
+        results.append(result)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
+    if check and not all(r["check"]["gradable"] for r in results):
+        raise typer.Exit(3)
 
 
 @swebench_app.command("adopt")

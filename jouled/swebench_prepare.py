@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jouled import swebench_preinstall, swebench_pythons
+from jouled import swebench_preinstall, swebench_pythons, swebench_tox
 from jouled.contracts import swebench, swebench_env
 from jouled.contracts import swebench_harness as harness
 from jouled.errors import ConfigError, TaskError
@@ -341,6 +341,7 @@ def prepare(
         message = err.message if isinstance(err, TaskError) else str(err)
         return Prepared(iid, None, False, f"pre_install: {message}", host)
     if (directory / swebench_env.MANIFEST).is_file() and not force:
+        applied += _link_tox(spec, checkout, directory)
         return Prepared(iid, directory, True, "already prepared", host, applied)
     try:
         interpreter = find_python(spec.python, python, pythons)
@@ -402,7 +403,18 @@ def prepare(
             _keep_log(directory, number, log)
         message = err.message if isinstance(err, TaskError) else str(err)
         return Prepared(iid, directory, False, message, host, applied)
+    applied += _link_tox(spec, checkout, directory)
     return Prepared(iid, directory, True, "prepared", host, applied)
+
+
+def _link_tox(spec: harness.Spec, checkout: Path, directory: Path) -> list[str]:
+    """For a `tox --current-env` command, tox's environment in the checkout made the
+    prepared one's (`jouled.swebench_tox`); what was written, for the record."""
+    env = swebench_tox.tox_env(spec.test_cmd)
+    if env is None:
+        return []
+    written = swebench_tox.link(checkout, directory / "venv", env)
+    return [f"tox environment .tox/{env}: {len(written)} files"] if written else []
 
 
 def adopt(directory: Path, python: str, *, name: str = "") -> swebench_env.Manifest:

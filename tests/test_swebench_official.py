@@ -70,6 +70,7 @@ LOG_LINES = [
     "FAILED tests/test_a.py::test_p[a b] - assert 1 == 2",
     "PASSED tests/test_a.py::test_p[a c]",
     "ERROR tests/test_a.py::test_three - fixture 'z' not found",
+    "ERROR: file or directory not found: tests/test_gone.py",
     "SKIPPED [1] tests/test_a.py:12: no network",
     "XFAIL tests/test_a.py::test_four - reason: known",
     "XPASS tests/test_a.py::test_five",
@@ -110,6 +111,16 @@ def test_every_parser_reads_logs_as_the_official_one_does(parser: str) -> None:
             lines = [line for line in lines if line not in ("PASSED", "FAILED")]
         log = "\n".join(lines)
         assert harness.parse_log(parser, log) == official(log, spec), (n, log)
+
+
+def test_a_status_word_at_the_start_of_any_line_reads_as_an_error_not_a_crash() -> None:
+    """pytest's own `ERROR: file or directory not found: x` is a "test" named `file` with the
+    status `ERROR:` to the official parser: jouled's outcomes call it an error."""
+    oracle = real.oracle()
+    log = "ERROR: file or directory not found: tests/test_gone.py\nPASSED tests/test_a.py::t\n"
+    spec = oracle.TestSpec("x", "r", "1")
+    assert oracle.log_parsers.python.parse_log_pytest(log, spec)["file"] == "ERROR:"
+    assert harness.outcomes("pytest", log) == {"file": "error", "tests/test_a.py::t": "passed"}
 
 
 def test_the_resolution_is_the_officials() -> None:

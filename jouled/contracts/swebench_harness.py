@@ -343,8 +343,17 @@ def parse_log(parser: str, log: str) -> dict[str, str]:
 
 
 def outcomes(parser: str, log: str) -> dict[str, str]:
-    """The same ids with jouled's outcomes (passed, failed, skipped, error): XFAIL is skipped."""
-    return {name: _OUTCOME[status] for name, status in parse_log(parser, log).items()}
+    """The same ids with jouled's outcomes (passed, failed, skipped, error): XFAIL is skipped.
+
+    A line that only starts with a status word (pytest's `ERROR: file or directory not
+    found: ...`) is read by the official parser as a test named by its second word with that
+    first word (`ERROR:`) as its status, which the official grading counts neither passed
+    nor failed; here it is an error.
+    """
+    return {
+        name: _OUTCOME.get(status, Outcome.ERROR.value)
+        for name, status in parse_log(parser, log).items()
+    }
 
 
 # -- the official grading -------------------------------------------------------------
