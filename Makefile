@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test browser swebench-fixtures demo bench lint typecheck clean
+.PHONY: install test test-slow browser swebench-fixtures demo bench lint typecheck clean
 
 install: $(STAMP)
 
@@ -16,8 +16,18 @@ $(STAMP): pyproject.toml setup.py $(wildcard proto/jouled/v1/*.proto)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Test files are spread over WORKERS processes (one per core by default); a file stays on
+# one worker, so the daemon or environment its tests share is started or built once.
+# `make test` leaves out the tests marked slow (real releases built into environments);
+# `make test-slow` runs only those. CI runs both.
+WORKERS ?= auto
+PYTEST  := $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
+
 test: install browser swebench-fixtures
-	$(BIN)/python -m pytest
+	$(PYTEST) -m "not slow"
+
+test-slow: install browser swebench-fixtures
+	$(PYTEST) -m slow
 
 # The report's test renders its page in Debian's chromium. Installed only where that
 # is safe to do unattended (root, apt-get present); elsewhere the test skips.

@@ -245,6 +245,7 @@ def check_against_the_oracle(record: SweBenchRecord, graded: Graded, tmp_path: P
     assert set(wrong["failed"]) <= set(record.FAIL_TO_PASS) and wrong["failed"]
 
 
+@pytest.mark.slow
 def test_django_instances_are_graded_as_the_official_harness_grades_them(
     django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -292,6 +293,7 @@ def test_django_instances_are_graded_as_the_official_harness_grades_them(
     assert "TextTestResult.add" in body["integrity"]["forged"], body["integrity"]
 
 
+@pytest.mark.slow
 def test_pytest_instances_are_graded_as_the_official_harness_grades_them(
     flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -304,6 +306,7 @@ def test_pytest_instances_are_graded_as_the_official_harness_grades_them(
     assert gold["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 2, "failure": 0}
 
 
+@pytest.mark.slow
 def test_pytest_itself_is_graded_by_its_own_command_as_the_official_harness_grades_it(
     pytest_itself: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -316,6 +319,7 @@ def test_pytest_itself_is_graded_by_its_own_command_as_the_official_harness_grad
     assert wrong["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 1, "failure": 1}
 
 
+@pytest.mark.slow
 def test_library_forgeries_the_official_rules_resolve_are_tampered_by_a_real_daemon(
     flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -364,6 +368,7 @@ def test_library_forgeries_the_official_rules_resolve_are_tampered_by_a_real_dae
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_an_instance_whose_environment_is_missing_is_not_graded(
     django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -373,6 +378,7 @@ def test_an_instance_whose_environment_is_missing_is_not_graded(
     assert caught.value.code == swebench.NO_ENVIRONMENT
 
 
+@pytest.mark.slow
 def test_a_relative_envs_directory_installs_into_the_environment_never_the_host(
     flask: tuple[SweBenchRecord, str, Path, Path],
 ) -> None:
@@ -397,6 +403,7 @@ def test_a_relative_envs_directory_installs_into_the_environment_never_the_host(
     assert "got=$(command -v python)" in log and "pip install -e ." in log
 
 
+@pytest.mark.slow
 def test_a_forged_report_is_tampered_whatever_the_official_verdict_says(
     flask: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -453,6 +460,7 @@ def test_requirements_are_assembled_as_the_official_harness_assembles_them(
     assert ours is not None and "later" not in ours and "-e ." not in ours
 
 
+@pytest.mark.slow
 def test_in_process_forgeries_of_a_django_instance_are_tampered_by_a_real_daemon(
     django: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
@@ -555,6 +563,7 @@ def _raw(record: SweBenchRecord) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_a_real_daemon_resolves_sympys_gold_through_its_sympy_runner(
     sympy_graded: SympyGraded,
 ) -> None:
@@ -570,6 +579,7 @@ def test_a_real_daemon_resolves_sympys_gold_through_its_sympy_runner(
     assert "test_rotate_left_keeps_order ok" in log, log[-3000:]
 
 
+@pytest.mark.slow
 def test_a_real_daemon_leaves_sympys_empty_and_wrong_patches_unresolved(
     sympy: tuple[SweBenchRecord, str, Path, Path], sympy_graded: SympyGraded
 ) -> None:
@@ -596,6 +606,7 @@ SYMPY_CAUGHT = {
 }
 
 
+@pytest.mark.slow
 def test_in_process_forgeries_of_a_sympy_instance_are_tampered_by_a_real_daemon(
     sympy_graded: SympyGraded,
 ) -> None:
@@ -614,6 +625,7 @@ def test_in_process_forgeries_of_a_sympy_instance_are_tampered_by_a_real_daemon(
         assert caught in body["integrity"]["forged"], (name, body["integrity"])
 
 
+@pytest.mark.slow
 def test_a_real_daemons_sympy_verdicts_are_the_official_harness_verdicts(
     sympy: tuple[SweBenchRecord, str, Path, Path], sympy_graded: SympyGraded, tmp_path: Path
 ) -> None:

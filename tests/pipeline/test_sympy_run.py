@@ -152,6 +152,7 @@ def test_a_log_pass_the_runner_did_not_see_is_a_disagreement() -> None:
     assert "exited 0 but the runner finished with 1" in sympy_run.disagreement(agree, channel, 0)
 
 
+@pytest.mark.slow
 def test_the_release_runs_under_the_monitor_and_its_canaries_come_out(
     release: Path, scratch: Path
 ) -> None:
@@ -171,6 +172,7 @@ def test_the_release_runs_under_the_monitor_and_its_canaries_come_out(
     assert sympy_run.disagreement(log, channel, exit_code, canaries) == ""
 
 
+@pytest.mark.slow
 def test_the_fix_passes_with_nothing_found(release: Path, scratch: Path) -> None:
     fixed = (release / ITERABLES).read_text().replace(BUGGY, FIXED)
     channel, output, exit_code, canaries = run(release, scratch, fixed)
@@ -180,6 +182,7 @@ def test_the_fix_passes_with_nothing_found(release: Path, scratch: Path) -> None
     assert sympy_run.disagreement(log, channel, exit_code, canaries) == ""
 
 
+@pytest.mark.slow
 def test_a_library_that_prints_ok_for_a_failure_is_caught(release: Path, scratch: Path) -> None:
     library = (release / ITERABLES).read_text() + PRINT_OK
     channel, output, exit_code, canaries = run(release, scratch, library)
@@ -191,6 +194,7 @@ def test_a_library_that_prints_ok_for_a_failure_is_caught(release: Path, scratch
     assert "test_rotate passed but the runner saw it failed" in why
 
 
+@pytest.mark.slow
 def test_a_library_that_makes_the_reporter_count_a_failure_as_a_pass_is_caught(
     release: Path, scratch: Path
 ) -> None:
@@ -203,6 +207,7 @@ def test_a_library_that_makes_the_reporter_count_a_failure_as_a_pass_is_caught(
     assert "its report channel carried" in sympy_run.disagreement(log, channel, exit_code, canaries)
 
 
+@pytest.mark.slow
 def test_a_library_that_unhooks_the_runner_is_caught(release: Path, scratch: Path) -> None:
     library = (release / ITERABLES).read_text() + UNHOOKED
     channel, output, exit_code, canaries = run(release, scratch, library)
