@@ -109,11 +109,15 @@ def diagnose(
     failing = list(verdict.tests.get("PASS_TO_PASS", {}).get("failure", ()))
     if not failing:
         return _not_run(output, outcomes, fail_to_pass)
-    shown = failing[:_NAMED_FAILURES]
-    more = f" and {len(failing) - len(shown)} more" if len(failing) > len(shown) else ""
+    return _naming(output, failing, f"of {len(pass_to_pass)} PASS_TO_PASS tests fail", "")
+
+
+def _naming(output: str, ids: Sequence[str], what: str, why: str) -> Diagnosis:
+    """A diagnosis naming the first few of `ids`, with their lines of the log as evidence."""
+    shown = list(ids[:_NAMED_FAILURES])
+    more = f" and {len(ids) - len(shown)} more" if len(ids) > len(shown) else ""
     return Diagnosis(
-        f"{len(failing)} of {len(pass_to_pass)} PASS_TO_PASS tests fail before the patch "
-        f"({', '.join(shown)}{more})",
+        f"{len(ids)} {what} before the patch ({', '.join(shown)}{more}){why}",
         evidence(output, _names(shown)),
     )
 
@@ -130,10 +134,5 @@ def _not_run(
     skipped = [t for t in fail_to_pass if outcomes.get(t) == SKIPPED]
     if not skipped:
         return None
-    shown = skipped[:_NAMED_FAILURES]
-    more = f" and {len(skipped) - len(shown)} more" if len(skipped) > len(shown) else ""
-    return Diagnosis(
-        f"{len(skipped)} of {len(fail_to_pass)} FAIL_TO_PASS tests were skipped or xfailed "
-        f"before the patch ({', '.join(shown)}{more}): this environment does not run them",
-        evidence(output, _names(shown)),
-    )
+    what = f"of {len(fail_to_pass)} FAIL_TO_PASS tests were skipped or xfailed"
+    return _naming(output, skipped, what, ": this environment does not run them")
