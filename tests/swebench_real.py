@@ -677,6 +677,70 @@ def pytest_instance(checkout_root: Path) -> tuple[dict[str, Any], str]:
     return record, wrong
 
 
+# Forgeries of pytest's own instance, each on top of the wrong fix (one target test
+# still fails): the log made to claim both target tests passed, either by lines written
+# after pytest's (the official parser takes the last word on a test) or by pytest's own
+# report factory, which the patch changes, turning the failed call into a pass.
+PYTEST_FORGERIES = {
+    "print-passed": (
+        "src/_pytest/mark/expression.py",
+        textwrap.dedent(
+            """
+
+            import atexit as _jb_atexit
+            import os as _jb_os
+
+
+            def _jb_claim():
+                lines = ["JBFORGED print-passed ran"]
+                test = "testing/test_mark_expression.py::test_and_needs_both"
+                for expr in ("true and false", "false and true"):
+                    lines.append(f"PASSED {test}[{expr}]")
+                _jb_os.write(1, ("\\n".join(lines) + "\\n").encode())
+
+
+            _jb_atexit.register(_jb_claim)
+            """
+        ),
+    ),
+    "report-flip": (
+        "src/_pytest/reports.py",
+        textwrap.dedent(
+            """
+
+            _jb_made = TestReport.from_item_and_call.__func__
+
+
+            def _jb_from_item_and_call(cls, item, call):
+                report = _jb_made(cls, item, call)
+                if report.when == "call" and report.failed and "needs_both" in item.nodeid:
+                    print("JBFORGED report-flip flipped", item.nodeid)
+                    report.outcome = "passed"
+                    report.longrepr = None
+                return report
+
+
+            TestReport.from_item_and_call = classmethod(_jb_from_item_and_call)
+            """
+        ),
+    ),
+}
+
+
+def pytest_forgery(checkout_root: Path, name: str) -> str:
+    """The wrong fix plus the forgery `name` of PYTEST_FORGERIES."""
+    repo = checkout_root / PYTEST_ID
+    module = repo / "src" / "_pytest" / "mark" / "expression.py"
+    regressed = "rhs = not_expr(s)\n        " + PYTEST_AND.replace("And", "Or")
+    target, source = PYTEST_FORGERIES[name]
+
+    def forge(r: Path) -> None:
+        _edit(module, regressed, "rhs = not_expr(s)\n        ret = rhs")
+        _append(r / target, source)
+
+    return _staged(repo, forge)
+
+
 DJANGO_EXIT = textwrap.dedent(
     """
 

@@ -945,7 +945,7 @@ def test_django_and_sympy_commands_go_through_the_daemons_runners(
     from jouled.contracts import swebench_harness as harness
     from jouled.contracts.swebench import _official_policy
 
-    runners = {}
+    policies = {}
     for repo, version in (
         ("django/django", "3.0"),
         ("sympy/sympy", "1.12"),
@@ -954,7 +954,10 @@ def test_django_and_sympy_commands_go_through_the_daemons_runners(
         spec = harness.spec_for(repo, version)
         assert spec is not None
         policy = _official_policy(spec, dataclasses.replace(record, repo=repo, version=version))
-        assert policy.plain and policy.verdict is not None
-        runners[repo] = policy.runner
-    # pytest's own suite runs as it is: its runner is the code under test.
-    assert runners == {"django/django": "unittest", "sympy/sympy": "sympy", "pytest-dev/pytest": ""}
+        assert policy.verdict is not None
+        policies[repo] = policy
+    assert policies["django/django"].plain and policies["django/django"].runner == "unittest"
+    assert policies["sympy/sympy"].plain and policies["sympy/sympy"].runner == "sympy"
+    # pytest's own suite goes through the daemon's pytest runner, its source the framework's.
+    own = policies["pytest-dev/pytest"]
+    assert not own.plain and own.runner == "" and "src/_pytest/" in own.framework

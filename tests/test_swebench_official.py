@@ -310,13 +310,47 @@ def test_pytest_instances_are_graded_as_the_official_harness_grades_them(
 def test_pytest_itself_is_graded_by_its_own_command_as_the_official_harness_grades_it(
     pytest_itself: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
 ) -> None:
-    """pytest's runner is the code under test: its run is not made through jouled's."""
+    """pytest's runner is the code under test: its run goes through jouled's runner, and a
+    patch that changes pytest's own source is graded `reduced` (that source counted as the
+    framework's, not as the patch's), with canaries and the channel beside the log."""
     graded = grade_all(pytest_itself, tmp_path)
     check_against_the_oracle(pytest_itself[0], graded, tmp_path)
     gold, wrong = graded["gold"][0], graded["wrong"][0]
-    assert gold["integrity"] == {"report": "output", "canaries": 0, "level": "none"}
+    assert gold["integrity"]["report"] == "channel", gold["integrity"]
+    assert gold["integrity"]["canaries"] >= 1, gold["integrity"]
+    assert gold["integrity"]["level"] == "reduced", gold["integrity"]
+    assert not gold["integrity"].get("forged"), gold["integrity"]
     assert wrong["verdict"]["status"] == harness.PARTIAL, wrong["verdict"]
     assert wrong["verdict"]["tests"]["FAIL_TO_PASS"] == {"success": 1, "failure": 1}
+
+
+@pytest.mark.slow
+def test_forgeries_of_pytest_itself_are_tampered(
+    pytest_itself: tuple[SweBenchRecord, str, Path, Path], tmp_path: Path
+) -> None:
+    """On pytest's own suite the patch may change pytest: a report factory it rewrote to
+    pass the failing target test, or pass lines written after pytest's, make the log
+    resolve by the official rules; the test's own function and the channel say it failed."""
+    record = pytest_itself[0]
+    forgeries = {
+        f"forged-{name}": real.pytest_forgery(pytest_itself[2], name)
+        for name in real.PYTEST_FORGERIES
+    }
+    graded = grade_all(pytest_itself, tmp_path, forgeries)
+    raw = _raw(record)
+    for name in real.PYTEST_FORGERIES:
+        body, log, patch = graded[f"forged-{name}"]
+        assert f"JBFORGED {name}" in log, (name, log[-3000:])  # the payload ran
+        official = official_grading(raw, patch, log, tmp_path)
+        assert body["verdict"]["resolved"] is official, (name, body["verdict"])
+        if name == "report-flip":  # the forgery took: the official rules resolve the log
+            assert official is True, (name, log[-3000:])
+        if not official:
+            assert body["status"] == "unresolved", (name, body["status"])
+            continue
+        assert body["status"] == "tampered", (name, body["integrity"])
+        assert body["integrity"]["level"] == "reduced", body["integrity"]
+        assert "test_and_needs_both" in body["integrity"]["forged"], body["integrity"]
 
 
 @pytest.mark.slow

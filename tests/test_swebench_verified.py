@@ -199,6 +199,10 @@ def test_real_instances_are_graded_as_the_official_harness_grades_them(
     record = instance[0]
     assert gold["tests"]["FAIL_TO_PASS"] == {"success": len(record.FAIL_TO_PASS), "failure": 0}
     assert gold["tests"]["PASS_TO_PASS"] == {"success": len(record.PASS_TO_PASS), "failure": 0}
+    if record.repo == "pytest-dev/pytest":  # pytest's own suite, through the daemon's runner
+        integrity = graded["gold"][0]["integrity"]
+        assert integrity["report"] == "channel" and integrity["canaries"] >= 1, integrity
+        assert integrity["level"] == "reduced" and not integrity.get("forged"), integrity
 
 
 def _check(dataset: Path, checkouts: Path, envs: Path, env: dict[str, str]) -> Any:

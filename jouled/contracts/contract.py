@@ -120,6 +120,10 @@ class GradingPolicy:
     # "sympy" through its SymPy runner (the integrity monitor and an authenticated report
     # beside the log); "" as it is.
     runner: str = ""
+    # Directories of the tree that hold the test framework the command runs
+    # (pytest-dev/pytest's own `src/_pytest/`): a patch that changes a file under them
+    # makes that file the framework's for the integrity monitor, and the run `reduced`.
+    framework: tuple[str, ...] = ()
     # Reads a plain run's output into outcomes; None: pytest's -rA summary.
     parse_output: OutputParser | None = None
     # The verdict of record, from the graded run's output; None: the strict grading is.

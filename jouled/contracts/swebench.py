@@ -29,8 +29,9 @@ then the official resolution (FULL is resolved). jouled's stricter grading
 and only a forged run (`tampered`) or a timeout changes the status.
 
 pytest commands still go through the daemon's pytest runner (pristine
-configuration, no plugin autoloading, canaries, an authenticated report)
-except for pytest-dev/pytest, whose test runner is the code under test;
+configuration, no plugin autoloading, canaries, an authenticated report);
+for pytest-dev/pytest, whose test runner is the code under test, a patch that
+changes pytest's own source makes that run `reduced`;
 Django's and SymPy's commands run as they are through the daemon's unittest
 and SymPy runners (canaries, an authenticated report the log must agree
 with); the official parser reads the log of every one.
@@ -998,23 +999,28 @@ def to_contract(
 # Repositories whose official test command one of the daemon's own runners can carry:
 # Django's tests/runtests.py (its unittest runner) and SymPy's bin/test.
 PLAIN_RUNNERS = {"django/django": "unittest", "sympy/sympy": "sympy"}
+# Repositories that are the test framework their own tests run under: the directories
+# of its source, whose changes the pytest runner counts as the framework's (`reduced`).
+FRAMEWORK_DIRS = {"pytest-dev/pytest": ("src/_pytest/", "src/pytest/", "_pytest/", "pytest/")}
 
 
 def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolicy:
     """Grading by the official rules: the repository's own log parser and resolution.
 
-    pytest commands still run through the daemon's runner (canaries, an
-    authenticated report beside the log) except for pytest itself, whose
-    runner is the code under test; the others run as they are.
+    pytest commands run through the daemon's runner (canaries, an authenticated
+    report beside the log), pytest's own too (its changed source counted as the
+    framework's); the others run as they are, Django's and SymPy's through the
+    daemon's runners for them.
     """
     argv, _ = harness.test_command(spec, "")
-    plain = not _is_pytest(list(argv)) or record.repo == "pytest-dev/pytest"
+    plain = not _is_pytest(list(argv))
     return GradingPolicy(
         match_ids=None if plain else match_dataset_ids,
         failing_exit_judged_by_ids=True,
         memory_bytes=MEMORY_BYTES,
         plain=plain,
         runner=PLAIN_RUNNERS.get(record.repo, ""),
+        framework=FRAMEWORK_DIRS.get(record.repo, ()),
         parse_output=partial(harness.outcomes, spec.parser),
         verdict=partial(harness.official_verdict, spec.parser),
     )

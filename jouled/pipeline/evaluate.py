@@ -326,6 +326,7 @@ class Evaluator:
                     protected=protected,
                     python=python,
                     python_version=runtime.version_tuple if runtime is not None else None,
+                    framework=policy.framework,
                 )
             limits = self._limits(contract)
             level = integrity_level(plan, runtime.version_tuple if runtime is not None else None)

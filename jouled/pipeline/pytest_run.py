@@ -411,6 +411,7 @@ def plan(
     protected: Sequence[str] = (),
     python: str = sys.executable,
     python_version: tuple[int, int] | None = None,
+    framework: tuple[str, ...] = (),
 ) -> Plan | None:
     """Prepare `ro_dir` and the workdir for one pytest run; None when not a pytest command.
 
@@ -420,7 +421,9 @@ def plan(
     (after protected paths were restored, so nothing removes them).
     `protected` lists the tree's protected files: the only files of the tree
     whose code a test may run. `python` runs the tests (`python_version`: its
-    version, when it is not the daemon's and may be older than 3.11).
+    version, when it is not the daemon's and may be older than 3.11). `framework`:
+    the tree's directories that hold pytest itself (pytest-dev/pytest's); a patch
+    that changes a file under them makes the run `reduced`.
     """
     split = split_pytest(test_cmd)
     if split is None:
@@ -447,8 +450,11 @@ def plan(
     prefix = _function_prefix(frozen if config else None)
     canaries = plant_canaries(tree, rootdir, _canary_dirs(tree, args, expected), prefix)
     ours += ["-rA"]
-    runners.write_trusted(ro_dir, protected, runners.unchanged_sources(tree, pristine))
+    unchanged = runners.unchanged_sources(tree, pristine)
+    changed = runners.framework_changes(tree, unchanged, framework)
+    runners.write_trusted(ro_dir, [*protected, *changed], unchanged)
     runners.seal(ro_dir)
+    level = "reduced" if changed else ""
     if "--" in args:  # after "--" everything is a path, so ours go before it
         cut = args.index("--")
         args = [*args[:cut], *ours, *args[cut:]]
@@ -461,8 +467,8 @@ def plan(
     safe_path = ["-P"] if python_version is None or python_version >= (3, 11) else []
     argv = [interpreter, *opts, "-s", *safe_path, "-c", boot, mode, *args]
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    key, setup = runners.setup(layout, canaries.files)
-    return Plan(argv, env, key, setup, overlays, canaries, config)
+    key, setup = runners.setup(layout, canaries.files, level=level)
+    return Plan(argv, env, key, setup, overlays, canaries, config, level)
 
 
 # -- the channel --------------------------------------------------------------------------

@@ -150,14 +150,26 @@ def prepare_plain(
             digest = _digest(path)
             if digest == _digest(pristine / rel):
                 unchanged = {**unchanged, rel: digest}
-    changed = [
+    changed = framework_changes(tree, unchanged, framework, scripts)
+    write_trusted(ro_dir, [*protected, *changed], unchanged)
+    seal(ro_dir)
+    return bool(changed)
+
+
+def framework_changes(
+    tree: Path,
+    unchanged: Mapping[str, str],
+    framework: tuple[str, ...],
+    scripts: Sequence[str] = (),
+) -> list[str]:
+    """The tree's files under the `framework` prefixes the patch changed or added."""
+    if not framework:
+        return []
+    return [
         rel
         for rel in [*(rel for rel, _ in sources(tree)), *scripts]
         if rel.startswith(framework) and rel not in unchanged and (tree / rel).is_file()
     ]
-    write_trusted(ro_dir, [*protected, *changed], unchanged)
-    seal(ro_dir)
-    return bool(changed)
 
 
 def interpreter(named: str | None, python: str) -> str:
