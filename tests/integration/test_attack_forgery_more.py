@@ -56,8 +56,55 @@ for value in list(library.values()):
 emit("forge", "OK", ",".join(armed))
 """
 
+# The same, blind to which tests were given: every failure in a test module that uses the
+# library is flipped. The canaries never import the code under test, so they fail as
+# planted; the run's arguments also name them (pytest's invocation arguments hold the
+# canary files, `sys.argv` does not), which the payload reports as `canaries-seen`.
+FORGE_XFAIL_STASH_ALL = (
+    FORGE_XFAIL_STASH.replace(
+        "    if item is not None and visible(item.nodeid):",
+        "    if item is not None and uses_library(item):",
+    )
+    .replace(
+        "            flip(rep)",
+        "            flip_any(rep)",
+    )
+    .replace(
+        "library = sys._getframe(2).f_globals\n",
+        r"""library = sys._getframe(2).f_globals
+
+def uses_library(item):
+    name = library["__name__"].split(".")[0]
+    for value in list(vars(item.module).values()):
+        if getattr(value, "__name__", "") == name or str(getattr(value, "__module__", "")).startswith(name):
+            return True
+    return False
+
+def flip_any(report):
+    if report.when == "call" and report.outcome != "passed":
+        report.outcome, report.longrepr = "passed", None
+        flips.append(report.nodeid)
+
+def canaries_seen():
+    config = find_config()
+    given = set(sys.argv[1:])
+    return ",".join(a for a in config.invocation_params.args if a not in given and a.endswith(".py"))
+
+_seen_once = []
+""",
+    )
+    .replace(
+        "        arm_item()\n",
+        "        if not _seen_once:\n"
+        "            _seen_once.append(1)\n"
+        '            attempt("canaries-seen", canaries_seen)\n'
+        "        arm_item()\n",
+    )
+)
+
 FORGERS = {
     "xfail-stash-nameless": FORGE_XFAIL_STASH,
+    "xfail-stash-blind": FORGE_XFAIL_STASH_ALL,
 }
 CASES: dict[str, Case] = {
     f"{name}-{kind}": Case(body, task)
