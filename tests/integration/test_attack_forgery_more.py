@@ -76,7 +76,8 @@ FORGE_XFAIL_STASH_ALL = (
 def uses_library(item):
     name = library["__name__"].split(".")[0]
     for value in list(vars(item.module).values()):
-        if getattr(value, "__name__", "") == name or str(getattr(value, "__module__", "")).startswith(name):
+        owner = str(getattr(value, "__module__", ""))
+        if getattr(value, "__name__", "") == name or owner.startswith(name):
             return True
     return False
 
@@ -88,7 +89,8 @@ def flip_any(report):
 def canaries_seen():
     config = find_config()
     given = set(sys.argv[1:])
-    return ",".join(a for a in config.invocation_params.args if a not in given and a.endswith(".py"))
+    named = config.invocation_params.args
+    return ",".join(a for a in named if a not in given and a.endswith(".py"))
 
 _seen_once = []
 """,
