@@ -615,6 +615,10 @@ class Snapshot:
                 found = self.origins.from_tree(value)
                 if found:
                     problems.append(f"{label}.{attr} was replaced by code from {found}")
+                elif label == "builtins" and isinstance(before.get(attr), type):
+                    # A builtin class (an exception the framework raises or catches) stands
+                    # for itself: whatever claims to have made its replacement.
+                    problems.append(f"builtins.{attr}, a class, was replaced")
                 elif strict and attr in before:
                     problems.append(f"{label}.{attr} was replaced")
             if strict:
@@ -788,7 +792,9 @@ def observer(audit: Any, function: Any, test_id: str) -> Any:
         try:
             result = function(*args, **kwargs)
         except BaseException as raised:
-            audit(EVENT, "ran", test_id, type(raised).__name__)
+            # The class's own name (a metaclass cannot answer for it); never "" for a raise.
+            named = _TYPE_NAME(type(raised))
+            audit(EVENT, "ran", test_id, named if type(named) is str and named else "an exception")
             raise
         audit(EVENT, "ran", test_id, "")
         return result
@@ -796,6 +802,7 @@ def observer(audit: Any, function: Any, test_id: str) -> Any:
     return observed
 
 
+_TYPE_NAME = type.__dict__["__name__"].__get__
 _COMPILE = compile
 _ONLY_AST = 0x400
 
@@ -1075,8 +1082,10 @@ def start(
             test_id = holder["observed"] if args[1] is None else args[1]
             ours = test_id is not None and test_id == holder["observed"]
             ours = ours and wrapped is holder["function"]
-            if ours and (args[2] or holder["ran"] is None):
-                holder["ran"] = args[2]
+            # Anything but the exact "" of a return is a raise.
+            raised = args[2] if type(args[2]) is str else "an exception"
+            if ours and (raised or holder["ran"] is None):
+                holder["ran"] = raised
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
             if test_id is None:  # the running test's report (SymPy's reporter names none)
