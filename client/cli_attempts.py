@@ -1,0 +1,190 @@
+"""`jb-client`'s commands that grade: list and fetch tasks, submit a patch, run solvers."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from jb_client import render
+from jb_client.cli_common import (
+    CLAIM_MAX,
+    EXIT_USAGE,
+    Json,
+    Suite,
+    ask,
+    connect,
+    emit,
+    fail,
+    progress,
+    read_file,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from jb_client.cli_fleet import fleet_run, is_fleet
+
+from jouled.errors import JouledError, UsageError
+from jouled.limits import ROLLOUT_MAX
+
+
+def tasks(suite: Suite = "", as_json: Json = False) -> None:
+    """List the tasks the daemon grades."""
+    found = ask(lambda c: c.tasks(suite))
+    if as_json:
+        emit({"tasks": found})
+    else:
+        render.tasks_table(found)
+
+
+def fetch(
+    task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
+    out: Annotated[
+        Path, typer.Option("--out", help="A new or empty directory to write the buggy tree into.")
+    ],
+    force: Annotated[
+        bool, typer.Option("--force", help="Write over what a non-empty --out holds.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Fetch a task's prompt and pristine buggy tree to work on."""
+    try:
+        with connect() as c:
+            meta = c.task(task)
+            written = c.fetch(task, out, force=force)
+        (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
+    except OSError as err:
+        fail(UsageError(f"cannot write {out / 'PROMPT.md'}: {err.strerror}"))
+    except JouledError as err:
+        fail(err)
+    if as_json:
+        emit({"task": meta, "files": written, "out": str(out)})
+    else:
+        render.err.print(f"{task}: {len(written)} files in {out} (prompt in PROMPT.md)")
+
+
+def submit(
+    task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
+    patch: Annotated[Path, typer.Option("--patch", help="Unified diff file ('-' for stdin).")],
+    solver: Annotated[
+        str, typer.Option(help="Who produced the patch (default: your credential's name).")
+    ] = "",
+    model: Annotated[str, typer.Option(help="The model behind the solver.")] = "",
+    run_id: Annotated[str, typer.Option(help="Groups attempts into a run.")] = "",
+    rollout: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=ROLLOUT_MAX,
+            help="Rollout index within the run (default: the next free one for this "
+            "task, solver and run).",
+        ),
+    ] = None,
+    tokens_in: Annotated[int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed input tokens.")] = 0,
+    tokens_out: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed output tokens.")
+    ] = 0,
+    usd_micros: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed cost in micro-dollars.")
+    ] = 0,
+    claimed_joules_mj: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Agent-reported mJ (claimed).")
+    ] = 0,
+    idempotency_key: Annotated[
+        str, typer.Option(help="Reuse to retry safely; default: a fresh key.")
+    ] = "",
+    as_json: Json = False,
+) -> None:
+    """Grade a patch. An unresolved result is an answer, not a failure (exit 0)."""
+    raw = sys.stdin.buffer.read() if str(patch) == "-" else read_file(patch)
+    claimed = {
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "usd_micros": usd_micros,
+        "joules_mj": claimed_joules_mj,
+    }
+    try:
+        with connect() as c:
+            receipt = c.submit(
+                task,
+                raw,
+                solver=solver,
+                model=model,
+                run_id=run_id,
+                rollout=rollout,
+                claimed=claimed,
+                idempotency_key=idempotency_key,
+                progress=progress,
+            )
+    except JouledError as err:
+        fail(err)
+    if as_json:
+        emit(receipt)
+    else:
+        render.receipt_line(receipt)
+        if not receipt["resolved"]:
+            render.failure_lines(receipt)
+
+
+def run(
+    suite: Annotated[str, typer.Option("--suite", help="The suite to run.")],
+    solvers: Annotated[
+        str, typer.Option(help="Daemon-hosted solvers, comma separated.")
+    ] = "reference,noop",
+    rollouts: Annotated[
+        int, typer.Option(min=1, max=ROLLOUT_MAX, help="Attempts per task and solver.")
+    ] = 1,
+    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    model: Annotated[
+        str, typer.Option(help="The model a command solver runs (default: its own).")
+    ] = "",
+    as_json: Json = False,
+) -> None:
+    """Run daemon-hosted solvers (built-in or agent CLIs) over a suite, then its frontier.
+
+    With several targets (or --fleet) the suite is spread across the hosts and the
+    frontier merges their verified ledgers.
+    """
+    if is_fleet():
+        return fleet_run(suite, solvers, rollouts, run_id, model, as_json)
+    run_id = run_id or uuid.uuid4().hex[:12]
+    names = [s.strip() for s in solvers.split(",") if s.strip()]
+    receipts = []
+    try:
+        with connect() as c:
+            found = c.tasks(suite)
+            if not found:
+                render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
+                raise typer.Exit(EXIT_USAGE)
+            total = len(found) * len(names) * rollouts
+            n = 0
+            for solver in names:
+                for rollout in range(rollouts):
+                    for t in found:
+                        n += 1
+                        render.err.print(
+                            f"[{n}/{total}] {solver} r{rollout} {t['task_id']}", highlight=False
+                        )
+                        # The key makes a re-run of the same run id resume, not duplicate.
+                        key = f"{run_id}:{solver}:{model}:{rollout}:{t['task_id']}"
+                        r = c.run_solver(
+                            t["task_id"],
+                            solver,
+                            run_id=run_id,
+                            rollout=rollout,
+                            idempotency_key=key,
+                            model=model,
+                        )
+                        receipts.append(r)
+                        if not as_json:
+                            render.receipt_line(r)
+            rows = c.frontier(suite)["rows"]
+    except JouledError as err:
+        fail(err)
+    if as_json:
+        emit({"run_id": run_id, "receipts": receipts, "frontier": rows})
+    else:
+        render.frontier_table(rows)

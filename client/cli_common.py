@@ -1,0 +1,162 @@
+"""What every `jb-client` command shares: the app and its global options, the client
+they make from them, and the one way a failure is reported (exit codes: 0 ok, 1 a
+failed check, 2 usage or a rejected request, 3 the daemon cannot be reached)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+
+import typer
+from jb_client import render
+
+if TYPE_CHECKING:
+    # Loaded where used: the API brings gRPC, which offline commands never need,
+    # and the fleet module the verifier and DuckDB.
+    from jb_client.api import Client
+
+from jouled.errors import JouledError, Kind, VerificationError
+from jouled.ledger.canonical import MAX_SAFE_INTEGER
+
+CLAIM_MAX = MAX_SAFE_INTEGER
+
+T = TypeVar("T")
+
+EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+app = typer.Typer(
+    name="jb-client",
+    help="Submit patches to a jouled daemon, read its frontier, verify its ledger.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+Suite = Annotated[str, typer.Option("--suite", help="Only this suite.")]
+Wide = Annotated[
+    bool | None,
+    typer.Option(
+        "--wide/--compact", help="Every column, or the compact layout (default: by terminal width)."
+    ),
+]
+
+
+class State:
+    target: str | None = None
+    targets: tuple[str, ...] = ()
+    fleet: Path | None = None
+    pins: tuple[str, ...] = ()
+    token: str | None = None
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    insecure: bool | None = None
+    verbose: bool = False
+
+
+state = State()
+
+
+@app.callback()
+def main_options(
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--target",
+            help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
+            "daemon's socket in $JOULED_HOME). Repeat it for a fleet (run, frontier, export).",
+        ),
+    ] = None,
+    fleet: Annotated[
+        Path | None,
+        typer.Option(help="Fleet file (TOML): [[host]] tables with target and pubkey."),
+    ] = None,
+    pin: Annotated[
+        list[str] | None,
+        typer.Option(help="HOST=KEYFILE: the public key pinned for a fleet host (repeatable)."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token (default $JB_TOKEN); over TCP it is how the daemon knows you."
+        ),
+    ] = None,
+    ca: Annotated[
+        Path | None,
+        typer.Option(help="CA certificate the daemon's TLS certificate chains to ($JB_CA)."),
+    ] = None,
+    cert: Annotated[
+        Path | None, typer.Option(help="Client certificate for mTLS ($JB_CERT).")
+    ] = None,
+    key: Annotated[Path | None, typer.Option(help="Client key for mTLS ($JB_KEY).")] = None,
+    insecure: Annotated[
+        bool | None,
+        typer.Option("--insecure", help="Plaintext TCP to a loopback daemon ($JB_INSECURE=1)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks.")] = False,
+) -> None:
+    state.targets = tuple(target or ())
+    state.target = state.targets[0] if state.targets else None
+    state.fleet, state.pins = fleet, tuple(pin or ())
+    state.token, state.ca, state.cert, state.key = token, ca, cert, key
+    state.insecure = insecure
+    state.verbose = verbose
+
+
+def connect() -> Client:
+    from jb_client.api import Client
+
+    if len(state.targets) > 1 or state.fleet is not None:
+        render.err.print(
+            "[red]error:[/] this command talks to one daemon; give --target once "
+            "(run, frontier and export take a fleet)"
+        )
+        raise typer.Exit(EXIT_USAGE)
+    return Client(
+        state.target,
+        token=state.token,
+        ca=state.ca,
+        cert=state.cert,
+        key=state.key,
+        insecure=state.insecure,
+    )
+
+
+def ask(call: Callable[[Client], T]) -> T:
+    """One call to the daemon, its failure reported the one way every command does."""
+    try:
+        with connect() as c:
+            return call(c)
+    except JouledError as err:
+        fail(err)
+
+
+def fail(err: JouledError) -> NoReturn:
+    if state.verbose:
+        raise err
+    render.err.print(f"[red]error:[/] {err.diagnostics()}", highlight=False)
+    if isinstance(err, VerificationError):
+        raise typer.Exit(EXIT_FAILED_CHECK)
+    if err.kind == Kind.UNAVAILABLE:
+        raise typer.Exit(EXIT_UNREACHABLE)
+    raise typer.Exit(EXIT_USAGE if err.kind != Kind.INTERNAL else EXIT_FAILED_CHECK)
+
+
+def emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def progress(phase: str, message: str) -> None:
+    render.err.print(f"[dim]{phase:>9}[/] {message}", highlight=False)
+
+
+def read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        render.err.print(f"[red]error:[/] cannot read {path}: {err.strerror}")
+        raise typer.Exit(EXIT_USAGE) from None

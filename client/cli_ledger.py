@@ -1,0 +1,194 @@
+"""`jb-client`'s ledger commands: export, verify, audit, checkpoint and proofs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from jb_client import render
+from jb_client.cli_common import (
+    CLAIM_MAX,
+    EXIT_USAGE,
+    Json,
+    ask,
+    emit,
+    fail,
+    read_file,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from jb_client.cli_fleet import fleet_export, is_fleet
+
+from jouled.errors import JouledError, VerificationError
+
+
+def export(
+    out: Annotated[
+        Path, typer.Option("--out", help="JSONL file to write (a directory for a fleet).")
+    ],
+    as_json: Json = False,
+) -> None:
+    """Export the ledger (JSONL entries, plus the checkpoint history beside it).
+
+    With several targets (or --fleet): a directory of per-host exports, each verified
+    against its host's pinned key, and a manifest naming each host's key and checkpoint.
+    """
+    if is_fleet():
+        return fleet_export(out, as_json)
+    summary = ask(lambda c: c.export(out))
+    if as_json:
+        emit(summary)
+    else:
+        render.err.print(
+            f"{summary['entries']} entries -> {out}; {summary['checkpoints']} "
+            f"checkpoints -> {summary['checkpoint_history']}; Parquet snapshot -> "
+            f"{summary['parquet']}"
+        )
+
+
+def verify(
+    file: Annotated[Path, typer.Argument(help="An export written by `jb-client export`.")],
+    pubkey: Annotated[
+        list[Path] | None, typer.Option("--pubkey", help="Pinned public key (PEM), all entries.")
+    ] = None,
+    trust: Annotated[
+        Path | None,
+        typer.Option(help="JSON trust file: pinned keys with the entry range each may sign."),
+    ] = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="The daemon's checkpoint note, fetched separately.")
+    ] = None,
+    since: Annotated[
+        Path | None,
+        typer.Option(help="A checkpoint you saved earlier: the export must extend it."),
+    ] = None,
+    merkle_only: Annotated[
+        bool, typer.Option(help="Skip entry signatures (chain and Merkle root only).")
+    ] = False,
+    workers: Annotated[
+        int, typer.Option(help="Processes parsing and checking entries (0: every core).")
+    ] = 0,
+    as_json: Json = False,
+) -> None:
+    """Verify an export offline: signatures, seq, prev chain, Merkle root vs checkpoints."""
+    import os
+
+    from jouled.ledger.trust import load_pinned
+    from jouled.ledger.verify import split_notes, verify_file
+
+    try:
+        keys = load_pinned(pubkey or [], trust)
+        notes, history = [], []
+        from jb_client.api import checkpoint_history_path, parquet_path
+
+        history_file = checkpoint_history_path(file)
+        if history_file.is_file():
+            history = split_notes(history_file.read_text(encoding="utf-8"))
+        for note in (checkpoint, since):
+            if note is not None:
+                notes.append(read_file(note).decode("utf-8"))
+        parquet = parquet_path(file)
+        report = verify_file(
+            file,
+            keys,
+            notes,
+            signatures=not merkle_only,
+            workers=workers or os.cpu_count() or 1,
+            parquet=parquet if parquet.is_file() else None,
+            history=history,
+        )
+    except OSError as err:
+        render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except JouledError as err:
+        if as_json and isinstance(err, VerificationError):
+            emit({"ok": False, "seq": err.seq, "error": err.message})
+        fail(err)
+    if as_json:
+        emit(report.to_json())
+    else:
+        extra = "" if report.parquet_rows is None else f", Parquet {report.parquet_rows} rows"
+        render.out.print(
+            f"[green]ok[/] {report.entries} entries, root {report.root[:16]}…, "
+            f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
+            "signed by "
+            + ", ".join(k[:16] for k in report.keyids)
+            + (" (signatures not checked)" if merkle_only else "")
+        )
+
+
+def audit(
+    receipt: Annotated[Path, typer.Argument(help="A receipt from `submit --json`.")],
+    pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
+    as_json: Json = False,
+) -> None:
+    """Check one receipt alone: its signature, its inclusion proof and its checkpoint."""
+    from jouled.ledger.audit import audit_receipt
+    from jouled.ledger.signing import load_public_key
+
+    try:
+        keys = [load_public_key(p) for p in pubkey]
+        doc = json.loads(read_file(receipt))
+        result = audit_receipt(doc, keys)
+    except ValueError as err:
+        render.err.print(f"[red]error:[/] {receipt} is not a JSON receipt: {err}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except JouledError as err:
+        if as_json and isinstance(err, VerificationError):
+            emit({"ok": False, "seq": err.seq, "error": err.message})
+        fail(err)
+    if as_json:
+        emit(result)
+    else:
+        render.out.print(
+            f"[green]ok[/] entry {result['seq']} ({result['task_id']}, {result['status']}) is "
+            f"signed and included in the tree of {result['tree_size']} entries"
+        )
+
+
+def checkpoint_cmd(as_json: Json = False) -> None:
+    """The daemon's latest signed checkpoint (size, root, note)."""
+    cp = ask(lambda c: c.checkpoint())
+    if as_json:
+        emit(cp)
+    else:
+        sys.stdout.write(cp["note"])
+
+
+def proof(
+    seq: Annotated[int, typer.Option("--seq", min=0, max=CLAIM_MAX, help="Ledger entry.")],
+    tree_size: Annotated[
+        int, typer.Option(min=0, max=CLAIM_MAX, help="Tree size (0: latest).")
+    ] = 0,
+    as_json: Json = False,
+) -> None:
+    """An inclusion proof of one entry in the ledger's Merkle tree."""
+    p = ask(lambda c: c.proof(seq, tree_size))
+    if as_json:
+        emit(p)
+    else:
+        render.kv(f"inclusion proof of entry {seq}", {**p, "hashes": len(p["hashes"])})
+
+
+def consistency(
+    old: Annotated[
+        int, typer.Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")
+    ],
+    new: Annotated[
+        int, typer.Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
+    ] = 0,
+    as_json: Json = False,
+) -> None:
+    """A consistency proof: the ledger of size --new extends the one of size --old."""
+    p = ask(lambda c: c.consistency(old, new))
+    if as_json:
+        emit(p)
+    else:
+        render.kv(
+            f"consistency {p['old_size']} -> {p['new_size']}", {**p, "hashes": len(p["hashes"])}
+        )

@@ -1,0 +1,86 @@
+"""`jb-client`'s meter commands: status, calibration and metering a command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from jb_client import render
+from jb_client.cli_common import (
+    EXIT_USAGE,
+    Json,
+    ask,
+    connect,
+    emit,
+    fail,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from jouled.errors import JouledError
+from jouled.limits import ROLLOUT_MAX
+
+
+def meter(as_json: Json = False) -> None:
+    """Energy sources, domains, idle calibration, floors and attribution policy."""
+    status = ask(lambda c: c.meter())
+    if as_json:
+        emit(status)
+    else:
+        render.meter_table(status)
+
+
+def calibrate(
+    seconds: Annotated[int, typer.Option(min=1, max=600, help="Seconds of quiet to sample.")] = 10,
+    as_json: Json = False,
+) -> None:
+    """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""
+    cal = ask(lambda c: c.calibrate(seconds))
+    if as_json:
+        emit(cal)
+    else:
+        render.kv(f"calibration (ledger entry {cal['seq']})", cal)
+
+
+def meter_run(
+    command: Annotated[list[str], typer.Argument(help="The command to meter, after `--`.")],
+    label: Annotated[str, typer.Option("--label", help="What the command is (a short name).")],
+    task: Annotated[str, typer.Option("--task", help="The task it works on (SUITE/NAME).")] = "",
+    run_id: Annotated[str, typer.Option(help="The run the work belongs to.")] = "",
+    rollout: Annotated[
+        int, typer.Option(min=0, max=ROLLOUT_MAX, help="Rollout index within the run.")
+    ] = 0,
+    receipt_file: Annotated[
+        Path | None, typer.Option("--receipt", help="Write the op receipt (JSON) here.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Run a command on the daemon's host inside a metered op window; exit with its status.
+
+    The command keeps this terminal; the signed receipt follows on stderr, or as
+    JSON on stdout after the command's own output with --json.
+    """
+    import subprocess
+
+    status = EXIT_USAGE
+    try:
+        with connect() as c, c.op(label, task_id=task, run_id=run_id, rollout=rollout) as window:
+            try:
+                status = subprocess.run(command).returncode
+            except OSError as err:
+                render.err.print(f"[red]error:[/] cannot run {command[0]}: {err.strerror}")
+                status = 127
+    except JouledError as err:
+        fail(err)
+    receipt = window.receipt
+    assert receipt is not None
+    if receipt_file is not None:
+        receipt_file.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+    if as_json:
+        emit(receipt)
+    else:
+        render.op_receipt_line(receipt)
+    raise typer.Exit(status if status >= 0 else 128 - status)

@@ -1,0 +1,178 @@
+"""`jb-client swebench`: grade a SWE-bench predictions file and report its coverage."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from jb_client import render
+from jb_client.cli_common import (
+    Json,
+    connect,
+    emit,
+    fail,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from jouled.errors import JouledError, Kind
+
+
+def swebench(
+    dataset: Annotated[Path, typer.Option(help="SWE-bench records (JSON, JSONL).")],
+    predictions: Annotated[Path, typer.Option(help="Predictions (SWE-bench format).")],
+    suite: Annotated[
+        str, typer.Option(help="Suite for the registered tasks.")
+    ] = "swebench-verified",
+    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    as_json: Json = False,
+) -> None:
+    """Grade SWE-bench predictions: register the records with the daemon, submit each patch.
+
+    A malformed prediction (not a prediction object, or a patch that does not parse or
+    apply) is reported and skipped, and the rest are graded; an empty one is graded
+    as the pristine tree and signed unresolved, as the official harness counts it.
+    """
+    import dataclasses
+    from collections import Counter
+
+    from jouled.contracts.swebench import load_predictions, load_records
+    from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
+
+    run_id = run_id or uuid.uuid4().hex[:12]
+    receipts: list[dict[str, Any]] = []
+    empty: list[str] = []
+    malformed: list[dict[str, str]] = []
+    declined: dict[str, dict[str, str]] = {}  # refused at submission, by instance
+
+    def skip(instance_id: str, reason: str) -> None:
+        malformed.append({"instance_id": instance_id, "reason": reason})
+        shown = f"{instance_id}: {reason}" if instance_id else reason
+        render.err.print(f"[yellow]malformed prediction skipped:[/] {shown}", highlight=False)
+
+    try:
+        records = load_records(dataset)
+        refused: list[TaskError] = []
+        preds = load_predictions(predictions, refused)
+        for err in refused:
+            skip("", err.message)  # names the file and line
+        wanted = [r for r in records if r.instance_id in preds]
+        missing = sorted(set(preds) - {r.instance_id for r in records})
+        if missing:
+            render.err.print(
+                f"[yellow]warning:[/] {len(missing)} predictions name instances "
+                f"not in {dataset}: {', '.join(missing[:5])}"
+            )
+        with connect() as c:
+            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
+            for s in reg["skipped"]:
+                render.err.print(f"[yellow]skipped[/] {s['instance_id']}: {s['reason']}")
+            for n, task_id in enumerate(reg["registered"], 1):
+                pred = preds[task_id.split("/", 1)[1]]
+                render.err.print(f"[{n}/{len(reg['registered'])}] {task_id}", highlight=False)
+                try:
+                    if pred.to_patch() is None:
+                        # Graded all the same: the daemon signs it unresolved, as the
+                        # official harness counts it.
+                        empty.append(task_id)
+                    r = c.submit(
+                        task_id,
+                        (pred.model_patch or "").encode("utf-8", errors="surrogateescape"),
+                        solver=pred.model_name_or_path,
+                        model=pred.model_name_or_path,
+                        run_id=run_id,
+                        idempotency_key=f"{run_id}:{task_id}",
+                    )
+                except PatchError as err:
+                    skip(pred.instance_id, err.message)
+                    continue
+                except JouledError as err:
+                    if err.code == BrokenEnvironmentError.code:
+                        # Nothing signed: the environment, not the patch, failed its baseline.
+                        declined[pred.instance_id] = {"code": err.code, "reason": err.message}
+                        render.err.print(
+                            f"[yellow]not graded[/] {pred.instance_id}: {err.code}",
+                            highlight=False,
+                        )
+                        continue
+                    if err.kind != Kind.INVALID_ARGUMENT:
+                        raise
+                    skip(pred.instance_id, err.message)  # the daemon refused this one alone
+                    continue
+                receipts.append(r)
+                if not as_json:
+                    render.receipt_line(r)
+    except JouledError as err:
+        fail(err)
+    resolved = sum(r["resolved"] for r in receipts)
+    total = len(receipts)
+    skipped = [*reg["skipped"], *({"instance_id": k, **v} for k, v in declined.items())]
+    instances = _swebench_coverage(preds, records, skipped, malformed, receipts)
+    not_graded = [i for i in instances if not i["graded"]]
+    summary = {
+        "run_id": run_id,
+        "resolved": resolved,
+        "submitted": len(receipts),
+        "empty_patch": empty,
+        "malformed": malformed,
+        "skipped": reg["skipped"],
+        "total": total,
+        # Every prediction, graded or not: the denominator that leaves nothing out.
+        "predictions": len(instances),
+        "not_graded": len(not_graded),
+        "not_graded_by_reason": dict(Counter(i["code"] for i in not_graded)),
+        "instances": instances,
+        "receipts": receipts,
+    }
+    if as_json:
+        emit(summary)
+    else:
+        render.swebench_coverage(instances)
+        by_reason = Counter(i["code"] for i in not_graded).most_common()
+        reasons = ", ".join(f"{n} {code}" for code, n in by_reason)
+        render.out.print(
+            f"resolved {resolved}/{len(instances)} predictions (run {run_id}); "
+            f"{total} graded, {len(not_graded)} not graded"
+            + (f" ({reasons}), counted unresolved" if not_graded else "")
+            + f"; {len(empty)} empty patches"
+        )
+
+
+def _swebench_coverage(
+    preds: dict[str, Any],
+    records: list[Any],
+    skipped: list[dict[str, Any]],
+    malformed: list[dict[str, str]],
+    receipts: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per prediction: graded (its status, the official verdict) or why not."""
+    graded = {r["task_id"].split("/", 1)[1]: r for r in receipts}
+    refused = {s["instance_id"]: s for s in skipped}
+    bad = {m["instance_id"]: m for m in malformed if m["instance_id"]}
+    known = {r.instance_id for r in records}
+    rows = []
+    for iid in sorted(set(preds) | set(bad)):
+        row: dict[str, Any] = {"instance_id": iid, "graded": iid in graded}
+        if iid in graded:
+            r = graded[iid]
+            verdict = r.get("verdict") or {}
+            row |= {"status": r["status"], "resolved": r["resolved"], "seq": r["seq"]}
+            strict = verdict.get("strict") or {}
+            row |= {"official": verdict.get("status"), "strict_agrees": strict.get("agrees")}
+            row |= {"code": "", "reason": ""}
+        elif iid not in known:
+            row |= {"code": "not-in-dataset", "reason": "no record for this instance"}
+        elif iid in refused:
+            row |= {"code": refused[iid].get("code", "refused"), "reason": refused[iid]["reason"]}
+        elif iid in bad:
+            row |= {"code": "malformed-prediction", "reason": bad[iid]["reason"]}
+        else:
+            row |= {"code": "not-submitted", "reason": "not graded"}
+        if not row["graded"]:
+            row |= {"status": None, "resolved": False, "seq": None, "official": None}
+            row |= {"strict_agrees": None}
+        rows.append(row)
+    return rows
