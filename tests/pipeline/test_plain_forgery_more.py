@@ -7,7 +7,6 @@ authenticated channel agrees with the log.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from jouled.contracts import swebench_harness as harness
-from jouled.pipeline import sympy_run, unittest_run
+from jouled.pipeline import sympy_run
 from tests.pipeline import test_sympy_run as sympy_case
-from tests.pipeline import test_unittest_run as unittest_case
 
 release = sympy_case.release
 
