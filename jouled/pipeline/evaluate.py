@@ -385,7 +385,7 @@ class Evaluator:
             read = parse(result.output)
             outcomes = runner.without_canaries(read, plan.canaries)
             forged = exit_contradicts(result.exit_code, read) or runner.disagreement(
-                outcomes, channel, result.exit_code, plan.canaries
+                outcomes, channel, result.exit_code, plan.canaries, tree, contract.test_cmd
             )
             if not forged and channel.started and channel.integrity != level:
                 forged = (

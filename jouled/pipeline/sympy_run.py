@@ -122,8 +122,11 @@ def disagreement(
     channel: Channel,
     exit_code: int | None,
     canaries: Canaries = Canaries((), (), ()),
+    tree: Path | None = None,
+    test_cmd: Sequence[str] = (),
 ) -> str:
     """Why the log cannot describe the run the runner saw; "" when nothing says so.
+    (`tree` and `test_cmd` are not needed: SymPy's log names every test by its function.)
 
     A test the log reports passed must have passed on the channel (its last run
     under that name, as the log's parser keeps the last line); a run that

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from jouled.pipeline import runners
+from jouled.pipeline import runners, unittest_docs
 from jouled.pipeline.pytest_run import (
     Canaries,
     Channel,
@@ -154,17 +154,34 @@ def disagreement(
     channel: Channel,
     exit_code: int | None,
     canaries: Canaries = Canaries((), (), ()),
+    tree: Path | None = None,
+    test_cmd: Sequence[str] = (),
 ) -> str:
     """Why the log cannot describe the run the runner saw; "" when nothing says so.
 
     A test the log reports passed must have passed on the channel; a run
     that exited 0 must have been seen through to its end; and where the log
-    claims any pass, the canaries must have come out as planted.
+    claims any pass, the canaries must have come out as planted. A log line
+    that names a test by its docstring's first line (`tree` given) stands for
+    the channel's tests with that description: one of them must have passed.
+    A description that matches no test the channel names is not checked.
     """
+    described: dict[str, set[str]] = {}
+    if tree is not None and any(unittest_id(log_id) is None for log_id in log):
+        split = split_unittest(test_cmd)
+        script_dir = os.path.dirname(os.path.normpath(split[1])) if split else ""
+        bases = [script_dir, ""] if script_dir else [""]
+        described = unittest_docs.descriptions(tree, bases, channel.outcomes)
 
     def seen(log_id: str) -> str | None:
         uid = unittest_id(log_id)
-        return PASSED if uid is None else channel.outcomes.get(uid)  # a bare name: no check
+        if uid is not None:
+            return channel.outcomes.get(uid)
+        tests = described.get(log_id.strip())
+        if not tests:
+            return PASSED  # names no test the channel can name: no check
+        outcomes = [channel.outcomes.get(t) for t in sorted(tests)]
+        return PASSED if PASSED in outcomes else next((o for o in outcomes if o), None)
 
     return log_disagreement(log, channel, exit_code, canaries, seen)
 

@@ -141,6 +141,53 @@ def test_log_ids_map_to_unittest_ids(log_id: str, uid: str | None) -> None:
     assert unittest_run.unittest_id(log_id) == uid
 
 
+DOCUMENTED = """\
+import unittest
+
+
+class Base(unittest.TestCase):
+    def test_inherited(self):
+        \"\"\"
+        Inherited from the base.
+
+        More text.
+        \"\"\"
+
+
+class T(Base):
+    def test_doc(self):
+        \"\"\"Rounds half to even.\"\"\"
+
+    def test_plain(self):
+        pass
+"""
+
+
+def test_a_log_pass_under_a_docstring_line_is_held_to_the_tests_it_describes(
+    tmp_path: Path,
+) -> None:
+    """Run verbosely, unittest names a test with a docstring by its first line: a pass the
+    log claims under that line must be a pass of a test it describes."""
+    (tmp_path / "tests" / "app").mkdir(parents=True)
+    (tmp_path / "tests" / "app" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "app" / "tests.py").write_text(DOCUMENTED)
+    cmd = ("./tests/runtests.py", "--verbosity", "2", "app.tests")
+    doc, inherited = "app.tests.T.test_doc", "app.tests.T.test_inherited"
+    failed = Channel({doc: FAILED, inherited: FAILED}, True, True, 1)
+    claims = {"Rounds half to even.": PASSED}
+    why = unittest_run.disagreement(claims, failed, 1, tree=tmp_path, test_cmd=cmd)
+    assert "Rounds half to even." in why and "saw it failed" in why, why
+    why = unittest_run.disagreement(
+        {"Inherited from the base.": PASSED}, failed, 1, tree=tmp_path, test_cmd=cmd
+    )
+    assert "saw it failed" in why, why
+    passed = Channel({doc: PASSED, inherited: FAILED}, True, True, 1)
+    assert unittest_run.disagreement(claims, passed, 1, tree=tmp_path, test_cmd=cmd) == ""
+    # A line that describes no test the channel names is left unchecked, as before.
+    other = {"Describes nothing here.": PASSED}
+    assert unittest_run.disagreement(other, failed, 1, tree=tmp_path, test_cmd=cmd) == ""
+
+
 def test_a_log_pass_the_runner_did_not_see_is_a_disagreement() -> None:
     channel = Channel(dict(EXPECTED), True, True, 1)
     agree = {"test_ok (tests.test_t.T)": PASSED, "test_bug (tests.test_t.T)": FAILED}
