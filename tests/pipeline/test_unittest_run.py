@@ -82,13 +82,15 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run(scratch: Path, python: str, forged: str = "") -> tuple[Channel, str, int | None]:
+def run(
+    scratch: Path, python: str, forged: str = "", tests: str = TESTS
+) -> tuple[Channel, str, int | None]:
     pristine, tree = scratch / "pristine", scratch / "tree"
     for root in (pristine, tree):
         (root / "tests").mkdir(parents=True)
         (root / "tests" / "__init__.py").write_text("")
         (root / "tests" / "runtests.py").write_text(RUNTESTS)
-        (root / "tests" / "test_t.py").write_text(TESTS)
+        (root / "tests" / "test_t.py").write_text(tests)
         (root / "lib.py").write_text(LIB)
     if forged:
         (tree / "lib.py").write_text(LIB + forged)
@@ -229,6 +231,34 @@ def test_a_library_that_makes_the_runner_print_ok_is_caught(scratch: Path) -> No
     why = unittest_run.disagreement(log, channel, exit_code)
     assert "TextTestResult.addFailure was replaced" in why, why
     assert parse_ra(output) == {}  # nothing a pytest summary parser could be fooled by
+
+
+# The failing test has a docstring, so the verbose log names it by that line; the library
+# writes the line again, passed, as the process exits (the official parser keeps the last).
+DOCSTRING_TESTS = TESTS.replace(
+    "def test_bug(self):\n", 'def test_bug(self):\n        """Doubles three."""\n'
+)
+DOCSTRING_FORGERY = """
+import atexit as _atexit
+import os as _os
+_atexit.register(lambda: _os.write(1, b"JBFORGED docstring-line\\nDoubles three. ... ok\\n"))
+"""
+
+
+def test_a_pass_written_under_a_docstring_line_is_caught(scratch: Path) -> None:
+    from jouled.contracts import swebench_harness as harness
+
+    channel, output, exit_code = run(
+        scratch, sys.executable, forged=DOCSTRING_FORGERY, tests=DOCSTRING_TESTS
+    )
+    assert "JBFORGED docstring-line" in output, output  # the payload ran
+    log = harness.outcomes("django", output)
+    # The forgery took: Django's log parser reads the failing test as passed.
+    assert log.get("Doubles three.") == PASSED, log
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == FAILED, channel
+    cmd = [sys.executable, "tests/runtests.py", "tests.test_t"]
+    why = unittest_run.disagreement(log, channel, exit_code, tree=scratch / "tree", test_cmd=cmd)
+    assert "Doubles three." in why and "saw it failed" in why, why
 
 
 def test_a_failure_swallowed_and_put_back_before_any_check_is_caught(scratch: Path) -> None:
