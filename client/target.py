@@ -6,16 +6,31 @@ Free of gRPC, so the CLI's fast path resolves a target exactly as the client doe
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 
+# Where the systemd unit and the DaemonSet in deploy/ listen.
+SYSTEM_SOCKET = "/run/jouled/jouled.sock"
 
-def default_target(env: Mapping[str, str] | None = None) -> str:
+
+def default_target(env: Mapping[str, str] | None = None, system_socket: str = SYSTEM_SOCKET) -> str:
+    """`$JB_TARGET`; else the socket in `$JOULED_HOME` when that is set; else the system
+    daemon's socket where one is listening there; else the default data dir's socket."""
     env = os.environ if env is None else env
     if env.get("JB_TARGET"):
         return env["JB_TARGET"]
     from jouled.config import default_home  # the daemon's config: loaded only when needed
 
+    if not env.get("JOULED_HOME") and _is_socket(system_socket):
+        return f"unix:{system_socket}"
     return f"unix:{default_home(env) / 'jouled.sock'}"
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def normalise(target: str) -> str:
