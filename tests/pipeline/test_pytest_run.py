@@ -439,6 +439,94 @@ def test_an_observer_redirected_to_a_function_that_returns_is_found(scratch: Pat
     assert any("observer no longer calls" in why for why in channel.forged), channel
 
 
+# The test's own failure raised as an exception of a class named "" (from a metaclass that
+# answers any name it is asked), then the report rewritten to passed as pytest makes it.
+NAMELESS = r"""
+import _pytest.reports as _reports
+
+
+class _Anonymous(type):
+    __name__ = property(lambda cls: "")
+
+
+class Nameless(AssertionError, metaclass=_Anonymous):
+    pass
+
+
+_Nameless = type("", (AssertionError,), {})
+
+
+def check(value):
+    if value != 2:
+        print("JBFORGED nameless raised")
+        raise (Nameless if value == 1 else _Nameless)("wrong")
+
+
+_made = _reports.TestReport.__dict__["from_item_and_call"].__func__
+"""
+NAMELESS_TEST = (
+    "import mypkg\n\n\ndef test_meta():\n    mypkg.check(1)\n\n\n"
+    "def test_empty():\n    mypkg.check(0)\n"
+)
+NAMELESS_CONFTEST = r"""
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        report.outcome = "passed"
+"""
+# A builtin class replaced by one that says it is the builtin's own.
+BUILTIN_SWAP = r"""
+import builtins as _builtins
+
+_builtins.KeyError = type("KeyError", (LookupError,), {"__module__": "builtins"})
+print("JBFORGED builtin swapped")
+"""
+
+
+def test_a_raise_of_a_nameless_class_is_still_a_raise(scratch: Path) -> None:
+    """The observer names what the test raised by the class's own name: a class named ""
+    (or one whose metaclass answers "") cannot pass for a return."""
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "def check(value):\n    assert value == 2\n",
+        "tests/test_a.py": NAMELESS_TEST,
+    }
+    patched = {"mypkg/__init__.py": NAMELESS, "tests/conftest.py": NAMELESS_CONFTEST}
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    # The conftest stands in for any route to the report (the tree's conftests are never
+    # read, so it is made a protected file of the pristine tree here).
+    pristine = write_tree(scratch / "pristine", {**files, **patched})
+    pristine_pkg = pristine / "mypkg" / "__init__.py"
+    pristine_pkg.write_text(files["mypkg/__init__.py"])
+    tree = write_tree(scratch / "tree", {**files, **patched})
+    _, result, channel = run_tree(tree, scratch / "ro", cmd, None, pristine)
+    assert result.output.count("JBFORGED nameless raised") == 2, result.output
+    for test in ("tests/test_a.py::test_meta", "tests/test_a.py::test_empty"):
+        assert channel.outcomes.get(test) == "passed", channel  # the report was rewritten
+    forged = " ".join(channel.forged)
+    # read past the metaclass: the class's own name, and for a class named "", a raise
+    assert "the test raised Nameless (tests/test_a.py::test_meta)" in forged, forged
+    assert "the test raised an exception (tests/test_a.py::test_empty)" in forged, forged
+
+
+def test_a_builtin_class_replaced_is_found(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
+    }
+    patched = {"mypkg/__init__.py": "VALUE = 1\n" + BUILTIN_SWAP}
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added=patched)
+    assert "JBFORGED builtin swapped" in result.output, result.output
+    assert any("builtins.KeyError, a class, was replaced" in w for w in channel.forged), channel
+
+
 # -- commands -----------------------------------------------------------------------------
 
 
