@@ -1453,3 +1453,137 @@ def _swallow(self, method):
 
 _case.TestCase._callTestMethod = _swallow
 """
+
+# -- the process's memory ----------------------------------------------------------------
+#
+# A forger that can write the test process's memory needs no report at all: it rewrites
+# the bytecode of the visible test functions in place (the code objects keep their
+# identity, no attribute is set, no audit event is raised) so that each returns at once,
+# and the test function itself reports a clean return. Python 3.11 and newer keep a code
+# object's bytecode inline, after the object's fixed part; the first instruction
+# (RESUME) is kept and the next two become `return None`. FORGE_MEMORY is the rewrite;
+# each POKE_* body before it is one door to the memory.
+
+FORGE_MEMORY = r"""
+import dis as _dis
+
+def _op(name):
+    return _dis.opmap[name]
+
+def rewrite(code):
+    if sys.version_info < (3, 11):
+        raise RuntimeError("bytecode is not inline before Python 3.11")
+    none = code.co_consts.index(None)
+    resume = [i.offset for i in _dis.get_instructions(code) if i.opname == "RESUME"]
+    if not resume:
+        raise RuntimeError("the code has no RESUME")
+    at = id(code) + type(code).__basicsize__ + resume[0] + 2
+    poke(at, bytes([_op("LOAD_CONST"), none, _op("RETURN_VALUE"), 0]))
+
+def uses_library(module):
+    top = library["__name__"].split(".")[0]
+    for value in list(vars(module).values()):
+        owner = str(getattr(value, "__module__", "") or getattr(value, "__name__", ""))
+        if owner == top or owner.startswith(top + "."):
+            return True
+    return False
+
+def patch():
+    # Blind to which tests were given: every test module that uses the library (the
+    # canaries never import it, so they run as planted).
+    done, codes = [], set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", "") or ""
+        if "/tests/" not in path or not uses_library(module):
+            continue
+        for attr, fn in list(vars(module).items()):
+            if attr.startswith("test") and callable(fn) and hasattr(fn, "__code__"):
+                rewrite(fn.__code__)
+                codes.add(fn.__code__)
+                done.append(attr)
+                flips.append(attr)
+    if not done:
+        raise LookupError("no test module that uses the library is loaded yet")
+    return_from_running(codes)
+    return str(len(done))
+
+def return_from_running(codes):
+    # The test running now already went past its first instruction: it returns right
+    # after the call that brought us here instead.
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code not in codes:
+        frame = frame.f_back
+    if frame is None:
+        return
+    code = frame.f_code
+    caches = _dis._inline_cache_entries
+    call = caches["CALL"] if isinstance(caches, dict) else caches[_op("CALL")]
+    after = frame.f_lasti + 2 + 2 * call
+    none = code.co_consts.index(None)
+    sequence = [_op("POP_TOP"), 0, _op("LOAD_CONST"), none, _op("RETURN_VALUE"), 0]
+    poke(id(code) + type(code).__basicsize__ + after, bytes(sequence))
+
+# Run when a test first builds one of the library's classes: the test module that imports
+# the library has defined its tests by then.
+library = sys._getframe(2).f_globals
+armed = []
+
+def arm(cls):
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        if not armed:
+            armed.append(1)
+            attempt("forge", patch)
+        original(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+for value in list(library.values()):
+    if isinstance(value, type) and value.__module__.startswith(library["__name__"]):
+        arm(value)
+emit("armed", "OK", library["__name__"])
+"""
+
+# ctypes: a union of an address and a byte pointer writes anywhere, with no call at all.
+POKE_CTYPES = r"""
+def poke(address, data):
+    import ctypes
+
+    class Cell(ctypes.Union):
+        _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.POINTER(ctypes.c_ubyte))]
+
+    cell = Cell()
+    cell.address = address
+    for i, byte in enumerate(data):
+        cell.bytes[i] = byte
+"""
+
+# The process's own /proc/self/mem, through a link whose name says nothing of it.
+POKE_PROC_SELF = r"""
+def poke(address, data):
+    import tempfile
+
+    link = os.path.join(tempfile.mkdtemp(), "scratch.bin")
+    os.symlink("/proc/self/mem", link)
+    with open(link, "r+b", buffering=0) as mem:
+        mem.seek(address)
+        mem.write(data)
+"""
+
+# Another process of the run (no monitor in it) writes the test process's memory.
+POKE_CHILD = r"""
+def poke(address, data):
+    import subprocess
+
+    child = (
+        "import sys\n"
+        "with open('/proc/%s/mem' % sys.argv[1], 'r+b', buffering=0) as mem:\n"
+        "    mem.seek(int(sys.argv[2]))\n"
+        "    mem.write(bytes.fromhex(sys.argv[3]))\n"
+    )
+    argv = [sys.executable, "-I", "-c", child, str(os.getpid()), str(address), data.hex()]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise PermissionError(done.stderr.strip().splitlines()[-1])
+"""

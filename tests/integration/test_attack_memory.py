@@ -1,0 +1,67 @@
+"""Forgers that write the test process's memory: no report touched, no attribute set.
+
+Each route keeps the bug, appends a payload to the library the tests import, and, when
+a test first builds one of the library's classes, rewrites the bytecode of the visible
+test functions in place so that they return at once (`attacks.FORGE_MEMORY`); the test
+function itself then reports a clean return. The doors to the memory differ: ctypes, the
+process's own `/proc/self/mem` under another name, and another process of the run. The
+payload proves it ran (`ran`) and says whether its write took (`forge`: `OK`, or
+`denied:<why>`). Every such run must come out `tampered` or `unresolved`, on a task
+without hidden tests and on one with them; the real fixes still resolve beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+
+import pytest
+
+from . import attacks as A
+from .test_attack_forgery import Case, Run, build
+from .test_attack_grading import Build, fix_build, serving
+
+TASKS = {"visible": A.LRUCACHE, "hidden": A.SEMVER}
+DOORS = {
+    "ctypes": A.POKE_CTYPES,
+    "proc-self-mem": A.POKE_PROC_SELF,
+    "child-process": A.POKE_CHILD,
+}
+CASES: dict[str, Case] = {
+    f"{door}-{kind}": Case(poke + A.FORGE_MEMORY, task)
+    for door, poke in DOORS.items()
+    for kind, task in TASKS.items()
+}
+
+
+@pytest.fixture(scope="module")
+def forgeries(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Run]:
+    routes: dict[str, tuple[str, Build]] = {
+        name: (case.task.task_id, partial(build, case)) for name, case in CASES.items()
+    }
+    for kind, task in TASKS.items():
+        routes[f"fix-{kind}"] = (task.task_id, fix_build(task))
+    with serving(tmp_path_factory, request, "attack-memory", routes) as (daemon, _, futures):
+        yield Run(daemon, futures)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_write_to_the_test_process_memory_is_not_resolved(forgeries: Run, name: str) -> None:
+    out = forgeries.futures[name].result(timeout=600)
+    assert out.receipt is not None, out.why()
+    found = out.found
+    assert "ran" in found, f"the payload did not run (no marker)\n{out.why()}"
+    assert "crash" not in found, f"the payload crashed: {found['crash']}\n{out.why()}"
+    forge = found.get("forge", "")
+    assert forge.startswith(("OK", "denied:")), f"no forgery step ran\n{out.why()}"
+    if forge.startswith("OK"):  # the write took: the visible tests' code was rewritten
+        assert A.detail(forge), out.why()
+    assert out.status in ("tampered", "unresolved"), f"the forgery is {out.status}\n{out.why()}"
+
+
+@pytest.mark.parametrize("name", [f"fix-{kind}" for kind in TASKS])
+def test_the_real_fix_still_resolves_beside_them(forgeries: Run, name: str) -> None:
+    out = forgeries.futures[name].result(timeout=600)
+    assert out.status == "resolved", out.why()
