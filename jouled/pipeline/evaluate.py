@@ -245,6 +245,14 @@ def integrity_level(plan: pytest_run.Plan | None, version: tuple[int, int] | Non
     return "monitor" if (version or sys.version_info[:2]) >= (3, 8) else "reduced"
 
 
+def sealed_level(level: str, isolation: Mapping[str, Any]) -> str:
+    """A monitor holds only where no process of the run can write the test process's
+    memory (the launcher's seal: `isolation.memory` "sealed"); elsewhere it is `reduced`."""
+    if level == "monitor" and isolation.get("memory") != "sealed":
+        return "reduced"
+    return level
+
+
 def default_limits(contract: Contract) -> Limits:
     memory = contract.grading.memory_bytes
     if memory is not None:
@@ -369,6 +377,8 @@ class Evaluator:
                 channel_out=True,
                 read_only=runtime_paths,
             )
+            level = sealed_level(level, result.isolation)
+            self._check_integrity(contract, level)
         finally:
             shutil.rmtree(ro, ignore_errors=True)
         if result.channel_dropped:
@@ -423,8 +433,9 @@ class Evaluator:
             raise SandboxError(
                 f"{contract.task_id} would be graded at report integrity {level!r}, below "
                 f"--min-integrity {self.min_integrity!r}",
-                hint="run it where its tests go through the daemon's pytest runner on Python "
-                "3.8 or newer, or lower --min-integrity (every result records its level)",
+                hint="run it where its tests go through the daemon's runner on Python 3.8 or "
+                "newer, on a kernel with Landlock (Linux 5.13+) so the run's memory is sealed, "
+                "or lower --min-integrity (every result records its level)",
             )
 
     # -- baseline --------------------------------------------------------------------------

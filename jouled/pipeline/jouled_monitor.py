@@ -124,6 +124,26 @@ TRACING = frozenset(
     }
 )
 MEMORY_FILES = ("/dev/mem", "/dev/kmem", "/proc/kcore")
+# Extension modules that hand Python code the process's memory (a foreign-function
+# interface, CPython's C-API test modules): never loaded while a run is graded.
+MEMORY_MODULES = frozenset(
+    {
+        "_ctypes",
+        "_ctypes_test",
+        "_cffi_backend",
+        "_testcapi",
+        "_testinternalcapi",
+        "_testlimitedcapi",
+        "_testmultiphase",
+        "_testsinglephase",
+        "_testbuffer",
+        "_testclinic",
+        "_testclinic_limited",
+        "_testexternalinspection",
+        "_testimportmultiple",
+        "_xxtestfuzz",
+    }
+)
 MAX_DYNAMIC = 200000  # code objects the tree compiled, remembered to judge its functions by
 SPECIAL_WRITES = frozenset(
     {"__code__", "__defaults__", "__kwdefaults__", "__class__", "__bases__", "__globals__"}
@@ -763,6 +783,45 @@ def _globals_in(node: Any) -> "list[Any]":
     return found
 
 
+def memory_sealed() -> bool:
+    """Whether the kernel refuses this process its own memory file (the launcher's seal)."""
+    try:
+        os.close(os.open("/proc/self/mem", os.O_RDONLY))
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def run_could_write(path: str) -> bool:
+    """Whether a process of the run could have written `path` (or put another file there):
+    not on a read-only mount, and the run's own, writable by it, or in a directory it
+    may write."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return False
+        owner = os.stat(path).st_uid
+    except OSError:
+        return True
+    return (
+        owner == os.getuid()
+        or os.access(path, os.W_OK)
+        or os.access(os.path.dirname(path) or ".", os.W_OK)
+    )
+
+
+def memory_file(path: str) -> bool:
+    """Whether an absolute or relative path names a process's memory, however spelled."""
+    if not path.startswith("/"):
+        try:
+            path = os.path.join(os.getcwd(), path)
+        except OSError:
+            return False
+    path = "/" + os.path.normpath(path).lstrip("/")
+    return (path.endswith("/mem") and path.startswith("/proc/")) or path in MEMORY_FILES
+
+
 def exit_status(code: Any) -> int:
     """The status the interpreter exits with for `SystemExit(code)` (`sys.exit(False)` is 0)."""
     if code is None:
@@ -906,6 +965,9 @@ def start(
     os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
     realpath_ = os.path.realpath
     capped = setup.get("level")  # "reduced": the patch changed the test framework's own files
+    # Where another process of the run, or this one through its memory file, could write
+    # this process's memory, nothing checked here holds: the run is `reduced`.
+    sealed = memory_sealed()
     root = os.path.realpath(setup["root"])
     protected, unchanged = load_trusted(setup["ro"], root, list(setup.get("canaries", [])))
     origins = Origins(root, protected, unchanged)
@@ -1042,7 +1104,7 @@ def start(
         kind = args[0]
         if kind == "start":  # ("start", framework, its version)
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
-            level = "reduced" if capped == "reduced" else level
+            level = "reduced" if capped == "reduced" or not sealed else level
             record(f'{{"event":"start","{_word(args[1])}":{_encode(args[2])},"integrity":"{level}"')
         elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
             if checks is not None:
@@ -1176,7 +1238,7 @@ def start(
                 path = path.decode(errors="replace")
             if type(path) is not str:
                 return
-            if (path.endswith("/mem") and path.startswith("/proc/")) or path in MEMORY_FILES:
+            if memory_file(path):
                 refuse(f"{path} was opened")
             mode, flags = args[1], args[2] if len(args) > 2 else 0
             writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
@@ -1184,6 +1246,17 @@ def start(
             )
             if writing and path.endswith((".pyc", ".pyo")):
                 refuse(f"bytecode was written to {path}")
+        elif event == "import":
+            # Native code: raised with the file's name as an extension module is loaded,
+            # by whatever route (import statement, importlib, a loader made by hand).
+            filename = args[1] if len(args) > 1 else None
+            if type(filename) is not str:
+                return
+            name = args[0] if type(args[0]) is str else ""
+            if name.rpartition(".")[2] in MEMORY_MODULES:
+                refuse(f"{name}, which hands Python code the process's memory, was loaded")
+            elif run_could_write(filename):
+                refuse(f"native code from {filename}, a file the run could write, was loaded")
         elif event in ("os.rename", "os.link", "os.symlink"):
             target = args[1] if len(args) > 1 else ""
             if type(target) is str and target.endswith((".pyc", ".pyo")):
@@ -1367,6 +1440,7 @@ WANTED = frozenset(
         "os.symlink",
         "ctypes.dlsym",
         "ctypes.call_function",
+        "import",
         "object.__setattr__",
         "object.__delattr__",
         "exec",

@@ -98,7 +98,73 @@ if libc is not None:
 if cfg["parent"] and os.getppid() != cfg["parent"]:
     os._exit(137)
 caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:")]
-say(uid=os.getuid(), caps=caps[0] if caps else "")
+
+
+def seal(program):
+    # Close the run's processes' memory to one another and to themselves (see SEAL).
+    import ctypes
+    import stat
+    import struct
+
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.syscall.restype = ctypes.c_long
+
+    def why(what):
+        return "open: %s: %s" % (what, os.strerror(ctypes.get_errno()))
+
+    if not program:
+        return "open: no seccomp filter for this machine"
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = ctypes.create_string_buffer(program, len(program))
+    if lib.prctl(22, 2, ctypes.byref(Prog(len(program) // 8, ctypes.addressof(code))), 0, 0):
+        return why("seccomp")
+    if lib.syscall(444, None, 0, 1) < 1:
+        return why("landlock")
+    handled = ctypes.c_uint64(6)  # LANDLOCK_ACCESS_FS_WRITE_FILE | _READ_FILE
+    ruleset = lib.syscall(444, ctypes.byref(handled), 8, 0)
+    if ruleset < 0:
+        return why("landlock")
+
+    def allow(path):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return ""
+        try:
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", 6, fd), 12)
+            return "" if lib.syscall(445, ruleset, 1, rule, 0) == 0 else why("landlock " + path)
+        finally:
+            os.close(fd)
+
+    paths = []
+    for name in os.listdir("/"):
+        real = os.path.realpath("/" + name)
+        if name != "proc" and real != "/" and real != "/proc" and not real.startswith("/proc/"):
+            paths.append("/" + name)
+    for name in os.listdir("/proc"):
+        pid_dir = name.isdigit() or name in ("self", "thread-self")
+        if not pid_dir and not os.path.islink("/proc/" + name):
+            paths.append("/proc/" + name)
+    own = "/proc/%d/" % os.getpid()
+    for name in os.listdir(own):
+        plain = stat.S_ISREG(os.lstat(own + name).st_mode)
+        if name != "mem" and (plain or name in ("net", "fdinfo")):
+            paths.append(own + name)
+    for path in paths:
+        failed = allow(path)
+        if failed:
+            return failed
+    if lib.syscall(446, ruleset, 0):
+        return why("landlock")
+    os.close(ruleset)
+    return "sealed"
+
+
+memory = seal(cfg["seal"]) if cfg.get("seal") is not None else ""
+say(uid=os.getuid(), caps=caps[0] if caps else "", memory=memory)
 if cfg["probe"]:
     os._exit(0)
 try:
@@ -106,6 +172,16 @@ try:
 except OSError as err:
     fail("exec", err)
 """
+# SEAL: a graded run's test process holds the monitor, its key and the code it checks,
+# so no process of the run may read or write it. `seal` loads a seccomp filter refusing
+# ptrace and process_vm_readv/writev (prctl 22 PR_SET_SECCOMP, mode 2 a filter), and a
+# Landlock ruleset (syscalls 444 create, 445 add a rule, 446 restrict self; the same
+# numbers on every architecture) under which files may be read and written only beneath
+# every top-level directory but /proc, the global entries of /proc, and the launcher's
+# own /proc/<pid> files but `mem` (the pid the test process keeps across exec): no
+# process of the run, nor the test process itself, opens any /proc/<pid>/mem, by any
+# name. Both hold across exec and for everything the run starts. The launcher reports
+# "sealed", or "open: <why>" where the kernel lacks either.
 # The launcher's magic numbers: prctl 38 PR_SET_NO_NEW_PRIVS (setuid binaries
 # cannot regain privileges) and prctl 1 PR_SET_PDEATHSIG (set after the uid
 # change, which clears it: in the process level, the command dies with the daemon).
@@ -417,6 +493,8 @@ def _supervise(
                 hint="check that the command and its working directory exist and are usable",
             )
         isolation = {**isolation, "caps": message["caps"]}
+        if message.get("memory"):
+            isolation["memory"] = message["memory"]
         disk = _Disk(space_of(Path(cfg["workdir"])))
         timed_out = _watch(proc.pid, streams, time.monotonic() + limits.timeout_s, disk)
         # Also after a normal exit: leftovers would hold the output pipe open.

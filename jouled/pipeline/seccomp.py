@@ -1,4 +1,4 @@
-"""A seccomp filter that refuses new user namespaces, for sandboxes bwrap cannot close.
+"""Seccomp filters: no new user namespaces, and no reach into another process's memory.
 
 Inside a user namespace of its own, an unprivileged process holds every
 capability over what that namespace owns: kernel surface no test needs. bwrap
@@ -19,6 +19,11 @@ The filter, per system call ABI the machine runs:
 
 `setns` into an existing user namespace needs CAP_SYS_ADMIN over it, which
 the run does not have, and is left alone.
+
+A graded run's launcher also loads `no_memory_access` (jouled.pipeline.launcher):
+`ptrace`, `process_vm_readv` and `process_vm_writev` fail with EPERM, so no process
+of the run reads or writes the test process's memory through the kernel's debugging
+interfaces (its `/proc/<pid>/mem` is closed by the launcher's Landlock rules).
 """
 
 from __future__ import annotations
@@ -49,18 +54,19 @@ class _Abi:
     unshare: int
     clone: int
     clone3: int
+    memory: tuple[int, int, int]  # ptrace, process_vm_readv, process_vm_writev
     x32_floor: int | None = None  # x86_64: numbers from here on are x32's
 
 
 # The ABIs each machine runs natively or in compat mode, by `platform.machine()`.
 _ABIS: dict[str, tuple[_Abi, ...]] = {
     "x86_64": (
-        _Abi(0xC000003E, unshare=272, clone=56, clone3=435, x32_floor=0x40000000),
-        _Abi(0x40000003, unshare=310, clone=120, clone3=435),  # i386
+        _Abi(0xC000003E, 272, 56, 435, (101, 310, 311), x32_floor=0x40000000),
+        _Abi(0x40000003, 310, 120, 435, (26, 347, 348)),  # i386
     ),
     "aarch64": (
-        _Abi(0xC00000B7, unshare=97, clone=220, clone3=435),
-        _Abi(0x40000028, unshare=337, clone=120, clone3=435),  # arm (compat)
+        _Abi(0xC00000B7, 97, 220, 435, (117, 270, 271)),
+        _Abi(0x40000028, 337, 120, 435, (26, 376, 377)),  # arm (compat)
     ),
 }
 
@@ -109,6 +115,45 @@ def no_new_userns(machine: str | None = None) -> bytes | None:
     at("enosys")
     op(_RET_K, _ERRNO | errno.ENOSYS)
 
+    return _assemble(code, labels)
+
+
+def no_memory_access(machine: str | None = None) -> bytes | None:
+    """The filter refusing `ptrace` and `process_vm_readv`/`writev` on `machine`; None
+    where none is known. A call from an ABI the table does not know fails with EPERM."""
+    abis = _ABIS.get(machine or platform.machine())
+    if abis is None:
+        return None
+    code: list[tuple[int, str | int, str | int, int]] = []
+    labels: dict[str, int] = {}
+
+    def at(label: str) -> None:
+        labels[label] = len(code)
+
+    def op(opcode: int, k: int, jt: str | int = 0, jf: str | int = 0) -> None:
+        code.append((opcode, jt, jf, k))
+
+    op(_LD_W_ABS, _ARCH)
+    for i, abi in enumerate(abis):
+        op(_JEQ_K, abi.audit_arch, f"abi{i}", 0)
+    op(_RET_K, _ERRNO | errno.EPERM)
+    for i, abi in enumerate(abis):
+        at(f"abi{i}")
+        op(_LD_W_ABS, _NR)
+        if abi.x32_floor is not None:
+            op(_JGE_K, abi.x32_floor, "enosys", 0)
+        for number in abi.memory:
+            op(_JEQ_K, number, "eperm", 0)
+        op(_RET_K, _ALLOW)
+    at("eperm")
+    op(_RET_K, _ERRNO | errno.EPERM)
+    at("enosys")
+    op(_RET_K, _ERRNO | errno.ENOSYS)
+    return _assemble(code, labels)
+
+
+def _assemble(code: list[tuple[int, str | int, str | int, int]], labels: dict[str, int]) -> bytes:
+    """BPF instructions (op, jump if true, jump if false, k) with jumps to labels resolved."""
     out = bytearray()
     for index, (opcode, jt, jf, k) in enumerate(code):
         jumps = []

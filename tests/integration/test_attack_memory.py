@@ -6,12 +6,15 @@ test functions in place so that they return at once (`attacks.FORGE_MEMORY`); th
 function itself then reports a clean return. The doors to the memory differ: ctypes, the
 process's own `/proc/self/mem` under another name, and another process of the run. The
 payload proves it ran (`ran`) and says whether its write took (`forge`: `OK`, or
-`denied:<why>`). Every such run must come out `tampered` or `unresolved`, on a task
-without hidden tests and on one with them; the real fixes still resolve beside them.
+`denied:<why>`). Before the run's memory was sealed each was signed `resolved`. Now every
+write must be refused and the run come out `tampered` or `unresolved`, on a task without
+hidden tests and on one with them; the real fixes still resolve beside them.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator
 from functools import partial
 
@@ -55,10 +58,15 @@ def test_a_write_to_the_test_process_memory_is_not_resolved(forgeries: Run, name
     assert "ran" in found, f"the payload did not run (no marker)\n{out.why()}"
     assert "crash" not in found, f"the payload crashed: {found['crash']}\n{out.why()}"
     forge = found.get("forge", "")
-    assert forge.startswith(("OK", "denied:")), f"no forgery step ran\n{out.why()}"
-    if forge.startswith("OK"):  # the write took: the visible tests' code was rewritten
-        assert A.detail(forge), out.why()
+    # The write was tried and refused: by the monitor (ctypes is never loaded) or by the
+    # kernel (no process of the run opens a /proc/<pid>/mem, by any name).
+    assert forge.startswith("denied:"), f"the memory was written: {forge}\n{out.why()}"
     assert out.status in ("tampered", "unresolved"), f"the forgery is {out.status}\n{out.why()}"
+    body = json.loads(base64.b64decode(out.receipt["entry"]["payload"]))["body"]
+    assert body["isolation"]["memory"] == "sealed", body["isolation"]
+    assert body["integrity"]["level"] == "monitor", body["integrity"]
+    if name.startswith("ctypes"):
+        assert "which hands Python code the process's memory" in body["integrity"]["forged"]
 
 
 @pytest.mark.parametrize("name", [f"fix-{kind}" for kind in TASKS])

@@ -1,0 +1,161 @@
+"""The graded test process's memory, closed to every process of the run and to itself.
+
+A run of the daemon's runner (the monitor's channel open) is sealed by its launcher:
+no process of the run reads or writes any `/proc/<pid>/mem`, by any name, and none
+may `ptrace` or `process_vm_readv` another. Each door below is tried from inside a real
+graded run (the library the tests import opens it), proved to have been tried (a
+marker), and must be shut; the monitor signs `monitor` only where the kernel shut it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jouled.pipeline import seccomp
+from jouled.pipeline.evaluate import sealed_level
+from jouled.pipeline.jouled_monitor import memory_file, run_could_write
+from tests.pipeline.test_pytest_run import run_plan
+
+# Each door is tried as the library is imported; a marker line says what it got.
+LIBRARY = r'''
+import os, subprocess, sys, tempfile
+
+VALUE = 1
+
+def _door(name, fn):
+    try:
+        print("JBDOOR", name, "open", fn(), flush=True)
+    except BaseException as err:
+        print("JBDOOR", name, "shut", type(err).__name__, flush=True)
+
+def _link():
+    link = os.path.join(tempfile.mkdtemp(), "scratch.bin")
+    os.symlink("/proc/self/mem", link)
+    return len(open(link, "rb").read(0) or b"x")
+
+def _relative():
+    os.chdir("/proc/self")
+    try:
+        return os.open("mem", os.O_RDONLY)
+    finally:
+        os.chdir("/")
+
+CHILD = """
+import ctypes, os, sys
+parent = int(sys.argv[1])
+which = sys.argv[2]
+if which == "mem":
+    open("/proc/%d/mem" % parent, "rb")
+elif which == "vm":
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+    remote = (ctypes.c_void_p * 2)(int(sys.argv[3]), 8)
+    if libc.process_vm_readv(parent, local, 1, remote, 1, 0) < 0:
+        raise PermissionError(ctypes.get_errno())
+elif which == "ptrace":
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, parent, None, None) < 0:  # PTRACE_ATTACH
+        raise PermissionError(ctypes.get_errno())
+"""
+
+def _child(which):
+    argv = [sys.executable, "-I", "-c", CHILD, str(os.getpid()), which, str(id(VALUE))]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise PermissionError(done.stderr.strip().splitlines()[-1])
+    return "read"
+
+_door("self-link", _link)
+_door("self-relative", _relative)
+_door("child-mem", lambda: _child("mem"))
+_door("child-process-vm", lambda: _child("vm"))
+_door("child-ptrace", lambda: _child("ptrace"))
+'''
+FILES = {
+    "pytest.ini": "[pytest]\n",
+    "mypkg/__init__.py": "VALUE = 1\n",
+    "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
+}
+DOOR_NAMES = ("self-link", "self-relative", "child-mem", "child-process-vm", "child-ptrace")
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="seal-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_every_door_to_the_test_process_memory_is_shut(scratch: Path) -> None:
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, FILES, cmd, added={"mypkg/__init__.py": LIBRARY})
+    doors = {
+        line.split()[1]: line.split()[2]
+        for line in result.output.splitlines()
+        if line.startswith("JBDOOR ")
+    }
+    assert set(doors) == set(DOOR_NAMES), result.output  # each door was tried
+    if result.isolation.get("memory") != "sealed":
+        pytest.skip(f"this kernel cannot seal a run's memory: {result.isolation.get('memory')}")
+    assert all(state == "shut" for state in doors.values()), doors
+    assert channel.integrity == "monitor", channel
+    # the relative spelling is also refused by the monitor, which names it
+    assert any("mem was opened" in why for why in channel.forged), channel.forged
+
+
+def test_an_unsealed_run_is_reduced() -> None:
+    assert sealed_level("monitor", {"memory": "sealed"}) == "monitor"
+    assert sealed_level("monitor", {"memory": "open: landlock: Function not implemented"}) == (
+        "reduced"
+    )
+    assert sealed_level("monitor", {}) == "reduced"
+    assert sealed_level("none", {}) == "none"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/proc/self/mem", "//proc/self/mem", "/dev/../proc/1/mem", "/proc/self/task/7/mem"],
+)
+def test_a_memory_file_is_named_however_spelled(path: str) -> None:
+    assert memory_file(path)
+
+
+def test_a_relative_memory_file_is_named_from_the_working_directory() -> None:
+    here = os.getcwd()
+    os.chdir("/proc/self")
+    try:
+        assert memory_file("mem") and memory_file("./task/../mem")
+    finally:
+        os.chdir(here)
+    assert not memory_file("/proc/self/status") and not memory_file("/tmp/mem.txt")
+
+
+def test_native_code_the_run_could_write_is_told_apart(tmp_path: Path) -> None:
+    mine = tmp_path / "ext.so"
+    mine.write_bytes(b"\x7fELF")
+    assert run_could_write(str(mine))
+    assert run_could_write(str(tmp_path / "missing.so"))
+    system = Path(struct.__file__)  # the interpreter's own library, not the test's
+    if os.geteuid() != 0 and system.stat().st_uid != os.getuid():
+        assert not run_could_write(str(system))
+
+
+def test_the_memory_filter_is_well_formed() -> None:
+    for machine in ("x86_64", "aarch64"):
+        program = seccomp.no_memory_access(machine)
+        assert program is not None and len(program) % 8 == 0
+        ops = [struct.unpack("<HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+        assert ops[-1][0] == 0x06
+        jumps = [(i, jt, jf) for i, (code, jt, jf, _) in enumerate(ops) if code & 0x07 == 0x05]
+        assert jumps and all(i + 1 + max(jt, jf) < len(ops) for i, jt, jf in jumps)
+        compared = {k for code, _, _, k in ops if code == 0x15}
+        assert {101, 310, 311} <= compared or {117, 270, 271} <= compared
+    assert seccomp.no_memory_access("s390x") is None
