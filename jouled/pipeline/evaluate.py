@@ -232,6 +232,26 @@ def read_only_tests(contract: Contract, tree: Path, protected: Sequence[str]) ->
     return overlays
 
 
+NATIVE_SUFFIXES = (".so", ".pyd")
+
+
+def read_only_native(tree: Path) -> dict[str, Path]:
+    """The tree's native extension modules (a compiled checkout's), shown read-only over
+    themselves: the monitor loads native code only from files no process of the run
+    could have written, and a patch never carries one (jouled.pipeline.guard)."""
+    overlays: dict[str, Path] = {}
+    for top, dirs, files in os.walk(tree):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        for name in files:
+            if name.endswith(NATIVE_SUFFIXES) or ".so." in name:
+                path = Path(top, name)
+                if path.is_file() and not path.is_symlink():
+                    overlays[path.relative_to(tree).as_posix()] = path
+                    if len(overlays) >= MAX_READ_ONLY_FILES:
+                        return overlays
+    return overlays
+
+
 def integrity_level(plan: pytest_run.Plan | None, version: tuple[int, int] | None) -> str:
     """How far a run's outcomes hold against the code under test (documents.INTEGRITY_LEVELS).
 
@@ -372,7 +392,11 @@ class Evaluator:
                 limits=limits,
                 env={**runtime_env, **plan.env},
                 ro_dir=ro,
-                overlays={**read_only_tests(contract, tree, protected), **plan.overlays},
+                overlays={
+                    **read_only_native(tree),
+                    **read_only_tests(contract, tree, protected),
+                    **plan.overlays,
+                },
                 channel_in=plan.setup,
                 channel_out=True,
                 read_only=runtime_paths,
