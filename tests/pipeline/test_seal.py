@@ -192,6 +192,7 @@ def test_a_compiled_checkout_loads_only_with_its_native_files_read_only(scratch:
     plan = pytest_run.plan(
         cmd, tree, ro, box.layout(tree, ro), [], pristine=pristine, protected=["tests/test_a.py"]
     )
+    assert plan is not None
     assert f"mypkg/{ext.name}" in read_only_native(tree)
     seen = {}
     for native in (False, True):
