@@ -527,8 +527,6 @@ CALIBRATE = ("/jouled.v1.Jouled/Calibrate", b"\x08\x01")
 NETWORK = (
     _H2
     + r"""
-import ctypes
-
 def tcp(host, port):
     with socket.create_connection((host, port), timeout=3):
         return "connected"
@@ -559,6 +557,8 @@ attempt("net-unix-daemon", unix, CFG["socket"])
 attempt("net-calibrate-unix", calibrate_unix, CFG["socket"])
 
 def enter_host_netns():
+    import ctypes  # refused by the monitor in the graded process (a denial like any other)
+
     libc = ctypes.CDLL(None, use_errno=True)
     mine = os.readlink("/proc/self/ns/net")
     tried = []
@@ -614,8 +614,6 @@ attempt("kill-daemon", kill_daemon)
 # Leaves a process behind (double fork, setsid, own network namespace) that
 # reverts later attempts' fixes in the daemon's work dir.
 PERSIST = r"""
-import ctypes
-
 LOOP = '''
 import glob, json, sys, time
 cfg = json.loads(sys.argv[2])
@@ -642,10 +640,15 @@ def spawn():
             os.setsid()
             if os.fork() != 0:
                 os._exit(0)
-            libc = ctypes.CDLL(None, use_errno=True)
-            net = "unshare-net=ok"
-            if libc.unshare(0x40000000) != 0:
-                net = "unshare-net=errno%d" % ctypes.get_errno()
+            try:
+                import ctypes  # refused by the monitor: the namespace stays the run's
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                net = "unshare-net=ok"
+                if libc.unshare(0x40000000) != 0:
+                    net = "unshare-net=errno%d" % ctypes.get_errno()
+            except BaseException as err:
+                net = "unshare-net=" + type(err).__name__
             os.write(w, net.encode())
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
