@@ -1048,6 +1048,17 @@ def start(
         found = origins.code_from_tree(code)
         return (found or code.co_filename), bool(found)
 
+    def patch_on_stack(frame: Any) -> str:
+        """The first file of the patch's on the stack from `frame` up, or ""."""
+        depth = 0
+        while frame is not None and depth < 400:
+            found = origins.code_from_tree(frame.f_code)
+            if found:
+                return found
+            frame = frame.f_back
+            depth += 1
+        return ""
+
     def caller_file(frame: Any) -> str:
         return caller(frame)[0]
 
@@ -1254,7 +1265,12 @@ def start(
                 return
             name = args[0] if type(args[0]) is str else ""
             if name.rpartition(".")[2] in MEMORY_MODULES:
-                refuse(f"{name}, which hands Python code the process's memory, was loaded")
+                # Loaded by code the patch wrote anywhere on the way (the environment's own
+                # libraries may use ctypes: SymPy's do at import).
+                found = patch_on_stack(getframe(2))
+                if found:
+                    what = "which hands Python code the process's memory"
+                    refuse(f"{name}, {what}, was loaded by {found}")
             elif run_could_write(filename):
                 refuse(f"native code from {filename}, a file the run could write, was loaded")
         elif event in ("os.rename", "os.link", "os.symlink"):
