@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import platform
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 CLONE_NEWUSER = 0x10000000
@@ -84,38 +85,19 @@ def no_new_userns(machine: str | None = None) -> bytes | None:
     abis = _ABIS.get(machine or platform.machine())
     if abis is None:
         return None
-    code: list[tuple[int, str | int, str | int, int]] = []  # (op, jt, jf, k)
-    labels: dict[str, int] = {}
 
-    def at(label: str) -> None:
-        labels[label] = len(code)
+    def calls(program: _Program, abi: _Abi) -> None:
+        program.op(_JEQ_K, abi.unshare, "flags", 0)
+        program.op(_JEQ_K, abi.clone, "flags", 0)
+        program.op(_JEQ_K, abi.clone3, "enosys", 0)
 
-    def op(opcode: int, k: int, jt: str | int = 0, jf: str | int = 0) -> None:
-        code.append((opcode, jt, jf, k))
-
-    op(_LD_W_ABS, _ARCH)
-    for i, abi in enumerate(abis):
-        op(_JEQ_K, abi.audit_arch, f"abi{i}", 0)
-    op(_RET_K, _ERRNO | errno.EPERM)  # an ABI not in the table
-    for i, abi in enumerate(abis):
-        at(f"abi{i}")
-        op(_LD_W_ABS, _NR)
-        if abi.x32_floor is not None:
-            op(_JGE_K, abi.x32_floor, "enosys", 0)
-        op(_JEQ_K, abi.unshare, "flags", 0)
-        op(_JEQ_K, abi.clone, "flags", 0)
-        op(_JEQ_K, abi.clone3, "enosys", 0)
-        op(_RET_K, _ALLOW)
-    at("flags")
-    op(_LD_W_ABS, _ARG0_LOW)
-    op(_JSET_K, CLONE_NEWUSER, "eperm", 0)
-    op(_RET_K, _ALLOW)
-    at("eperm")
-    op(_RET_K, _ERRNO | errno.EPERM)
-    at("enosys")
-    op(_RET_K, _ERRNO | errno.ENOSYS)
-
-    return _assemble(code, labels)
+    program = _Program()
+    program.per_abi(abis, calls)
+    program.at("flags")
+    program.op(_LD_W_ABS, _ARG0_LOW)
+    program.op(_JSET_K, CLONE_NEWUSER, "eperm", 0)
+    program.op(_RET_K, _ALLOW)
+    return program.finish()
 
 
 def no_memory_access(machine: str | None = None) -> bytes | None:
@@ -124,43 +106,57 @@ def no_memory_access(machine: str | None = None) -> bytes | None:
     abis = _ABIS.get(machine or platform.machine())
     if abis is None:
         return None
-    code: list[tuple[int, str | int, str | int, int]] = []
-    labels: dict[str, int] = {}
 
-    def at(label: str) -> None:
-        labels[label] = len(code)
-
-    def op(opcode: int, k: int, jt: str | int = 0, jf: str | int = 0) -> None:
-        code.append((opcode, jt, jf, k))
-
-    op(_LD_W_ABS, _ARCH)
-    for i, abi in enumerate(abis):
-        op(_JEQ_K, abi.audit_arch, f"abi{i}", 0)
-    op(_RET_K, _ERRNO | errno.EPERM)
-    for i, abi in enumerate(abis):
-        at(f"abi{i}")
-        op(_LD_W_ABS, _NR)
-        if abi.x32_floor is not None:
-            op(_JGE_K, abi.x32_floor, "enosys", 0)
+    def calls(program: _Program, abi: _Abi) -> None:
         for number in abi.memory:
-            op(_JEQ_K, number, "eperm", 0)
-        op(_RET_K, _ALLOW)
-    at("eperm")
-    op(_RET_K, _ERRNO | errno.EPERM)
-    at("enosys")
-    op(_RET_K, _ERRNO | errno.ENOSYS)
-    return _assemble(code, labels)
+            program.op(_JEQ_K, number, "eperm", 0)
+
+    program = _Program()
+    program.per_abi(abis, calls)
+    return program.finish()
 
 
-def _assemble(code: list[tuple[int, str | int, str | int, int]], labels: dict[str, int]) -> bytes:
-    """BPF instructions (op, jump if true, jump if false, k) with jumps to labels resolved."""
-    out = bytearray()
-    for index, (opcode, jt, jf, k) in enumerate(code):
-        jumps = []
-        for target in (jt, jf):
-            offset = target if isinstance(target, int) else labels[target] - index - 1
-            if not 0 <= offset <= 255:
-                raise AssertionError(f"seccomp jump out of range at {index}")
-            jumps.append(offset)
-        out += struct.pack("<HBBI", opcode, jumps[0], jumps[1], k)
-    return bytes(out)
+class _Program:
+    """BPF instructions (op, jump if true, jump if false, k), jumps to labels resolved at
+    the end; every program ends in the labels "eperm" and "enosys"."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple[int, str | int, str | int, int]] = []
+        self.labels: dict[str, int] = {}
+
+    def at(self, label: str) -> None:
+        self.labels[label] = len(self.code)
+
+    def op(self, opcode: int, k: int, jt: str | int = 0, jf: str | int = 0) -> None:
+        self.code.append((opcode, jt, jf, k))
+
+    def per_abi(self, abis: tuple[_Abi, ...], calls: Callable[[_Program, _Abi], None]) -> None:
+        """Dispatch on the calling ABI (one not in the table: EPERM), load the call's
+        number (x32's: ENOSYS), then `calls`' checks for that ABI; anything else passes."""
+        self.op(_LD_W_ABS, _ARCH)
+        for i, abi in enumerate(abis):
+            self.op(_JEQ_K, abi.audit_arch, f"abi{i}", 0)
+        self.op(_RET_K, _ERRNO | errno.EPERM)  # an ABI not in the table
+        for i, abi in enumerate(abis):
+            self.at(f"abi{i}")
+            self.op(_LD_W_ABS, _NR)
+            if abi.x32_floor is not None:
+                self.op(_JGE_K, abi.x32_floor, "enosys", 0)
+            calls(self, abi)
+            self.op(_RET_K, _ALLOW)
+
+    def finish(self) -> bytes:
+        self.at("eperm")
+        self.op(_RET_K, _ERRNO | errno.EPERM)
+        self.at("enosys")
+        self.op(_RET_K, _ERRNO | errno.ENOSYS)
+        out = bytearray()
+        for index, (opcode, jt, jf, k) in enumerate(self.code):
+            jumps = []
+            for target in (jt, jf):
+                offset = target if isinstance(target, int) else self.labels[target] - index - 1
+                if not 0 <= offset <= 255:
+                    raise AssertionError(f"seccomp jump out of range at {index}")
+                jumps.append(offset)
+            out += struct.pack("<HBBI", opcode, jumps[0], jumps[1], k)
+        return bytes(out)
