@@ -1286,28 +1286,9 @@ def patch():
 attempt("forge", patch)
 """
 
-# The other visible tests' code swapped for a body that passes, while the first test runs.
-FORGE_CODE = r"""
-def patch():
-    module = None
-    for name, mod in list(sys.modules.items()):
-        path = getattr(mod, "__file__", "") or ""
-        if any(path.endswith("/" + v) for v in VISIBLE):
-            module = mod
-            break
-    if module is None:
-        raise LookupError("no visible test module loaded yet")
-    def passes(*args, **kwargs):
-        return None
-    done = []
-    for name, fn in list(vars(module).items()):
-        if name.startswith("test") and callable(fn) and hasattr(fn, "__code__"):
-            fn.__code__ = passes.__code__
-            done.append(name)
-    return ",".join(done)
-
-# Run when a test first builds one of the library's classes: the test module that imports
-# the library has defined its tests by then.
+# Runs `patch()` once, when a test first builds one of the library's classes: the test
+# module that imports the library has defined its tests by then. Appended to a body.
+ON_FIRST_INSTANCE = r"""
 library = sys._getframe(2).f_globals
 armed = []
 
@@ -1327,6 +1308,31 @@ for value in list(library.values()):
         arm(value)
 emit("armed", "OK", library["__name__"])
 """
+
+# The other visible tests' code swapped for a body that passes, while the first test runs.
+FORGE_CODE = (
+    r"""
+def patch():
+    module = None
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", "") or ""
+        if any(path.endswith("/" + v) for v in VISIBLE):
+            module = mod
+            break
+    if module is None:
+        raise LookupError("no visible test module loaded yet")
+    def passes(*args, **kwargs):
+        return None
+    done = []
+    for name, fn in list(vars(module).items()):
+        if name.startswith("test") and callable(fn) and hasattr(fn, "__code__"):
+            fn.__code__ = passes.__code__
+            done.append(name)
+    return ",".join(done)
+
+"""
+    + ON_FIRST_INSTANCE
+)
 
 # The report-factory forgery written as plain source at the end of the library (no exec,
 # no helper): seven lines a patch could carry. PLAIN_MARKERS reports what it did.
@@ -1467,7 +1473,8 @@ _case.TestCase._callTestMethod = _swallow
 # (RESUME) is kept and the next two become `return None`. FORGE_MEMORY is the rewrite;
 # each POKE_* body before it is one door to the memory.
 
-FORGE_MEMORY = r"""
+FORGE_MEMORY = (
+    r"""
 import dis as _dis
 
 def _op(name):
@@ -1526,27 +1533,9 @@ def return_from_running(codes):
     sequence = [_op("POP_TOP"), 0, _op("LOAD_CONST"), none, _op("RETURN_VALUE"), 0]
     poke(id(code) + type(code).__basicsize__ + after, bytes(sequence))
 
-# Run when a test first builds one of the library's classes: the test module that imports
-# the library has defined its tests by then.
-library = sys._getframe(2).f_globals
-armed = []
-
-def arm(cls):
-    original = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        if not armed:
-            armed.append(1)
-            attempt("forge", patch)
-        original(self, *args, **kwargs)
-
-    cls.__init__ = __init__
-
-for value in list(library.values()):
-    if isinstance(value, type) and value.__module__.startswith(library["__name__"]):
-        arm(value)
-emit("armed", "OK", library["__name__"])
 """
+    + ON_FIRST_INSTANCE
+)
 
 # ctypes: a union of an address and a byte pointer writes anywhere, with no call at all.
 POKE_CTYPES = r"""

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -95,17 +96,31 @@ class Run:
     futures: dict[str, Future[Outcome]]
 
 
+@contextmanager
+def serve_cases(
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    label: str,
+    cases: Mapping[str, Case],
+    fixes: Mapping[str, A.TaskInfo],
+) -> Iterator[Run]:
+    """One daemon grading each case's patch and the real fix of each task in `fixes`
+    (as `fix-<kind>`), concurrently."""
+    routes: dict[str, tuple[str, Build]] = {
+        name: (case.task.task_id, partial(build, case)) for name, case in cases.items()
+    }
+    for kind, task in fixes.items():
+        routes[f"fix-{kind}"] = (task.task_id, fix_build(task))
+    with serving(tmp_path_factory, request, label, routes) as (daemon, _, futures):
+        yield Run(daemon, futures)
+
+
 @pytest.fixture(scope="module")
 def forgeries(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Run]:
-    routes: dict[str, tuple[str, Build]] = {
-        name: (case.task.task_id, partial(build, case)) for name, case in CASES.items()
-    }
-    for kind, task in TASKS.items():
-        routes[f"fix-{kind}"] = (task.task_id, fix_build(task))
-    with serving(tmp_path_factory, request, "attack-forgery", routes) as (daemon, _, futures):
-        yield Run(daemon, futures)
+    with serve_cases(tmp_path_factory, request, "attack-forgery", CASES, TASKS) as run:
+        yield run
 
 
 @pytest.mark.parametrize("name", list(CASES))

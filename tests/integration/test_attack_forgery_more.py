@@ -8,13 +8,11 @@ took (`forge`, `flips`), and must come out `tampered`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import partial
 
 import pytest
 
 from . import attacks as A
-from .test_attack_forgery import TASKS, Case, Run, build
-from .test_attack_grading import Build, serving
+from .test_attack_forgery import TASKS, Case, Run, serve_cases
 
 # A failing test made to end in an exception whose class is named "" (the monitor's
 # observer reports how the test ended by the class's name: "" reads as "returned"),
@@ -119,11 +117,8 @@ CASES: dict[str, Case] = {
 def forgeries(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Run]:
-    routes: dict[str, tuple[str, Build]] = {
-        name: (case.task.task_id, partial(build, case)) for name, case in CASES.items()
-    }
-    with serving(tmp_path_factory, request, "attack-forgery-more", routes) as (daemon, _, futures):
-        yield Run(daemon, futures)
+    with serve_cases(tmp_path_factory, request, "attack-forgery-more", CASES, {}) as run:
+        yield run
 
 
 @pytest.mark.parametrize("name", list(CASES))

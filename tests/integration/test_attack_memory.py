@@ -16,13 +16,11 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from functools import partial
 
 import pytest
 
 from . import attacks as A
-from .test_attack_forgery import Case, Run, build
-from .test_attack_grading import Build, fix_build, serving
+from .test_attack_forgery import Case, Run, serve_cases
 
 TASKS = {"visible": A.LRUCACHE, "hidden": A.SEMVER}
 DOORS = {
@@ -41,13 +39,8 @@ CASES: dict[str, Case] = {
 def forgeries(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Run]:
-    routes: dict[str, tuple[str, Build]] = {
-        name: (case.task.task_id, partial(build, case)) for name, case in CASES.items()
-    }
-    for kind, task in TASKS.items():
-        routes[f"fix-{kind}"] = (task.task_id, fix_build(task))
-    with serving(tmp_path_factory, request, "attack-memory", routes) as (daemon, _, futures):
-        yield Run(daemon, futures)
+    with serve_cases(tmp_path_factory, request, "attack-memory", CASES, TASKS) as run:
+        yield run
 
 
 @pytest.mark.parametrize("name", list(CASES))
