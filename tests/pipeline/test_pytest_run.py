@@ -124,8 +124,10 @@ def run_tree(
     test_cmd: list[str],
     expected: list[str] | None = None,
     pristine: Path | None = None,
+    read_only: dict[str, Path] | None = None,
 ) -> tuple[pytest_run.Plan, RunResult, Channel]:
-    """Plan and run a pytest command on `tree` the way the evaluator does."""
+    """Plan and run a pytest command on `tree` the way the evaluator does (`read_only`:
+    more of the tree's paths shown read-only over themselves)."""
     ro.mkdir()
     box = Sandbox()
     layout = box.layout(tree, ro)
@@ -141,7 +143,7 @@ def run_tree(
         limits=Limits(timeout_s=120),
         env=plan.env,
         ro_dir=ro,
-        overlays=plan.overlays,
+        overlays={**(read_only or {}), **plan.overlays},
         channel_in=plan.setup,
         channel_out=True,
     )

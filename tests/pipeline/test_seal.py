@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import seccomp
-from jouled.pipeline.evaluate import sealed_level
+from jouled.pipeline.evaluate import read_only_native, sealed_level
 from jouled.pipeline.jouled_monitor import memory_file, run_could_write
-from tests.pipeline.test_pytest_run import run_plan, write_tree
+from tests.pipeline.test_pytest_run import run_plan, run_tree, write_tree
 
 # Each door is tried as the library is imported; a marker line says what it got.
 LIBRARY = r'''
@@ -174,42 +174,19 @@ VALUE = 1
 def test_a_compiled_checkout_loads_only_with_its_native_files_read_only(scratch: Path) -> None:
     import _json
 
-    from jouled.pipeline import pytest_run
-    from jouled.pipeline.evaluate import read_only_native
-    from jouled.pipeline.limits import Limits
-    from jouled.pipeline.sandbox import Sandbox
-
     ext = Path(_json.__file__)
     files = {**FILES, "mypkg/__init__.py": COMPILED_INIT.format(name=ext.name)}
     trees = [write_tree(scratch / name, files) for name in ("pristine", "tree")]
     for tree in trees:
         shutil.copy(ext, tree / "mypkg" / ext.name)
     pristine, tree = trees
-    ro = scratch / "ro"
-    ro.mkdir()
-    box = Sandbox()
+    native = read_only_native(tree)
+    assert f"mypkg/{ext.name}" in native
     cmd = ["python", "-m", "pytest", "-s", "tests"]
-    plan = pytest_run.plan(
-        cmd, tree, ro, box.layout(tree, ro), [], pristine=pristine, protected=["tests/test_a.py"]
-    )
-    assert plan is not None
-    assert f"mypkg/{ext.name}" in read_only_native(tree)
-    seen = {}
-    for native in (False, True):
-        overlays = {**(read_only_native(tree) if native else {}), **plan.overlays}
-        result = box.run(
-            plan.argv,
-            tree,
-            limits=Limits(timeout_s=120),
-            env=plan.env,
-            ro_dir=ro,
-            overlays=overlays,
-            channel_in=plan.setup,
-            channel_out=True,
-        )
-        seen[native] = pytest_run.read_channel(result.channel or b"", plan.key)
+    _, _, writable = run_tree(tree, scratch / "ro-writable", cmd, pristine=pristine)
+    _, _, mounted = run_tree(tree, scratch / "ro-mounted", cmd, pristine=pristine, read_only=native)
     # writable, it could be the run's own: refused, naming the file
-    assert any("a file the run could write, was loaded" in w for w in seen[False].forged)
+    assert any("a file the run could write, was loaded" in w for w in writable.forged)
     # mounted read-only over itself (as the evaluator does): it loads, nothing is found
-    assert not seen[True].forged, seen[True].forged
-    assert seen[True].outcomes["tests/test_a.py::test_v"] == "passed"
+    assert not mounted.forged, mounted.forged
+    assert mounted.outcomes["tests/test_a.py::test_v"] == "passed"
