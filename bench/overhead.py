@@ -75,7 +75,7 @@ from jouled.ledger.store import Ledger
 from jouled.patch import parse_patch
 from jouled.patch_apply import apply_patch
 from jouled.patch_diff import diff_trees
-from jouled.pipeline.evaluate import restore_protected, seed
+from jouled.pipeline.graded_tree import restore_protected, seed
 from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import plain_argv
 from jouled.pipeline.sandbox import run as sandbox_run

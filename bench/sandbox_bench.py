@@ -43,7 +43,8 @@ from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
 from jouled.pipeline import pytest_run
-from jouled.pipeline.evaluate import Evaluator, prepare_tree, seed
+from jouled.pipeline.evaluate import Evaluator
+from jouled.pipeline.graded_tree import prepare_tree, seed
 from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import plain_argv
 from jouled.pipeline.sandbox import Sandbox, sandbox_level

@@ -15,7 +15,7 @@ from jouled.daemon import Daemon
 from jouled.errors import PatchError, TaskError
 from jouled.patch import parse_patch
 from jouled.patch_apply import apply_patch
-from jouled.pipeline.evaluate import prepare_tree, seed
+from jouled.pipeline.graded_tree import prepare_tree, seed
 from jouled.pipeline.taskcheck import check_tasks
 
 REPO = Path(__file__).resolve().parents[2]

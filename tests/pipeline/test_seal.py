@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import seccomp
-from jouled.pipeline.evaluate import read_only_native, sealed_level
+from jouled.pipeline.evaluate import sealed_level
+from jouled.pipeline.graded_tree import read_only_native
 from jouled.pipeline.jouled_monitor import memory_file, run_could_write
 from tests.pipeline.test_pytest_run import run_plan, run_tree, write_tree
 
