@@ -813,6 +813,8 @@ def run_could_write(path: str) -> bool:
 
 def memory_file(path: str) -> bool:
     """Whether an absolute or relative path names a process's memory, however spelled."""
+    if "mem" not in path and "kcore" not in path:  # the name itself is never spelled away
+        return False
     if not path.startswith("/"):
         try:
             path = os.path.join(os.getcwd(), path)
