@@ -297,7 +297,7 @@ class Evaluator:
                 env={**runtime_env, **plan.env},
                 ro_dir=ro,
                 overlays={
-                    **read_only_native(tree),
+                    **read_only_native(tree, contract.pristine),
                     **read_only_tests(contract, tree, protected),
                     **plan.overlays,
                 },

@@ -4,6 +4,7 @@ read-only (the tests, and a compiled checkout's native files)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Sequence
@@ -100,18 +101,27 @@ def read_only_tests(contract: Contract, tree: Path, protected: Sequence[str]) ->
 NATIVE_SUFFIXES = (".so", ".pyd")
 
 
-def read_only_native(tree: Path) -> dict[str, Path]:
+def read_only_native(tree: Path, pristine: Path) -> dict[str, Path]:
     """The tree's native extension modules (a compiled checkout's), shown read-only over
     themselves: the monitor loads native code only from files no process of the run
-    could have written, and a patch never carries one (jouled.pipeline.guard)."""
+    could have written. They are the pristine tree's (a patch never carries one:
+    jouled.pipeline.guard), listed once per pristine tree."""
     overlays: dict[str, Path] = {}
-    for top, dirs, files in os.walk(tree):
+    for rel in _native_files(str(pristine.resolve()), pristine.stat().st_mtime_ns):
+        path = tree / rel
+        if path.is_file() and not path.is_symlink():
+            overlays[rel] = path
+    return overlays
+
+
+@functools.lru_cache(maxsize=64)
+def _native_files(pristine: str, mtime_ns: int) -> tuple[str, ...]:
+    found: list[str] = []
+    for top, dirs, files in os.walk(pristine):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
         for name in files:
             if name.endswith(NATIVE_SUFFIXES) or ".so." in name:
-                path = Path(top, name)
-                if path.is_file() and not path.is_symlink():
-                    overlays[path.relative_to(tree).as_posix()] = path
-                    if len(overlays) >= MAX_READ_ONLY_FILES:
-                        return overlays
-    return overlays
+                found.append(os.path.relpath(os.path.join(top, name), pristine))
+                if len(found) >= MAX_READ_ONLY_FILES:
+                    return tuple(found)
+    return tuple(found)

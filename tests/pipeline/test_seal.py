@@ -181,7 +181,7 @@ def test_a_compiled_checkout_loads_only_with_its_native_files_read_only(scratch:
     for tree in trees:
         shutil.copy(ext, tree / "mypkg" / ext.name)
     pristine, tree = trees
-    native = read_only_native(tree)
+    native = read_only_native(tree, pristine)
     assert f"mypkg/{ext.name}" in native
     cmd = ["python", "-m", "pytest", "-s", "tests"]
     _, _, writable = run_tree(tree, scratch / "ro-writable", cmd, pristine=pristine)
