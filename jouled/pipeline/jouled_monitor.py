@@ -1268,7 +1268,7 @@ def start(
             name = args[0] if type(args[0]) is str else ""
             if name.rpartition(".")[2] in MEMORY_MODULES:
                 # Loaded by code the patch wrote anywhere on the way (the environment's own
-                # libraries may use ctypes: SymPy's do at import).
+                # libraries may use ctypes: NumPy does at import).
                 found = patch_on_stack(getframe(2))
                 if found:
                     what = "which hands Python code the process's memory"
