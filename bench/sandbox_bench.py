@@ -14,7 +14,9 @@ lands on all three alike, on one bundled task's fixed tree:
   (`Evaluator.run_check`);
 - bwrap, no monitor: the same, with the pytest runner as it was before the
   integrity monitor (loaded from the git history, RUNNER_BEFORE below), so the
-  monitor's own cost is the difference between the two columns.
+  monitor's own cost is the difference between the two columns (both sealed);
+- bwrap, sealed no-op: the no-op launched as a graded run is, its memory sealed
+  (seccomp and Landlock), so the seal's own cost is its difference from the no-op.
 
 Each configuration is also timed on a no-op command (`python -c pass`) to
 show the launch cost alone. Prints a Markdown section; medians over repeats.
@@ -163,6 +165,10 @@ def main() -> int:
         else:
             assert box.run(noop, t, limits=limits).exit_code == 0
 
+    def sealed() -> None:  # a no-op launched as a graded run is: its memory sealed
+        result = box.run(noop, tree("sealed"), limits=limits, channel_out=True)
+        assert result.exit_code == 0 and result.isolation.get("memory") == "sealed", result
+
     old_plan = without_monitor()
 
     def unmonitored() -> None:
@@ -182,6 +188,7 @@ def main() -> int:
         "bare no-op": lambda: bare(noop),
         "launcher no-op": lambda: launcher(False),
         "bwrap no-op": lambda: bwrapped(False),
+        "bwrap sealed no-op": sealed,
     }
     for fn in runs.values():  # warm the page cache and the lazy imports once
         fn()
@@ -216,6 +223,14 @@ def main() -> int:
     monitor = med["bwrap tests"] - med["unmonitored tests"]
     unmonitored_cell = f"{med['unmonitored tests']:.1f} ({spread('unmonitored tests')})"
     print(f"| tests, runner before the monitor | | | {unmonitored_cell} |")
+    sealed_cell = f"{med['bwrap sealed no-op']:.1f} ({spread('bwrap sealed no-op')})"
+    print(f"| no-op, memory sealed (as a graded run) | | | {sealed_cell} |")
+    seal = med["bwrap sealed no-op"] - med["bwrap no-op"]
+    print(
+        f"\nThe memory seal (seccomp and Landlock, loaded by the launcher of every graded "
+        f"run, both test columns above included): {seal:+.1f} ms per attempt, "
+        f"{100 * seal / med['bare tests']:+.1f}% of the bare test run."
+    )
     print(
         f"\nThe integrity monitor: {monitor:+.1f} ms per attempt, "
         f"{100 * monitor / med['bare tests']:+.1f}% of the bare test run."
