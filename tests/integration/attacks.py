@@ -1551,6 +1551,29 @@ def poke(address, data):
         cell.bytes[i] = byte
 """
 
+# ctypes loaded by a thread that starts on the import system itself: none of the
+# patch's frames are on the stack that loads it; then used from `sys.modules`.
+POKE_CTYPES_THREAD = r"""
+def poke(address, data):
+    import importlib, threading
+
+    if "ctypes" not in sys.modules:
+        loader = threading.Thread(target=importlib.import_module, args=("ctypes",))
+        loader.start()
+        loader.join()
+    ctypes = sys.modules.get("ctypes")
+    if ctypes is None:
+        raise ImportError("ctypes did not load in the thread")
+
+    class Cell(ctypes.Union):
+        _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.POINTER(ctypes.c_ubyte))]
+
+    cell = Cell()
+    cell.address = address
+    for i, byte in enumerate(data):
+        cell.bytes[i] = byte
+"""
+
 # The process's own /proc/self/mem, through a link whose name says nothing of it.
 POKE_PROC_SELF = r"""
 def poke(address, data):

@@ -3,12 +3,15 @@
 Each route keeps the bug, appends a payload to the library the tests import, and, when
 a test first builds one of the library's classes, rewrites the bytecode of the visible
 test functions in place so that they return at once (`attacks.FORGE_MEMORY`); the test
-function itself then reports a clean return. The doors to the memory differ: ctypes, the
-process's own `/proc/self/mem` under another name, and another process of the run. The
-payload proves it ran (`ran`) and says whether its write took (`forge`: `OK`, or
-`denied:<why>`). Before the run's memory was sealed each was signed `resolved`. Now every
-write must be refused and the run come out `tampered` or `unresolved`, on a task without
-hidden tests and on one with them; the real fixes still resolve beside them.
+function itself then reports a clean return. The doors to the memory differ: ctypes
+(imported, or loaded by a thread the patch starts on the import system itself, with none
+of its frames on the loading stack), the process's own `/proc/self/mem` under another
+name, and another process of the run. The payload proves it ran (`ran`) and says whether
+its write took (`forge`: `OK`, or `denied:<why>`). Before the run's memory was sealed,
+and before memory modules were withheld from every graded run, each was signed
+`resolved`. Now every write must be refused and the run come out `tampered` or
+`unresolved`, on a task without hidden tests and on one with them; the real fixes
+still resolve beside them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .test_attack_forgery import Case, Run, serve_cases
 TASKS = {"visible": A.LRUCACHE, "hidden": A.SEMVER}
 DOORS = {
     "ctypes": A.POKE_CTYPES,
+    "ctypes-thread": A.POKE_CTYPES_THREAD,
     "proc-self-mem": A.POKE_PROC_SELF,
     "child-process": A.POKE_CHILD,
 }
@@ -58,7 +62,9 @@ def test_a_write_to_the_test_process_memory_is_not_resolved(forgeries: Run, name
     body = json.loads(base64.b64decode(out.receipt["entry"]["payload"]))["body"]
     assert body["isolation"]["memory"] == "sealed", body["isolation"]
     assert body["integrity"]["level"] == "monitor", body["integrity"]
-    if name.startswith("ctypes"):
+    if name.startswith("ctypes-thread"):  # nothing of the patch's asked: withheld
+        assert body["isolation"]["withheld"], body["isolation"]
+    elif name.startswith("ctypes"):
         assert "which hands Python code the process's memory" in body["integrity"]["forged"]
 
 

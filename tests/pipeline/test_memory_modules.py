@@ -1,0 +1,141 @@
+"""Modules that hand Python code the process's memory (ctypes, cffi), kept out of graded runs.
+
+The monitor refuses such a module to code the patch wrote. But once *anything* has
+loaded it, every line of the process may use it with no event left to refuse: a
+library of the environment that loads ctypes at import (NumPy does) or a thread the
+patch starts on the import system itself (none of the patch's frames on the loading
+stack) leaves `sys.modules["ctypes"]` to the patch, whose write to an immutable bytes
+object below proves raw memory access. So a graded run loads none of them: whoever
+asks gets an ImportError (an importer that can do without, as NumPy can, goes on) and
+the channel names what was withheld from whom. A daemon told to allow them
+(`--memory-modules allow`, for environments that cannot do without) loads them, and
+the run is signed `reduced`: the monitor holds nothing there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.test_pytest_run import run_plan
+
+# The environment's library, trusted as the environment is: it loads ctypes if it may.
+ENVIRONMENT = '''
+try:
+    import ctypes
+    print("JBENV ctypes loaded", flush=True)
+except ImportError as err:
+    ctypes = None
+    print("JBENV ctypes refused:", err, flush=True)
+'''
+
+# The patch's library: when imported, it reaches for ctypes without importing it and,
+# if it finds it, writes one byte of an immutable bytes object.
+WRITE = r'''
+import sys
+
+VALUE = 1
+
+def _write(ctypes):
+    victim = ("JB-" + "UNTOUCHED").encode()
+
+    class Cell(ctypes.Union):
+        _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.POINTER(ctypes.c_ubyte))]
+
+    cell = Cell()
+    cell.address = id(victim) + bytes.__basicsize__ - 1
+    cell.bytes[3] = ord("X")
+    return victim.decode()
+
+def _door(name, find):
+    try:
+        ctypes = find()
+        got = _write(ctypes) if ctypes is not None else "absent"
+        print("JBDOOR", name, got, flush=True)
+    except BaseException as err:
+        print("JBDOOR", name, "error", type(err).__name__, err, flush=True)
+'''
+
+PRELOADED = WRITE + '''
+_door("preloaded", lambda: sys.modules.get("ctypes"))
+'''
+
+# A thread that starts on the import system: nothing of the patch's on its stack.
+THREAD = WRITE + '''
+def _by_thread():
+    import importlib, threading
+
+    loader = threading.Thread(target=importlib.import_module, args=("ctypes",))
+    loader.start()
+    loader.join()
+    return sys.modules.get("ctypes")
+
+_door("thread", _by_thread)
+'''
+
+FILES = {
+    "pytest.ini": "[pytest]\n",
+    "mypkg/__init__.py": "VALUE = 1\n",
+    "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
+}
+CMD = ["python", "-m", "pytest", "-s", "tests"]
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="memory-modules-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def doors(output: str) -> dict[str, str]:
+    return {
+        line.split()[1]: " ".join(line.split()[2:])
+        for line in output.splitlines()
+        if line.startswith("JBDOOR ")
+    }
+
+
+def test_a_module_the_environment_loads_is_withheld_from_the_run(scratch: Path) -> None:
+    files = {**FILES, "tests/conftest.py": ENVIRONMENT}
+    _, result, channel = run_plan(scratch, files, CMD, added={"mypkg/__init__.py": PRELOADED})
+    assert "JBENV ctypes refused: jouled:" in result.output, result.output
+    assert doors(result.output) == {"preloaded": "absent"}, result.output  # the payload ran
+    assert not channel.forged, channel.forged  # the environment's ask is no tampering
+    assert channel.withheld == ["_ctypes (asked for by tests/conftest.py)"], channel
+    assert channel.integrity == "monitor" and not channel.memory_open, channel
+    assert "1 passed" in result.output, result.output  # the run goes on without it
+
+
+def test_a_module_loaded_by_a_thread_the_patch_started_is_withheld(scratch: Path) -> None:
+    _, result, channel = run_plan(scratch, FILES, CMD, added={"mypkg/__init__.py": THREAD})
+    assert doors(result.output) == {"thread": "absent"}, result.output
+    assert any(w.startswith("_ctypes (") for w in channel.withheld), channel
+    assert channel.integrity == "monitor" and not channel.memory_open, channel
+
+
+def test_allowed_memory_modules_leave_the_run_reduced(scratch: Path) -> None:
+    files = {**FILES, "tests/conftest.py": ENVIRONMENT}
+    _, result, channel = run_plan(
+        scratch, files, CMD, added={"mypkg/__init__.py": PRELOADED}, memory_modules="allow"
+    )
+    # Allowed, the door is open (the write took), and the run says so: `reduced`.
+    assert doors(result.output) == {"preloaded": "JB-XNTOUCHED"}, result.output
+    assert channel.memory_open == ["_ctypes (asked for by tests/conftest.py)"], channel
+    assert channel.integrity == "reduced", channel
+    assert not channel.withheld and not channel.forged, channel
+
+
+def test_the_patch_asking_itself_is_still_tampering(scratch: Path) -> None:
+    own = WRITE + '\nimport importlib\n_door("own", lambda: importlib.import_module("ctypes"))\n'
+    _, result, channel = run_plan(
+        scratch, FILES, CMD, added={"mypkg/__init__.py": own}, memory_modules="allow"
+    )
+    assert doors(result.output) == {"own": "error Refused jouled: refused while grading: "
+                                    "_ctypes, which hands Python code the process's memory, "
+                                    "was loaded by mypkg/__init__.py"}, result.output
+    assert any("_ctypes" in why for why in channel.forged), channel.forged
