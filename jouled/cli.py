@@ -151,6 +151,14 @@ def serve(
             "or monitor (docs/threat-model.md)."
         ),
     ] = "none",
+    memory_modules: Annotated[
+        str,
+        typer.Option(
+            help="withhold: no graded run loads ctypes or cffi (an importer gets ImportError); "
+            "allow: they load where the environment asks, and those runs are signed reduced "
+            "(docs/threat-model.md)."
+        ),
+    ] = "withhold",
     solvers: Annotated[
         Path | None, typer.Option(help="Agent CLIs to run as solvers (TOML; see deploy/).")
     ] = None,
@@ -212,6 +220,7 @@ def serve(
             insecure=insecure,
             min_isolation=min_isolation,
             min_integrity=min_integrity,
+            memory_modules=memory_modules,
             solvers_file=solvers,
             metrics_listen=metrics_listen,
             metrics_solvers=tuple(metrics_solver) if metrics_solver else None,

@@ -23,6 +23,7 @@ from jouled.errors import ConfigError
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")
 ATTRIBUTION_POLICIES = ("exclusive", "shared")
 ISOLATION_LEVELS = ("process", "bwrap")  # weakest first
+MEMORY_MODULE_POLICIES = ("withhold", "allow")
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -124,6 +125,9 @@ class Config:
     origin: str = ""  # checkpoint origin line; empty: derived from host and key
     min_isolation: str = "bwrap"  # below this, the daemon refuses to grade
     min_integrity: str = "none"  # ... and below this report integrity (INTEGRITY_LEVELS)
+    # Modules that hand Python code raw memory (ctypes, cffi): "withhold" them from every
+    # graded run, or "allow" them (for environments that cannot do without; runs `reduced`)
+    memory_modules: str = "withhold"
     solvers_file: Path | None = None  # agent CLIs the daemon may run as solvers (TOML)
     metrics_listen: str = ""  # "HOST:PORT" (or "PORT": loopback) of the metrics endpoint; "": none
     # Solvers the metrics name in their `solver` label, beside the daemon-hosted ones;
@@ -164,6 +168,13 @@ class Config:
             raise ConfigError(
                 f"--min-integrity {self.min_integrity!r} is not one of "
                 f"{', '.join(INTEGRITY_LEVELS)}"
+            )
+        if self.memory_modules not in MEMORY_MODULE_POLICIES:
+            raise ConfigError(
+                f"--memory-modules {self.memory_modules!r} is not one of "
+                f"{', '.join(MEMORY_MODULE_POLICIES)}",
+                hint="withhold keeps ctypes and cffi out of graded runs (the default); allow "
+                "loads them where the environment asks, and signs those runs reduced",
             )
         for name, watts in (
             ("JOULED_ACTIVE_WATTS", self.active_watts),

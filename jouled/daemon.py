@@ -98,6 +98,7 @@ class Daemon:
             sandbox=self.sandbox,
             solvers=self.solvers,
             min_integrity=config.min_integrity,
+            memory_modules=config.memory_modules,
             disk_bytes=config.attempt_disk_mb << 20,
             disk_floor_bytes=config.min_free_mb << 20,
             solver_diff_bytes=config.max_patch_bytes,

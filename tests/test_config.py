@@ -35,6 +35,7 @@ def test_overrides_win_and_none_means_unset(tmp_path: Path) -> None:
         ({}, {"energy": "magic"}, "--energy 'magic' is not one of"),
         ({}, {"attribution": "fair"}, "attribution 'fair'"),
         ({}, {"calibrate_seconds": -1}, "--calibrate-seconds"),
+        ({}, {"memory_modules": "sometimes"}, "--memory-modules 'sometimes' is not one of"),
     ],
 )
 def test_bad_values_say_what_is_wrong(env: dict, overrides: dict, message: str) -> None:

@@ -37,6 +37,9 @@ _FRAMEWORK = re.compile(
     r"No module named '?(?:pytest|_pytest|pluggy|tox|nose)\b"
     r"|(?:pytest|tox|py\.test): (?:command )?not found"
 )
+# A module the run withheld (jouled_monitor.Withheld): ctypes or cffi, which the
+# daemon loads only under `--memory-modules allow`.
+_WITHHELD = re.compile(r"jouled: (\S+) is withheld from graded runs")
 # The shell's status for a command it could not find or execute.
 _NOT_FOUND_EXITS = (126, 127)
 
@@ -90,8 +93,28 @@ def diagnose(
     """The broken environment a baseline run shows, None when it could run the tests.
 
     A log that names tests is judged by its PASS_TO_PASS tests alone: a
-    repository's own tests may print a framework's import error as data.
+    repository's own tests may print a framework's import error as data. A
+    diagnosis of a log in which the run withheld a memory module says so.
     """
+    found = _diagnose(output, exit_code, outcomes, rules, fail_to_pass, pass_to_pass)
+    withheld = _WITHHELD.search(output)
+    if found is None or withheld is None:
+        return found
+    return Diagnosis(
+        f"{found.reason}; the run withheld {withheld.group(1)}, which its tests may need "
+        "(jouled serve --memory-modules allow loads it, its results signed reduced)",
+        evidence(output, [withheld.group(0)]),
+    )
+
+
+def _diagnose(
+    output: str,
+    exit_code: int | None,
+    outcomes: dict[str, str],
+    rules: VerdictRules,
+    fail_to_pass: Sequence[str],
+    pass_to_pass: Sequence[str],
+) -> Diagnosis | None:
     if not outcomes:
         found = _FRAMEWORK.search(output)
         if found is not None:

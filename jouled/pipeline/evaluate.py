@@ -196,12 +196,15 @@ class Evaluator:
         solvers: Solvers | None = None,
         environ: Mapping[str, str] | None = None,
         min_integrity: str = "none",
+        memory_modules: str = "withhold",
         disk_bytes: int = 0,
         disk_floor_bytes: int = 0,
         solver_diff_bytes: int = TRUSTED_PATCH_BYTES,
     ) -> None:
         self.metering = metering
         self.min_integrity = min_integrity
+        # "withhold": no graded run loads ctypes/cffi; "allow": they load, results `reduced`
+        self.memory_modules = memory_modules
         # Each attempt's writable space (jouled.pipeline.scratch): a tmpfs of `disk_bytes`
         # where one can be mounted, else its file system must keep `disk_floor_bytes` free.
         self.disk_bytes = disk_bytes
@@ -246,6 +249,7 @@ class Evaluator:
                     pristine=contract.pristine,
                     protected=protected,
                     python=python,
+                    memory_modules=self.memory_modules,
                 )
             elif not policy.plain and not image:
                 plan = pytest_run.plan(
@@ -259,6 +263,7 @@ class Evaluator:
                     python=python,
                     python_version=runtime.version_tuple if runtime is not None else None,
                     framework=policy.framework,
+                    memory_modules=self.memory_modules,
                 )
             limits = self._limits(contract)
             level = integrity_level(plan, runtime.version_tuple if runtime is not None else None)
@@ -315,6 +320,7 @@ class Evaluator:
                 hint="the run reported more than the daemon keeps; split the test command",
             )
         channel = pytest_run.read_channel(result.channel or b"", plan.key)
+        result, level = self._memory_modules(contract, result, channel, level)
         if policy.plain:  # a plain runner: the log is graded, the channel holds it to account
             parse = policy.parse_output or parse_ra
             runner = PLAIN_RUNNERS[policy.runner]
@@ -354,6 +360,23 @@ class Evaluator:
             len(plan.canaries.ids),
             level,
         )
+
+    def _memory_modules(
+        self, contract: Contract, result: RunResult, channel: pytest_run.Channel, level: str
+    ) -> tuple[RunResult, str]:
+        """Sign what the monitor did with memory modules (ctypes, cffi): those it withheld
+        (`isolation.withheld`), and those the daemon let load, which leave the process's
+        memory open to every line of it, the patch's included: the run is `reduced`."""
+        isolation = dict(result.isolation)
+        if channel.withheld:
+            isolation["withheld"] = list(channel.withheld)
+        if channel.memory_open:
+            isolation["memory"] = "open: loaded " + ", ".join(channel.memory_open)
+            level = sealed_level(level, isolation)
+            self._check_integrity(contract, level)
+        if isolation == result.isolation:
+            return result, level
+        return dataclasses.replace(result, isolation=isolation), level
 
     def _check_integrity(self, contract: Contract, level: str) -> None:
         """Refuse a run whose report integrity is below the daemon's --min-integrity."""

@@ -144,6 +144,8 @@ MEMORY_MODULES = frozenset(
         "_xxtestfuzz",
     }
 )
+# Where a memory module's own package asks for it on its importer's behalf.
+MEMORY_PACKAGES = ("/ctypes/", "/cffi/")
 MAX_DYNAMIC = 200000  # code objects the tree compiled, remembered to judge its functions by
 SPECIAL_WRITES = frozenset(
     {"__code__", "__defaults__", "__kwdefaults__", "__class__", "__bases__", "__globals__"}
@@ -152,6 +154,13 @@ SPECIAL_WRITES = frozenset(
 
 class Refused(RuntimeError):
     """What the monitor raises for an operation it refuses (a RuntimeError, as PEP 578 asks)."""
+
+
+class Withheld(ImportError):
+    """What an import of a memory module gets in a graded run when nothing of the patch's
+    asked for it: an ImportError, so an importer that can do without it (NumPy can) goes on.
+    Once loaded by anyone, such a module is every line's, the patch's included, with no
+    event left to refuse."""
 
 
 # -- the setup ------------------------------------------------------------------------------
@@ -1020,6 +1029,12 @@ def start(
     }
     reported: "set[str]" = set()
     plugin_codes: "list[Any]" = []
+    # Memory modules: withheld from every import unless the daemon allows them; any in
+    # the process before the monitor (a .pth file of the environment's) is open to all.
+    allow_memory = setup.get("memory_modules") == "allow"
+    withheld: "set[str]" = set()
+    let_in = set(name for name in MEMORY_MODULES if name in sys.modules)
+    preloaded = sorted(let_in)
 
     def register(codes: "tuple[Any, ...]") -> None:
         if not plugin_codes:
@@ -1106,6 +1121,9 @@ def start(
             snapshot.fresh.clear()
         if sys.__dict__.get("modules") is not modules:
             problems.append("sys.modules was replaced")
+        for name in MEMORY_MODULES:
+            if name in modules and name not in let_in:
+                problems.append(f"{name} was loaded past the import system's events")
         return problems
 
     modules = sys.modules
@@ -1117,8 +1135,11 @@ def start(
         kind = args[0]
         if kind == "start":  # ("start", framework, its version)
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
-            level = "reduced" if capped == "reduced" or not sealed else level
+            level = "reduced" if capped == "reduced" or not sealed or let_in else level
             record(f'{{"event":"start","{_word(args[1])}":{_encode(args[2])},"integrity":"{level}"')
+            for name in preloaded:
+                by = "the interpreter's start, before the runner"
+                record(f'{{"event":"memory","module":{_encode(name)},"by":{_encode(by)}')
         elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
             if checks is not None:
                 holder["registry"] = checks(origins, args[1])
@@ -1239,6 +1260,42 @@ def start(
         tamper(why)
         raise Refused(f"jouled: refused while grading: {why}")
 
+    def asker(frame: Any) -> str:
+        """The file that asked for a module: the first frame outside the import system
+        and the module's own package (ctypes asks for _ctypes on its importer's behalf)."""
+        depth = 0
+        while frame is not None and depth < 400:
+            filename = frame.f_code.co_filename
+            if not filename.startswith("<frozen ") and not any(
+                part in filename for part in MEMORY_PACKAGES
+            ):
+                return os.path.relpath(filename, root) if origins.inside(filename) else filename
+            frame = frame.f_back
+            depth += 1
+        return "<none>"
+
+    def memory_module(name: str, frame: Any) -> None:
+        found = patch_on_stack(frame)
+        if found:
+            what = "which hands Python code the process's memory"
+            refuse(f"{name}, {what}, was loaded by {found}")
+        if name in let_in:
+            return
+        who = asker(frame)
+        if allow_memory:
+            # Allowed by the daemon: loaded, and the run is `reduced` from here on.
+            let_in.add(name)
+            record(f'{{"event":"memory","module":{_encode(name)},"by":{_encode(who)}')
+            return
+        if name not in withheld:
+            withheld.add(name)
+            record(f'{{"event":"withheld","module":{_encode(name)},"by":{_encode(who)}')
+        raise Withheld(
+            f"jouled: {name} is withheld from graded runs (it hands Python code the "
+            "process's memory); a daemon run with --memory-modules allow loads it, "
+            "its results signed reduced"
+        )
+
     def policy(event: str, args: "tuple[Any, ...]") -> None:
         if event in REFUSED:
             refuse(f"{event} was called from {caller_file(getframe(2))}")
@@ -1260,20 +1317,14 @@ def start(
             if writing and path.endswith((".pyc", ".pyo")):
                 refuse(f"bytecode was written to {path}")
         elif event == "import":
-            # Native code: raised with the file's name as an extension module is loaded,
-            # by whatever route (import statement, importlib, a loader made by hand).
-            filename = args[1] if len(args) > 1 else None
-            if type(filename) is not str:
-                return
+            # Raised with no file as any module is first looked for, and again with the
+            # file's name as an extension module is loaded, by whatever route (import
+            # statement, importlib, a loader made by hand).
             name = args[0] if type(args[0]) is str else ""
+            filename = args[1] if len(args) > 1 else None
             if name.rpartition(".")[2] in MEMORY_MODULES:
-                # Loaded by code the patch wrote anywhere on the way (the environment's own
-                # libraries may use ctypes: NumPy does at import).
-                found = patch_on_stack(getframe(2))
-                if found:
-                    what = "which hands Python code the process's memory"
-                    refuse(f"{name}, {what}, was loaded by {found}")
-            elif run_could_write(filename):
+                memory_module(name, getframe(2))
+            elif type(filename) is str and run_could_write(filename):
                 refuse(f"native code from {filename}, a file the run could write, was loaded")
         elif event in ("os.rename", "os.link", "os.symlink"):
             target = args[1] if len(args) > 1 else ""

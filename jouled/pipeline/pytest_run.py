@@ -412,6 +412,7 @@ def plan(
     python: str = sys.executable,
     python_version: tuple[int, int] | None = None,
     framework: tuple[str, ...] = (),
+    memory_modules: str = "withhold",
 ) -> Plan | None:
     """Prepare `ro_dir` and the workdir for one pytest run; None when not a pytest command.
 
@@ -467,7 +468,7 @@ def plan(
     safe_path = ["-P"] if python_version is None or python_version >= (3, 11) else []
     argv = [interpreter, *opts, "-s", *safe_path, "-c", boot, mode, *args]
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    key, setup = runners.setup(layout, canaries.files, level=level)
+    key, setup = runners.setup(layout, canaries.files, level=level, memory_modules=memory_modules)
     return Plan(argv, env, key, setup, overlays, canaries, config, level)
 
 
@@ -484,6 +485,10 @@ class Channel:
     exit: int | None = None  # the exit status pytest reported at session finish
     forged: list[str] = field(default_factory=list)  # why records were refused
     integrity: str = ""  # "monitor" (audit hooks) or "reduced", as the runner started
+    # Memory modules (ctypes, cffi) as "NAME (asked for by FILE)": withheld from the run,
+    # or loaded where the daemon allows them (the run is then `reduced`)
+    withheld: list[str] = field(default_factory=list)
+    memory_open: list[str] = field(default_factory=list)
     phases: set[tuple[str, str]] = field(default_factory=set)  # (id, when) reported
 
 
@@ -522,6 +527,16 @@ def _apply(channel: Channel, record: Mapping[str, object]) -> None:
         channel.started = True
         level = record.get("integrity")
         channel.integrity = level if isinstance(level, str) else ""
+        if channel.memory_open and channel.integrity == "monitor":
+            channel.integrity = "reduced"  # a memory module the daemon allowed came first
+    elif event in ("withheld", "memory"):
+        what = f"{record.get('module')} (asked for by {record.get('by')})"
+        if event == "withheld":
+            channel.withheld.append(what)
+        else:
+            channel.memory_open.append(what)
+            if channel.integrity == "monitor":  # the monitor holds nothing from here on
+                channel.integrity = "reduced"
     elif event == "finish":
         channel.finished = True
         exit_code = record.get("exit")

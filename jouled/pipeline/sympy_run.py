@@ -63,6 +63,7 @@ def plan(
     pristine: Path | None = None,
     protected: Sequence[str] = (),
     python: str = sys.executable,
+    memory_modules: str = "withhold",
 ) -> Plan | None:
     """Prepare `ro_dir` for one run of SymPy's `bin/test`; None when the command is not it."""
     split = split_sympy(test_cmd)
@@ -76,7 +77,9 @@ def plan(
     argv = [runners.interpreter(named, python), "-c", boot, SCRIPT, *args]
     level = "reduced" if changed else ""
     canaries, labels = plant_canaries(tree, args)
-    key, setup = runners.setup(layout, canaries.files, level=level, labels=labels)
+    key, setup = runners.setup(
+        layout, canaries.files, level=level, memory_modules=memory_modules, labels=labels
+    )
     # Set before the interpreter starts, the seed makes SymPy run its tests in this process
     # (it otherwise starts a child for hash randomization, which the monitor would not see).
     env = {"PYTHONHASHSEED": str(secrets.randbelow(2**32))}

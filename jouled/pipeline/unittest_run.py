@@ -66,6 +66,7 @@ def plan(
     pristine: Path | None = None,
     protected: Sequence[str] = (),
     python: str = sys.executable,
+    memory_modules: str = "withhold",
 ) -> Plan | None:
     """Prepare `ro_dir` for one run of a unittest-style command; None when it is not one."""
     split = split_unittest(test_cmd)
@@ -86,7 +87,9 @@ def plan(
     ]
     level = "reduced" if changed else ""
     canaries, labels = plant_canaries(tree, target, args)
-    key, setup = runners.setup(layout, canaries.files, level=level, labels=labels)
+    key, setup = runners.setup(
+        layout, canaries.files, level=level, memory_modules=memory_modules, labels=labels
+    )
     return Plan(argv, {}, key, setup, {}, canaries, None, level)
 
 

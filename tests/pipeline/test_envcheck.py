@@ -44,6 +44,23 @@ def test_a_pass_to_pass_test_that_fails_before_the_patch_is_named_with_its_trace
     assert P2P[0] in found.reason and "FileNotFoundError: 'dot'" in found.evidence
 
 
+def test_a_baseline_failing_where_a_memory_module_was_withheld_says_so() -> None:
+    log = (
+        "_____ test_old _____\n    import threadpoolctl\n"
+        "E   ImportError: jouled: _ctypes is withheld from graded runs (it hands Python "
+        "code the process's memory); a daemon run with --memory-modules allow loads it\n"
+        "FAILED tests/test_a.py::test_new - assert 1 == 2\n"
+        "FAILED tests/test_a.py::test_old - ImportError\n"
+    )
+    found = diagnose(log, 1, {F2P[0]: "failed", P2P[0]: "failed"}, RULES, F2P, P2P)
+    assert found is not None and "1 of 1 PASS_TO_PASS" in found.reason
+    assert "withheld _ctypes" in found.reason and "--memory-modules allow" in found.reason
+    assert "import threadpoolctl" in found.evidence
+    # A sound baseline that withheld a module its tests did without is no diagnosis.
+    sound = "ImportError: jouled: _ctypes is withheld from graded runs\nPASSED " + P2P[0]
+    assert diagnose(sound, 1, {F2P[0]: "failed", P2P[0]: "passed"}, RULES, F2P, P2P) is None
+
+
 def test_a_sound_baseline_and_a_framework_error_printed_as_data_are_not() -> None:
     # pytest-dev/pytest's own tests print import errors as data; tests ran and P2P passed.
     log = (

@@ -21,21 +21,22 @@ from pathlib import Path
 
 import pytest
 
+from jouled.pipeline.testreport import PASSED
 from tests.pipeline.test_pytest_run import run_plan
 
 # The environment's library, trusted as the environment is: it loads ctypes if it may.
-ENVIRONMENT = '''
+ENVIRONMENT = """
 try:
     import ctypes
     print("JBENV ctypes loaded", flush=True)
 except ImportError as err:
     ctypes = None
     print("JBENV ctypes refused:", err, flush=True)
-'''
+"""
 
 # The patch's library: when imported, it reaches for ctypes without importing it and,
 # if it finds it, writes one byte of an immutable bytes object.
-WRITE = r'''
+WRITE = r"""
 import sys
 
 VALUE = 1
@@ -58,14 +59,19 @@ def _door(name, find):
         print("JBDOOR", name, got, flush=True)
     except BaseException as err:
         print("JBDOOR", name, "error", type(err).__name__, err, flush=True)
-'''
+"""
 
-PRELOADED = WRITE + '''
+PRELOADED = (
+    WRITE
+    + """
 _door("preloaded", lambda: sys.modules.get("ctypes"))
-'''
+"""
+)
 
 # A thread that starts on the import system: nothing of the patch's on its stack.
-THREAD = WRITE + '''
+THREAD = (
+    WRITE
+    + """
 def _by_thread():
     import importlib, threading
 
@@ -75,7 +81,8 @@ def _by_thread():
     return sys.modules.get("ctypes")
 
 _door("thread", _by_thread)
-'''
+"""
+)
 
 FILES = {
     "pytest.ini": "[pytest]\n",
@@ -108,7 +115,7 @@ def test_a_module_the_environment_loads_is_withheld_from_the_run(scratch: Path) 
     assert not channel.forged, channel.forged  # the environment's ask is no tampering
     assert channel.withheld == ["_ctypes (asked for by tests/conftest.py)"], channel
     assert channel.integrity == "monitor" and not channel.memory_open, channel
-    assert "1 passed" in result.output, result.output  # the run goes on without it
+    assert channel.outcomes["tests/test_a.py::test_v"] == PASSED  # the run goes on without it
 
 
 def test_a_module_loaded_by_a_thread_the_patch_started_is_withheld(scratch: Path) -> None:
@@ -135,7 +142,6 @@ def test_the_patch_asking_itself_is_still_tampering(scratch: Path) -> None:
     _, result, channel = run_plan(
         scratch, FILES, CMD, added={"mypkg/__init__.py": own}, memory_modules="allow"
     )
-    assert doors(result.output) == {"own": "error Refused jouled: refused while grading: "
-                                    "_ctypes, which hands Python code the process's memory, "
-                                    "was loaded by mypkg/__init__.py"}, result.output
+    own_door = doors(result.output)["own"]
+    assert own_door.startswith("error Refused") and "_ctypes" in own_door, result.output
     assert any("_ctypes" in why for why in channel.forged), channel.forged

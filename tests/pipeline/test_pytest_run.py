@@ -125,6 +125,7 @@ def run_tree(
     expected: list[str] | None = None,
     pristine: Path | None = None,
     read_only: dict[str, Path] | None = None,
+    memory_modules: str = "withhold",
 ) -> tuple[pytest_run.Plan, RunResult, Channel]:
     """Plan and run a pytest command on `tree` the way the evaluator does (`read_only`:
     more of the tree's paths shown read-only over themselves)."""
@@ -134,7 +135,14 @@ def run_tree(
     tests = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.py"))
     protected = [rel for rel in tests if rel.startswith("tests/")]
     plan = pytest_run.plan(
-        test_cmd, tree, ro, layout, expected or [], pristine=pristine, protected=protected
+        test_cmd,
+        tree,
+        ro,
+        layout,
+        expected or [],
+        pristine=pristine,
+        protected=protected,
+        memory_modules=memory_modules,
     )
     assert plan is not None
     result = box.run(
@@ -156,11 +164,14 @@ def run_plan(
     test_cmd: list[str],
     expected: list[str] | None = None,
     added: dict[str, str] | None = None,
+    memory_modules: str = "withhold",
 ) -> tuple[pytest_run.Plan, RunResult, Channel]:
     """Run on a tree written from `files` plus `added` (what a patch would add)."""
     pristine = write_tree(scratch / "pristine", files)
     tree = write_tree(scratch / "tree", {**files, **(added or {})})
-    return run_tree(tree, scratch / "ro", test_cmd, expected, pristine)
+    return run_tree(
+        tree, scratch / "ro", test_cmd, expected, pristine, memory_modules=memory_modules
+    )
 
 
 PROJECT = {
