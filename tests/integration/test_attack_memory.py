@@ -5,8 +5,9 @@ a test first builds one of the library's classes, rewrites the bytecode of the v
 test functions in place so that they return at once (`attacks.FORGE_MEMORY`); the test
 function itself then reports a clean return. The doors to the memory differ: ctypes
 (imported, or loaded by a thread the patch starts on the import system itself, with none
-of its frames on the loading stack), the process's own `/proc/self/mem` under another
-name, and another process of the run. The payload proves it ran (`ran`) and says whether
+of its frames on the loading stack), bytecode of the patch's own making (CPython does not
+verify it: a constant read past the constants is any object), the process's own
+`/proc/self/mem` under another name, and another process of the run. The payload proves it ran (`ran`) and says whether
 its write took (`forge`: `OK`, or `denied:<why>`). Before the run's memory was sealed,
 and before memory modules were withheld from every graded run, each was signed
 `resolved`. Now every write must be refused and the run come out `tampered` or
@@ -29,8 +30,17 @@ TASKS = {"visible": A.LRUCACHE, "hidden": A.SEMVER}
 DOORS = {
     "ctypes": A.POKE_CTYPES,
     "ctypes-thread": A.POKE_CTYPES_THREAD,
+    "bytecode": A.POKE_BYTECODE,
     "proc-self-mem": A.POKE_PROC_SELF,
     "child-process": A.POKE_CHILD,
+}
+# How each door is shut: the monitor's refusal, the withheld module's absence, the kernel.
+DENIED = {
+    "ctypes": "denied:Refused",
+    "ctypes-thread": "denied:ImportError",
+    "bytecode": "denied:Refused",
+    "proc-self-mem": "denied:PermissionError",
+    "child-process": "denied:PermissionError",
 }
 CASES: dict[str, Case] = {
     f"{door}-{kind}": Case(poke + A.FORGE_MEMORY, task)
@@ -58,6 +68,9 @@ def test_a_write_to_the_test_process_memory_is_not_resolved(forgeries: Run, name
     # The write was tried and refused: by the monitor (ctypes is never loaded) or by the
     # kernel (no process of the run opens a /proc/<pid>/mem, by any name).
     assert forge.startswith("denied:"), f"the memory was written: {forge}\n{out.why()}"
+    # ... and by the defence, not by the payload failing on its own
+    door = name.rsplit("-", 1)[0]
+    assert forge.startswith(DENIED[door]), f"{door} was not shut as it should be: {forge}"
     assert out.status in ("tampered", "unresolved"), f"the forgery is {out.status}\n{out.why()}"
     body = json.loads(base64.b64decode(out.receipt["entry"]["payload"]))["body"]
     assert body["isolation"]["memory"] == "sealed", body["isolation"]
