@@ -57,6 +57,7 @@ start record says which level applied (`monitor` or `reduced`).
 # `str.removeprefix`, and every annotation naming a generic is a string: the
 # environments of old SWE-bench instances (Python 3.6) run this file too.
 
+import _thread
 import functools as _functools
 import hashlib
 import hmac
@@ -1007,6 +1008,8 @@ def start(
         return not _all(_map(_is, now, builtins_values))
 
     write, getframe, hexlify = os.write, sys._getframe, bytes.hex
+    get_ident = _thread.get_ident
+    main_thread = get_ident()  # the monitor starts in the main thread
     snapshot = Snapshot(origins)
     state: "dict[str, Any]" = {
         "n": 0,
@@ -1078,6 +1081,54 @@ def start(
 
     def caller_file(frame: Any) -> str:
         return caller(frame)[0]
+
+    def elsewhere() -> str:
+        """A thread other than the main one: whatever runs there may be the patch's,
+        started on a library function (none of its frames on that thread's stack)."""
+        if get_ident() != main_thread:
+            return "a thread of the run (anything may have started it)"
+        return ""
+
+    def library_import(frame: Any) -> bool:
+        """Whether the first frame outside the import system is the top-level code of a
+        module the patch did not write, being imported (its arguments are its own)."""
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen "):
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_name != "<module>":
+            return False
+        module = modules.get(frame.f_globals.get("__name__"))
+        if getattr(module, "__dict__", None) is not frame.f_globals:
+            return False  # a module's code run again, on globals of somebody's choosing
+        return not origins.code_from_tree(frame.f_code)
+
+    def bytecode_problem(frame: Any) -> str:
+        """Why the bytecode an import is reading cannot be trusted: a file the run could
+        write, or a loader the patch made or fitted (its own `get_data` feeds any bytes)."""
+        depth = 0
+        while frame is not None and depth < 8:
+            code = frame.f_code
+            if not code.co_filename.startswith("<frozen "):
+                return ""
+            local = frame.f_locals
+            path = local.get("bytecode_path")
+            loader = local.get("self")
+            if loader is not None and code.co_name in ("get_code", "_unmarshal_code"):
+                found = origins.from_tree(loader)
+                if not found:
+                    attrs = getattr(loader, "__dict__", None)
+                    for value in list(attrs.values()) if type(attrs) is dict else ():
+                        found = origins.from_tree(value)
+                        if found:
+                            break
+                if found:
+                    return f"an import read bytecode through a loader from {found}"
+                if type(path) is not str:
+                    path = getattr(loader, "archive", None)
+            if type(path) is str and run_could_write(path):
+                return f"bytecode from {path}, a file the run could write, was loaded"
+            frame = frame.f_back
+            depth += 1
+        return ""
 
     def stack_problem(frame: Any) -> str:
         """Code from the tree between the plugin and the runner's main: a forger's wrapper."""
@@ -1274,6 +1325,34 @@ def start(
             depth += 1
         return "<none>"
 
+    def stand_in(frame: Any) -> None:
+        """The test framework's own `import ctypes` (Django's test runner has one, for
+        its parallel mode) gets a module without memory access in the real one's place:
+        the import system takes a module put in `sys.modules` while it looks."""
+        if frame is None or "ctypes" in modules:
+            return
+        importer = frame.f_globals.get("__name__")
+        if type(importer) is not str or not (
+            _top(importer) in WATCHED or importer.startswith(WATCHED_PREFIXES)
+        ):
+            return
+        if origins.code_from_tree(frame.f_code):
+            return
+        module = type(sys)("ctypes", "A stand-in: graded runs have no ctypes (jouled).")
+
+        def missing(attribute: str) -> Any:
+            raise AttributeError(
+                f"module 'ctypes' has no attribute {attribute!r}: ctypes is withheld from "
+                "graded runs (a daemon run with --memory-modules allow loads it)"
+            )
+
+        module.__getattr__ = missing  # type: ignore[attr-defined]
+        modules["ctypes"] = module
+        if "ctypes" not in withheld:
+            withheld.add("ctypes")
+            by = _encode(asker(frame))
+            record(f'{{"event":"withheld","module":"ctypes","by":{by}')
+
     def memory_module(name: str, frame: Any) -> None:
         found = patch_on_stack(frame)
         if found:
@@ -1322,6 +1401,8 @@ def start(
             # statement, importlib, a loader made by hand).
             name = args[0] if type(args[0]) is str else ""
             filename = args[1] if len(args) > 1 else None
+            if name == "ctypes" and filename is None and not allow_memory:
+                stand_in(getframe(2))
             if name.rpartition(".")[2] in MEMORY_MODULES:
                 memory_module(name, getframe(2))
             elif type(filename) is str and run_could_write(filename):
@@ -1406,16 +1487,27 @@ def start(
             if tree and not origins.same_source(filename, source):
                 refuse(f"code compiled by {who} claims to be {filename}")
         elif event == "code.__new__":
+            # Bytecode is not verified: code made by hand can read and write any memory.
+            frame = getframe(2)
             filename = args[1] if len(args) > 1 else ""
-            if type(filename) is str and origins.real_file(filename):
-                who, tree = caller(getframe(2))
-                if tree and origins.trusted_file(filename):
-                    refuse(f"a code object made by {who} claims to be {filename}")
+            who, tree = caller(frame)
+            if tree and type(filename) is str and origins.trusted_file(filename):
+                refuse(f"a code object made by {who} claims to be {filename}")
+            if importing(frame) or library_import(frame):
+                return  # unmarshalling (Python 3.8), a library's own import-time code
+            found = patch_on_stack(frame) or elsewhere()
+            if found:
+                refuse(f"a code object was made by hand (bytecode is not verified) by {found}")
         elif event in ("marshal.loads", "marshal.load"):
-            if not importing(getframe(2)):
-                who, tree = caller(getframe(2))
-                if tree:
-                    refuse(f"code was unmarshalled by {who}")
+            frame = getframe(2)
+            if importing(frame):
+                why = bytecode_problem(frame)
+                if why:
+                    refuse(why)
+                return
+            found = patch_on_stack(frame) or elsewhere()
+            if found:
+                refuse(f"code was unmarshalled by {found}")
         elif event == "exec" or event == "function.__new__":
             code = args[0] if args else None
             if type(code) is not _CodeType:

@@ -7,11 +7,11 @@ function itself then reports a clean return. The doors to the memory differ: cty
 (imported, or loaded by a thread the patch starts on the import system itself, with none
 of its frames on the loading stack), bytecode of the patch's own making (CPython does not
 verify it: a constant read past the constants is any object), the process's own
-`/proc/self/mem` under another name, and another process of the run. The payload proves it ran (`ran`) and says whether
-its write took (`forge`: `OK`, or `denied:<why>`). Before the run's memory was sealed,
-and before memory modules were withheld from every graded run, each was signed
-`resolved`. Now every write must be refused and the run come out `tampered` or
-`unresolved`, on a task without hidden tests and on one with them; the real fixes
+`/proc/self/mem` under another name, and another process of the run. The payload proves
+it ran (`ran`) and says whether its write took (`forge`: `OK`, or `denied:<why>`), and
+the denial must be the defence's, not the payload failing on its own. Unshut, each door
+was signed `resolved`. Now every write must be refused and the run come out `tampered`
+or `unresolved`, on a task without hidden tests and on one with them; the real fixes
 still resolve beside them.
 """
 

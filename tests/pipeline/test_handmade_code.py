@@ -5,10 +5,11 @@ constants takes any address as an object. The patch's library below makes one
 (`code.replace`), points it at a fake `bytearray` spanning the address space, and
 writes one byte of an immutable bytes object; the same code made in a thread the
 patch starts on the standard library (none of its frames on that thread's stack); and
-bytecode the patch edited by hand, loaded from a file it wrote through the import
-system's own loader for bytecode files. Each payload proves it ran (a marker line)
-and must be refused, the run `tampered`; code the compiler made from source, and a
-code object the environment's libraries rename, still run.
+bytecode the patch edited by hand, loaded through the import system's own loader for
+bytecode files from a file it wrote, or from a loader of its own that feeds it. Each
+payload proves it ran (a marker line) and must be refused, the run `tampered`; code the
+compiler made from source, and a code object the environment's libraries rename, still
+run.
 """
 
 from __future__ import annotations
@@ -100,11 +101,31 @@ def _sourceless():
     path = os.path.join(tempfile.mkdtemp(), "jbhand.bin")
     with open(path, "wb") as out:
         out.write(header + data)
-    loader = importlib.machinery.SourcelessFileLoader("jbhand", path)
+    return _load(importlib.machinery.SourcelessFileLoader("jbhand", path))
+
+def _load(loader):
+    import importlib.util
+
     spec = importlib.util.spec_from_loader("jbhand", loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return "ran:%r" % (module.RESULT,)
+
+def _fitted():
+    # The bytes come from the loader's own get_data; its path is a file nobody may write.
+    import importlib.machinery, importlib.util
+
+    code = compile("RESULT = 'compiled'", "jbhand", "exec")
+    data = importlib.util.MAGIC_NUMBER + b"\0" * 12 + marshal.dumps(code)
+    first = bytes([dis.opmap["LOAD_CONST"], 0])
+    at = data.index(first, 16)
+    data = data[:at] + bytes([dis.opmap["LOAD_CONST"], 1]) + data[at + 2 :]
+
+    class Loader(importlib.machinery.SourcelessFileLoader):
+        def get_data(self, path):
+            return data
+
+    return _load(Loader("jbhand", os.__file__))
 '''
 
 FILES = {
@@ -113,7 +134,7 @@ FILES = {
     "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
 }
 CMD = ["python", "-m", "pytest", "-s", "tests"]
-DOORS = {"own": "_own", "thread": "_thread", "sourceless": "_sourceless"}
+DOORS = {"own": "_own", "thread": "_thread", "sourceless": "_sourceless", "fitted": "_fitted"}
 
 
 @pytest.fixture

@@ -145,3 +145,31 @@ def test_the_patch_asking_itself_is_still_tampering(scratch: Path) -> None:
     own_door = doors(result.output)["own"]
     assert own_door.startswith("error Refused") and "_ctypes" in own_door, result.output
     assert any("_ctypes" in why for why in channel.forged), channel.forged
+
+
+# Django's test runner imports ctypes at the top of the module (for its parallel mode).
+DJANGO_RUNNER = """
+import ctypes
+
+PARALLEL = lambda: ctypes.c_int
+"""
+
+
+def test_the_test_framework_s_own_import_gets_a_stand_in_without_memory(scratch: Path) -> None:
+    files = {
+        **FILES,
+        "django/__init__.py": "",
+        "django/test/__init__.py": "",
+        "django/test/runner.py": DJANGO_RUNNER,
+        "tests/conftest.py": "import django.test.runner\n",
+    }
+    _, result, channel = run_plan(scratch, files, CMD, added={"mypkg/__init__.py": PRELOADED})
+    # The payload found the stand-in, which has nothing to write memory with.
+    assert doors(result.output) == {
+        "preloaded": "error AttributeError module 'ctypes' has no "
+        "attribute 'Union': ctypes is withheld from graded runs (a daemon run with "
+        "--memory-modules allow loads it)"
+    }, result.output
+    assert channel.outcomes["tests/test_a.py::test_v"] == PASSED, result.output
+    assert channel.withheld == ["ctypes (asked for by django/test/runner.py)"], channel
+    assert channel.integrity == "monitor" and not channel.forged, channel
