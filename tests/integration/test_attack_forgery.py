@@ -55,6 +55,8 @@ PLAIN = "plain"
 # Routes that need a task of a kind: a library class the tests build; several test modules.
 EXTRA = {
     "code-swap-visible": (A.FORGE_CODE, A.LRUCACHE),
+    # the same swap made in a thread started on the standard library
+    "code-swap-thread-visible": (A.FORGE_CODE_THREAD, A.LRUCACHE),
     "rewrite-strip-visible": (A.FORGE_REWRITE, A.URLRESOLVE),
 }
 
