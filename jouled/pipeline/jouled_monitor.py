@@ -1082,6 +1082,14 @@ def start(
     def caller_file(frame: Any) -> str:
         return caller(frame)[0]
 
+    def who_did(frame: Any) -> "tuple[str, bool]":
+        """`caller`, where a thread other than the main one counts as the tree's: it may
+        run the patch's errand on a library function, none of its frames on the stack."""
+        who, tree = caller(frame)
+        if not tree and get_ident() != main_thread:
+            return f"a thread of the run (in {who})", True
+        return who, tree
+
     def elsewhere() -> str:
         """A thread other than the main one: whatever runs there may be the patch's,
         started on a library function (none of its frames on that thread's stack)."""
@@ -1438,7 +1446,7 @@ def start(
             kind = type(target)
             if kind is _FunctionType:
                 if name in SPECIAL_WRITES and not origins.function_from_tree(target):
-                    who, tree = caller(getframe(2))
+                    who, tree = who_did(getframe(2))
                     if tree:
                         refuse(f"{name} of {target.__qualname__} was written by {who}")
             elif isinstance(target, type):
@@ -1484,6 +1492,8 @@ def start(
             if protected and not tree and state["armed"]:
                 rewritten(filename, getframe(2))
                 return
+            if not tree:
+                who, tree = who_did(getframe(2))
             if tree and not origins.same_source(filename, source):
                 refuse(f"code compiled by {who} claims to be {filename}")
         elif event == "code.__new__":
@@ -1520,14 +1530,14 @@ def start(
                 if tree:
                     origins.mark_dynamic(code, who)
             elif event == "function.__new__" and origins.trusted_file(filename):
-                who, tree = caller(getframe(2))
+                who, tree = who_did(getframe(2))
                 if tree:
                     refuse(f"a function of {filename} was remade by {who}")
             elif origins.trusted_file(filename):
                 # Code under the name of a file the patch did not write, run by the tree
                 # outside an import: it must be that file's code (a syntax tree compiled
                 # under a borrowed name is not; audit events do not show its name).
-                who, tree = caller(getframe(2))
+                who, tree = who_did(getframe(2))
                 if tree and not importing(getframe(2)) and not origins.same_code(code):
                     refuse(f"code claiming to be {filename} was run by {who}")
 
