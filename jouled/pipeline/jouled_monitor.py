@@ -145,6 +145,8 @@ MEMORY_MODULES = frozenset(
         "_xxtestfuzz",
     }
 )
+# The import system's functions that read bytecode: their locals name the file or loader.
+BYTECODE_READERS = frozenset({"_compile_bytecode", "get_code", "_unmarshal_code"})
 # Where a memory module's own package asks for it on its importer's behalf.
 MEMORY_PACKAGES = ("/ctypes/", "/cffi/")
 MAX_DYNAMIC = 200000  # code objects the tree compiled, remembered to judge its functions by
@@ -1090,6 +1092,22 @@ def start(
             return f"a thread of the run (in {who})", True
         return who, tree
 
+    read_only_dirs: "set[str]" = set()
+
+    def read_only_dir(path: str) -> bool:
+        """Whether `path` lies in a directory on a read-only mount (remembered: the run
+        cannot mount anything, so such a directory stays read-only)."""
+        directory = os.path.dirname(path)
+        if directory in read_only_dirs:
+            return True
+        try:
+            if os.statvfs(directory).f_flag & os.ST_RDONLY:
+                read_only_dirs.add(directory)
+                return True
+        except OSError:
+            pass
+        return False
+
     def elsewhere() -> str:
         """A thread other than the main one: whatever runs there may be the patch's,
         started on a library function (none of its frames on that thread's stack)."""
@@ -1117,10 +1135,14 @@ def start(
             code = frame.f_code
             if not code.co_filename.startswith("<frozen "):
                 return ""
+            if code.co_name not in BYTECODE_READERS:
+                frame = frame.f_back
+                depth += 1
+                continue
             local = frame.f_locals
             path = local.get("bytecode_path")
             loader = local.get("self")
-            if loader is not None and code.co_name in ("get_code", "_unmarshal_code"):
+            if loader is not None and code.co_name != "_compile_bytecode":
                 found = origins.from_tree(loader)
                 if not found:
                     attrs = getattr(loader, "__dict__", None)
@@ -1132,8 +1154,10 @@ def start(
                     return f"an import read bytecode through a loader from {found}"
                 if type(path) is not str:
                     path = getattr(loader, "archive", None)
-            if type(path) is str and run_could_write(path):
+            if type(path) is str and not read_only_dir(path) and run_could_write(path):
                 return f"bytecode from {path}, a file the run could write, was loaded"
+            if loader is not None and code.co_name != "_compile_bytecode":
+                return ""  # the loader and its file both judged
             frame = frame.f_back
             depth += 1
         return ""
