@@ -8,16 +8,27 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .conftest import Daemon, start_daemon
+from .gate import Gate, wait_for
 from .test_daemon import make_patch
 
 MOD = "def double(x):\n    return x + x + 1\n"
 FIXED = "def double(x):\n    return x + x\n"
+# The fix, held when the tests import it: it writes `started` into its working tree and
+# waits there for a `release` file (`gate.Gate` sees and releases it from outside).
+HELD_FIX = (
+    "import pathlib, time\n"
+    "_tree = pathlib.Path.cwd()\n"
+    "(_tree / 'started').write_text('')\n"
+    "while not (_tree / 'release').exists():\n"
+    "    time.sleep(0.01)\n\n"
+) + FIXED
 TESTS = textwrap.dedent(
     """
     from pkg.mod import double
@@ -150,9 +161,9 @@ def test_tasks_check_reports_bad_tasks(tasks: Path) -> None:
 def test_a_crash_mid_attempt_is_aborted_and_a_retry_yields_one_result(
     tasks: Path, tmp_path: Path
 ) -> None:
-    slow_fix = "import time\ntime.sleep(4)\n\n" + FIXED
-    patch = make_patch(tmp_path, tasks / "local" / "slow", {"pkg/mod.py": slow_fix})
+    patch = make_patch(tmp_path, tasks / "local" / "slow", {"pkg/mod.py": HELD_FIX})
     d = start_daemon(tmp_path / "data", tasks=tasks)
+    gate = Gate(tmp_path / "data")
     d.client_json("run", "--suite", "local", "--solvers", "noop")  # baseline recorded
     size = d.ledger_size()
     key = "crash-retry-1"
@@ -176,9 +187,11 @@ def test_a_crash_mid_attempt_is_aborted_and_a_retry_yields_one_result(
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert reached_tests(client)  # the kill lands inside the 4 s test run
+    assert reached_tests(client)
+    gate.wait_held(1)  # the kill lands while the test run is held
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(timeout=10)
+    gate.release_all()  # a run the killed daemon left behind ends
     client.communicate(timeout=30)
     assert client.returncode != 0
 
@@ -192,7 +205,10 @@ def test_a_crash_mid_attempt_is_aborted_and_a_retry_yields_one_result(
         ]
         aborts = [d for d in docs[size:] if d["kind"] == "abort"]
         assert len(aborts) == 1 and aborts[0]["body"]["idempotency_key"] == key
+        releaser = threading.Thread(target=lambda: gate.release(gate.wait_held(1)[0]))
+        releaser.start()  # the retry's own run, let go once held
         receipt = submit(again, "local/slow", patch, "--idempotency-key", key)
+        releaser.join()
         assert receipt["status"] == "resolved"
         replay = submit(again, "local/slow", patch, "--idempotency-key", key)
         assert replay["seq"] == receipt["seq"] and replay["replayed"] is True
@@ -212,9 +228,9 @@ def test_a_crash_mid_attempt_is_aborted_and_a_retry_yields_one_result(
 
 
 def test_sigterm_lets_a_running_attempt_finish(tasks: Path, tmp_path: Path) -> None:
-    slow_fix = "import time\ntime.sleep(3)\n\n" + FIXED
-    patch = make_patch(tmp_path, tasks / "local" / "slow", {"pkg/mod.py": slow_fix})
+    patch = make_patch(tmp_path, tasks / "local" / "slow", {"pkg/mod.py": HELD_FIX})
     d = start_daemon(tmp_path / "data", tasks=tasks)
+    gate = Gate(tmp_path / "data")
     d.client_json("run", "--suite", "local", "--solvers", "noop")
     client = subprocess.Popen(
         [
@@ -235,7 +251,11 @@ def test_sigterm_lets_a_running_attempt_finish(tasks: Path, tmp_path: Path) -> N
         text=True,
     )
     assert reached_tests(client)  # a drain, not a refusal at the door
-    assert d.stop(signal.SIGTERM) == 0
+    held = gate.wait_held(1)
+    d.proc.send_signal(signal.SIGTERM)
+    wait_for("the daemon to take the signal", lambda: "received SIGTERM" in d.log.read_text())
+    gate.release(held[0])  # the daemon, told to stop, still waits for the held run
+    assert d.proc.wait(timeout=120) == 0, d.log.read_text()
     out, err = client.communicate(timeout=30)
     assert client.returncode == 0, err
     assert json.loads(out)["status"] == "resolved"
