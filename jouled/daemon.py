@@ -39,8 +39,9 @@ from jouled.meter.base import Calibration, Meter
 from jouled.meter.metering import Metering
 from jouled.opwindows import OpWindow, OpWindows, WindowRequest
 from jouled.pipeline import scratch
-from jouled.pipeline.evaluate import Attempt, Evaluator, Expected, Progress
+from jouled.pipeline.evaluate import Attempt, Evaluator, Progress
 from jouled.pipeline.sandbox import Sandbox, sandbox_instance
+from jouled.pipeline.verdicts import Expected
 from jouled.quotas import Places
 from jouled.registrations import Registrations
 from jouled.rollouts import NextRollout

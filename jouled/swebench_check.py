@@ -23,7 +23,8 @@ from jouled.errors import BrokenEnvironmentError, JouledError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
-from jouled.pipeline.evaluate import Attempt, Evaluator, Expected
+from jouled.pipeline.evaluate import Attempt, Evaluator
+from jouled.pipeline.verdicts import Expected
 
 GRADABLE = "gradable"
 

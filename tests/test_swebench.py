@@ -38,7 +38,8 @@ from jouled.errors import PatchError, TaskError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
-from jouled.pipeline.evaluate import Attempt, Evaluator, Expected
+from jouled.pipeline.evaluate import Attempt, Evaluator
+from jouled.pipeline.verdicts import Expected
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")

@@ -1378,7 +1378,7 @@ def start(
                 "graded runs (a daemon run with --memory-modules allow loads it)"
             )
 
-        module.__getattr__ = missing  # type: ignore[attr-defined]
+        module.__getattr__ = missing  # type: ignore[method-assign]
         modules["ctypes"] = module
         if "ctypes" not in withheld:
             withheld.add("ctypes")

@@ -12,12 +12,9 @@ from jouled.contracts import Contract, TaskRegistry
 from jouled.errors import JouledError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
-from jouled.pipeline.evaluate import (
-    Evaluator,
-    derive_expected,
-    graded_exit,
-)
+from jouled.pipeline.evaluate import Evaluator
 from jouled.pipeline.testreport import grade
+from jouled.pipeline.verdicts import derive_expected, graded_exit
 
 
 class _NoStore:

@@ -12,7 +12,7 @@ import functools
 
 from jouled.contracts import swebench_harness as harness
 from jouled.pipeline.envcheck import EVIDENCE_CHARS, diagnose
-from jouled.pipeline.evaluate import Expected, ended_unrun, unseen_passes
+from jouled.pipeline.verdicts import Expected, ended_unrun, unseen_passes
 
 RULES = functools.partial(harness.official_verdict, "pytest")
 F2P = ["tests/test_a.py::test_new"]

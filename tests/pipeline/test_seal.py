@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline import seccomp
-from jouled.pipeline.evaluate import sealed_level
 from jouled.pipeline.graded_tree import read_only_native
 from jouled.pipeline.jouled_monitor import memory_file, run_could_write
+from jouled.pipeline.verdicts import sealed_level
 from tests.pipeline.test_pytest_run import run_plan, run_tree, write_tree
 
 # Each door is tried as the library is imported; a marker line says what it got.
