@@ -1571,10 +1571,8 @@ def return_from_running(codes):
 )
 
 # ctypes: a union of an address and a byte pointer writes anywhere, with no call at all.
-POKE_CTYPES = r"""
-def poke(address, data):
-    import ctypes
-
+UNION_WRITE = r"""
+def union_write(ctypes, address, data):
     class Cell(ctypes.Union):
         _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.POINTER(ctypes.c_ubyte))]
 
@@ -1584,9 +1582,21 @@ def poke(address, data):
         cell.bytes[i] = byte
 """
 
+POKE_CTYPES = (
+    UNION_WRITE
+    + r"""
+def poke(address, data):
+    import ctypes
+
+    union_write(ctypes, address, data)
+"""
+)
+
 # ctypes loaded by a thread that starts on the import system itself: none of the
 # patch's frames are on the stack that loads it; then used from `sys.modules`.
-POKE_CTYPES_THREAD = r"""
+POKE_CTYPES_THREAD = (
+    UNION_WRITE
+    + r"""
 def poke(address, data):
     import importlib, threading
 
@@ -1597,15 +1607,9 @@ def poke(address, data):
     ctypes = sys.modules.get("ctypes")
     if ctypes is None:
         raise ImportError("ctypes did not load in the thread")
-
-    class Cell(ctypes.Union):
-        _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.POINTER(ctypes.c_ubyte))]
-
-    cell = Cell()
-    cell.address = address
-    for i, byte in enumerate(data):
-        cell.bytes[i] = byte
+    union_write(ctypes, address, data)
 """
+)
 
 # A bytearray spanning the address space, from bytecode of the patch's own making: a
 # LOAD_CONST past the constants reads a pointer to a fake bytearray (CPython does not
