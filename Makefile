@@ -42,7 +42,7 @@ browser:
 # tools/swebench_oracle.py). Fetched once into .cache/swebench/; where they cannot
 # be fetched, those tests skip and say so.
 SWE_CACHE    := .cache/swebench
-SWE_STAMP    := $(SWE_CACHE)/.fetched-5
+SWE_STAMP    := $(SWE_CACHE)/.fetched-6
 SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1 sympy==1.12
 SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 Jinja2==3.1.2 \
                 Werkzeug==2.3.7 blinker==1.9.0 setuptools==70.0.0 wheel==0.45.1 flit_core==3.9.0 \
@@ -52,6 +52,9 @@ SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 
 # pytest-dev/pytest's specification pins these (pip downloads one version of a name at a time)
 SWE_PINNED   := packaging==23.1 pluggy==1.3.0 exceptiongroup==1.1.3 tomli==2.0.1
 SWE_ORACLE   := swebench==4.1.0
+# A real library that loads ctypes at import, for the graded run that withholds it
+# (tests/pipeline/test_real_numpy.py); a wheel for this interpreter where one exists
+REAL_NUMPY   := "numpy>=1.26,<2.4"
 # The releases the real Verified instances' checkouts are rebuilt from (tests/swebench_verified.py),
 # one download each: two versions of one name cannot share a pip call
 SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 sphinx==3.4.3 sympy==1.2
@@ -72,6 +75,9 @@ swebench-fixtures: install
 	    || exit 1; done ) && \
 	  $(BIN)/python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
 	    $(SWE_CACHE)/swebench-4.1.0-py3-none-any.whl $(SWE_CACHE)/oracle && \
+	  ( $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps \
+	    --only-binary :all: -d $(SWE_CACHE)/dist $(REAL_NUMPY) \
+	    || echo "no NumPy wheel for this interpreter: the real-NumPy run will skip" ) && \
 	  touch $(SWE_STAMP); } \
 	  || echo "SWE-bench fixtures not fetched: the real-release SWE-bench tests will skip"
 

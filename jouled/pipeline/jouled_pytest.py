@@ -15,8 +15,9 @@ their own functions), the running item (no method replaced by the patch's
 code; its test function is the one its file defines, wrapped in an observer
 that tells the monitor how it ended), and the test modules pytest rewrote
 (compared with a fresh rewrite where the monitor could not check the
-rewriting as it ran). The canaries are added to pytest's arguments here,
-never on the command line.
+rewriting as it ran). The canaries are added to the paths pytest collects
+once it has parsed its arguments (a directory argument that holds one finds it
+there), never on the command line.
 """
 
 import inspect as _inspect
@@ -215,7 +216,31 @@ def item_problems(item: Any, origins: "Origins") -> "list[str]":
 # -- the plugin -----------------------------------------------------------------------------
 
 
-def make_plugin(audit: Any, pytest: Any) -> Any:
+def canary_args(config: Any, canaries: "list[str]") -> "list[str]":
+    """The canaries to collect as path arguments beside `config.args`: those no directory
+    argument holds. One a directory argument holds (its name one pytest collects there) is
+    found in it: pytest 8.0 to 8.3, named a directory and a file in it, collects the file
+    alone, and the directory's tests would never run."""
+    import fnmatch
+
+    params = getattr(config, "invocation_params", None)
+    base = str(getattr(params, "dir", "") or os.getcwd())
+    dirs = []
+    for arg in config.args:
+        path = os.path.join(base, str(arg).split("::")[0])
+        if os.path.isdir(path):
+            dirs.append(os.path.realpath(path).rstrip(os.sep) + os.sep)
+    patterns = list(config.getini("python_files") or [])
+    out = []
+    for canary in canaries:
+        real = os.path.realpath(os.path.join(base, canary))
+        named = any(fnmatch.fnmatch(os.path.basename(real), p) for p in patterns)
+        if not (named and any(real.startswith(d) for d in dirs)):
+            out.append(canary)
+    return out
+
+
+def make_plugin(audit: Any, pytest: Any, canaries: "list[str]") -> Any:
     """The pytest plugin: hands every report to the monitor through `audit` (sys.audit)."""
 
     class Reporter:
@@ -224,6 +249,11 @@ def make_plugin(audit: Any, pytest: Any) -> Any:
         @pytest.hookimpl(tryfirst=True)
         def pytest_load_initial_conftests(self, early_config: Any) -> None:
             audit(EVENT, "arm", early_config)
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(self, config: Any) -> None:
+            # The canaries are collected like the tests, but are on no command line.
+            config.args.extend(canary_args(config, canaries))
 
         def pytest_sessionstart(self, session: Any) -> None:
             audit(EVENT, "session", session)
@@ -293,11 +323,10 @@ def main() -> None:
     del key
     import pytest
 
-    plugin = make_plugin(audit, pytest)
+    plugin = make_plugin(audit, pytest, list(setup.pop("canaries", [])))
     register(plugin_codes())
     if mode == "module":
         sys.path.insert(0, os.getcwd())
     sys.argv = [sys.argv[0], *args]
-    # The canaries are collected like any path argument, but are on no command line.
-    code = pytest.main([*args, *setup.pop("canaries", [])], plugins=[plugin])
+    code = pytest.main(list(args), plugins=[plugin])
     sys.exit(int(code))
