@@ -1088,7 +1088,7 @@ def start(
         """`caller`, where a thread other than the main one counts as the tree's: it may
         run the patch's errand on a library function, none of its frames on the stack."""
         who, tree = caller(frame)
-        if not tree and get_ident() != main_thread:
+        if not tree and elsewhere():
             return f"a thread of the run (in {who})", True
         return who, tree
 

@@ -21,8 +21,17 @@ from pathlib import Path
 
 import pytest
 
+from jouled.contracts.task import load_task
+from jouled.errors import SandboxError
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.pipeline.evaluate import Evaluator
+from jouled.pipeline.graded_tree import prepare_tree, seed
 from jouled.pipeline.testreport import PASSED
+from jouled.pipeline.verdicts import sealed_level
+from tests.integration.attacks import TASKS
 from tests.pipeline.test_pytest_run import run_plan
+from tests.test_swebench import MemoryBaselines
 
 # The environment's library, trusted as the environment is: it loads ctypes if it may.
 ENVIRONMENT = """
@@ -173,3 +182,48 @@ def test_the_test_framework_s_own_import_gets_a_stand_in_without_memory(scratch:
     assert channel.outcomes["tests/test_a.py::test_v"] == PASSED, result.output
     assert channel.withheld == ["ctypes (asked for by django/test/runner.py)"], channel
     assert channel.integrity == "monitor" and not channel.forged, channel
+
+
+# -- what the evaluator signs ---------------------------------------------------------------
+
+
+def _lrucache_with_ctypes(root: Path) -> Path:
+    """The bundled lrucache task, its tests' conftest loading ctypes as a library would."""
+    task = root / "lrucache"
+    shutil.copytree(TASKS / "smoke" / "lrucache", task)
+    (task / "before" / "tests" / "conftest.py").write_text(ENVIRONMENT)
+    return task
+
+
+@pytest.mark.parametrize("policy", ["withhold", "allow"])
+def test_the_evaluator_signs_what_was_withheld_or_let_in(tmp_path: Path, policy: str) -> None:
+    contract = load_task(_lrucache_with_ctypes(tmp_path), "smoke")
+    metering = Metering(EstimatorMeter(), None, "exclusive")
+    evaluator = Evaluator(metering, MemoryBaselines(), tmp_path / "work", memory_modules=policy)
+    tree = seed(contract, tmp_path / "run" / "tree")
+    prepare_tree(contract, tree, None)
+    check = evaluator.run_check(contract, tree)
+    assert not check.forged, check.forged
+    asked = "_ctypes (asked for by tests/conftest.py)"
+    if policy == "withhold":
+        assert check.result.isolation["withheld"] == [asked], check.result.isolation
+        assert check.level == sealed_level("monitor", check.result.isolation)
+    else:
+        assert check.result.isolation["memory"] == f"open: loaded {asked}"
+        assert check.level == "reduced" and "withheld" not in check.result.isolation
+
+
+def test_allowed_memory_modules_are_refused_under_min_integrity_monitor(tmp_path: Path) -> None:
+    contract = load_task(_lrucache_with_ctypes(tmp_path), "smoke")
+    metering = Metering(EstimatorMeter(), None, "exclusive")
+    evaluator = Evaluator(
+        metering,
+        MemoryBaselines(),
+        tmp_path / "work",
+        memory_modules="allow",
+        min_integrity="monitor",
+    )
+    tree = seed(contract, tmp_path / "run" / "tree")
+    prepare_tree(contract, tree, None)
+    with pytest.raises(SandboxError, match="below --min-integrity 'monitor'"):
+        evaluator.run_check(contract, tree)
