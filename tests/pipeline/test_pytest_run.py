@@ -126,9 +126,11 @@ def run_tree(
     pristine: Path | None = None,
     read_only: dict[str, Path] | None = None,
     memory_modules: str = "withhold",
+    environment: Path | None = None,
 ) -> tuple[pytest_run.Plan, RunResult, Channel]:
     """Plan and run a pytest command on `tree` the way the evaluator does (`read_only`:
-    more of the tree's paths shown read-only over themselves)."""
+    more of the tree's paths shown read-only over themselves; `environment`: a virtual
+    environment whose python runs the tests, shown read-only)."""
     ro.mkdir()
     box = Sandbox()
     layout = box.layout(tree, ro)
@@ -142,18 +144,20 @@ def run_tree(
         expected or [],
         pristine=pristine,
         protected=protected,
+        python=str(environment / "bin" / "python") if environment else sys.executable,
         memory_modules=memory_modules,
     )
     assert plan is not None
     result = box.run(
         plan.argv,
         tree,
-        limits=Limits(timeout_s=120),
+        limits=Limits(timeout_s=300),
         env=plan.env,
         ro_dir=ro,
         overlays={**(read_only or {}), **plan.overlays},
         channel_in=plan.setup,
         channel_out=True,
+        read_only=[environment] if environment else [],
     )
     return plan, result, read_channel(result.channel or b"", plan.key)
 

@@ -18,12 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from jouled.pipeline import pytest_run
-from jouled.pipeline.limits import Limits
-from jouled.pipeline.pytest_run import read_channel
-from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import PASSED
-from tests.pipeline.test_pytest_run import write_tree
+from tests.pipeline.test_pytest_run import run_tree, write_tree
 from tests.swebench_real import DIST, FETCH_HINT
 
 pytestmark = pytest.mark.slow
@@ -77,34 +73,11 @@ def numpy_env() -> Iterator[Path]:
 def test_numpy_runs_graded_without_ctypes(numpy_env: Path, tmp_path: Path) -> None:
     pristine = write_tree(tmp_path / "pristine", FILES)
     tree = write_tree(tmp_path / "tree", {**FILES, "mylib/__init__.py": LIBRARY})
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    box = Sandbox()
-    layout = box.layout(tree, ro)
-    python = str(numpy_env / "bin" / "python")
-    plan = pytest_run.plan(
-        ["python", "-m", "pytest", "-s", "tests"],
-        tree,
-        ro,
-        layout,
-        ["tests/test_np.py::test_total"],
-        pristine=pristine,
-        protected=["tests/test_np.py"],
-        python=python,
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    expected = ["tests/test_np.py::test_total"]
+    _, result, channel = run_tree(
+        tree, tmp_path / "ro", cmd, expected, pristine, environment=numpy_env
     )
-    assert plan is not None
-    result = box.run(
-        plan.argv,
-        tree,
-        limits=Limits(timeout_s=300),
-        env=plan.env,
-        ro_dir=ro,
-        overlays=plan.overlays,
-        channel_in=plan.setup,
-        channel_out=True,
-        read_only=[numpy_env],
-    )
-    channel = read_channel(result.channel or b"", plan.key)
     assert "JBDOOR ctypes absent" in result.output, result.output  # the patch's code ran
     assert channel.outcomes.get("tests/test_np.py::test_total") == PASSED, result.output
     assert channel.outcomes.get("tests/test_np.py::test_linear_algebra") == PASSED, result.output
