@@ -14,10 +14,7 @@ run.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,13 +109,6 @@ FILES = {
 }
 CMD = ["python", "-m", "pytest", "-s", "tests"]
 DOORS = {"own": "_own", "thread": "_thread", "sourceless": "_sourceless", "fitted": "_fitted"}
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="handmade-code-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def door_lines(output: str) -> dict[str, str]:

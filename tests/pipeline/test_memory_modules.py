@@ -15,8 +15,6 @@ the run is signed `reduced`: the monitor holds nothing there.
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,13 +97,6 @@ FILES = {
     "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
 }
 CMD = ["python", "-m", "pytest", "-s", "tests"]
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="memory-modules-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def doors(output: str) -> dict[str, str]:

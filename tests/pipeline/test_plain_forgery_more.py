@@ -6,9 +6,6 @@ authenticated channel agrees with the log.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,13 +43,6 @@ def rotate_left(x, y):
                 break
     return _jb_rotate_left(x, y)
 """
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="plain-forgery-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.slow

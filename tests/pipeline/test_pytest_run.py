@@ -5,11 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import shutil
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -109,13 +106,6 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="runner-test-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def run_tree(

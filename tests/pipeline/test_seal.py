@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,13 +84,6 @@ FILES = {
     "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
 }
 DOOR_NAMES = ("self-link", "self-relative", "child-mem", "child-process-vm", "child-ptrace")
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="seal-test-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_every_door_to_the_test_process_memory_is_shut(scratch: Path) -> None:

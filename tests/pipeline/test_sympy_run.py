@@ -120,13 +120,6 @@ def run(
     return channel, result.output, result.exit_code, plan.canaries
 
 
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="sympy-runner-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def graded(output: str, canaries: Canaries) -> dict[str, str]:
     return sympy_run.without_canaries(harness.outcomes("sympy", output), canaries)
 

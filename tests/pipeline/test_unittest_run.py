@@ -8,8 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,13 +71,6 @@ def version_of(python: str) -> tuple[int, int]:
     )
     major, minor = out.stdout.split()
     return int(major), int(minor)
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="unittest-runner-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def run(
