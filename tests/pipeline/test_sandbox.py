@@ -429,19 +429,35 @@ HAS_CGROUP = LEVEL == BWRAP and bool(cgroup.groups().kind)
 def test_memory_is_bounded_for_the_run_as_a_whole(workdir: Path) -> None:
     result = py(
         """
-        import os, time
+        import os, select
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
         kids = []
         for _ in range(4):
             pid = os.fork()
             if pid == 0:
+                os.close(ready_r)
+                os.close(go_w)  # the parent's closing it is what lets the children go
                 block = bytearray(150 << 20)
                 for i in range(0, len(block), 4096):
                     block[i] = 1
-                time.sleep(5)
+                os.write(ready_w, b"x")
+                os.read(go_r, 1)  # hold it until every child has allocated or died
                 os._exit(0)
             kids.append(pid)
-        held = sum(os.waitpid(pid, 0)[1] == 0 for pid in kids)
-        print("held", held)
+        # Four children holding 150 MiB at once: until each has said so or died.
+        ready, status = 0, {}
+        while ready + len(status) < 4:
+            if select.select([ready_r], [], [], 0.05)[0]:
+                ready += len(os.read(ready_r, 4))
+            pid, code = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                status[pid] = code
+        os.close(go_w)
+        for pid in kids:
+            if pid not in status:
+                status[pid] = os.waitpid(pid, 0)[1]
+        print("held", sum(code == 0 for code in status.values()))
         """,
         workdir,
         Limits(timeout_s=120, memory_bytes=1 << 30, total_memory_bytes=400 << 20),
