@@ -103,7 +103,9 @@ def diagnose(
     return Diagnosis(
         f"{found.reason}; the run withheld {withheld.group(1)}, which its tests may need "
         "(jouled serve --memory-modules allow loads it, its results signed reduced)",
-        evidence(output, [withheld.group(0)]),
+        found.evidence
+        if withheld.group(0) in found.evidence
+        else evidence(output, [withheld.group(0)]),
     )
 
 
