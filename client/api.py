@@ -1,7 +1,10 @@
 """A small Python API over the jouled.v1 gRPC service.
 
-Every call returns plain data (dicts and lists) shaped as the wire formats in
-the README; gRPC errors become `ClientError` carrying the daemon's message.
+Every call returns a typed document (`jb_client.documents`: `Receipt`,
+`TaskInfo`, `Frontier`, ...; energy in joules through `Energy`) whose
+`.to_dict()` is the wire form the README and `jb-client --json` show. Every
+failure, the daemon's refusals included, is a `ClientError` with a `kind` and
+a hint saying what to do about it.
 """
 
 from __future__ import annotations
@@ -13,20 +16,41 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+from jb_client.documents import (
+    Answer,
+    BestOfK,
+    Calibration,
+    Checkpoint,
+    ConsistencyProof,
+    ExportSummary,
+    Frontier,
+    InclusionProof,
+    Logs,
+    MeterStatus,
+    OpReceipt,
+    PublicKeys,
+    Receipt,
+    Registration,
+    TaskInfo,
+)
+from jb_client.paths import checkpoint_history_path, parquet_path
 from jb_client.target import default_target, normalise
-from jb_client.taskdoc import task_doc as _task
 
-from jouled.documents import FrontierRow, OpReceipt, Receipt
-from jouled.errors import JouledError, Kind
+from jouled.errors import DocumentError, JouledError, Kind
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
 Progress = Callable[[str, str], None]
 # Times a paged answer is read again from its first page when the ledger changes meanwhile.
 PAGE_RETRIES = 5
+# The `claimed` figures a submission may carry (`jouled.v1.Claimed`), each 0 to 2^53-1.
+CLAIMS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
+MAX_SAFE_INTEGER = 2**53 - 1
+
+A = TypeVar("A", bound=Answer)
 
 _KINDS = {
     grpc.StatusCode.INVALID_ARGUMENT: Kind.INVALID_ARGUMENT,
@@ -39,13 +63,98 @@ _KINDS = {
 }
 
 
+# What to do about a refusal of each kind, where neither the daemon nor the client
+# said anything more particular.
+HINTS = {
+    Kind.INVALID_ARGUMENT: "correct the request: docs/protocol.md lists what each call accepts",
+    Kind.NOT_FOUND: "check the id or seq: `jb-client tasks` lists the tasks the daemon serves",
+    Kind.FAILED_PRECONDITION: "the daemon is not in a state to do this now; its log says why",
+    Kind.RESOURCE_EXHAUSTED: "wait and retry (a submission with the same idempotency key): "
+    "nothing was recorded",
+    Kind.UNAUTHENTICATED: "give a token (--token / $JB_TOKEN), or connect over the daemon's "
+    "Unix socket as a user it gives a role",
+    Kind.PERMISSION_DENIED: "ask the daemon's operator for a credential whose role allows this "
+    "(README, Access)",
+    Kind.UNAVAILABLE: "start it with `jouled serve`, or point --target / $JB_TARGET at it",
+    Kind.INTERNAL: "a fault in jouled or in this client: the daemon's log has the details",
+}
+
+
 class ClientError(JouledError):
-    """The daemon refused a request, or could not be reached."""
+    """The daemon refused a request, could not be reached, or was asked something malformed.
+
+    `kind` sorts it (`jouled.errors.Kind`, a str enum: "invalid_argument", ...);
+    `hint` always says what to do about it; `code` is the daemon's reason code,
+    where it sent one ("broken-environment").
+    """
 
     def __init__(self, message: str, kind: Kind, hint: str = "", code: str = "") -> None:
-        super().__init__(message, hint=hint)
+        super().__init__(message, hint=hint or HINTS.get(kind, HINTS[Kind.INTERNAL]))
         self.kind = kind
-        self.code = code  # the daemon's reason code, where it sent one ("broken-environment")
+        self.code = code
+
+
+def _answer(cls: type[A], data: Any) -> A:
+    """The daemon's answer as its typed document; one of another shape is a ClientError."""
+    try:
+        return cls.parse(data)
+    except DocumentError as err:
+        raise ClientError(
+            f"the daemon's answer is not a {cls.NAME} this client reads: {err.message}",
+            Kind.INTERNAL,
+            hint="the daemon may be newer than this jb_client: upgrade joule-bench",
+        ) from None
+
+
+def _count(name: str, value: object, top: int = MAX_SAFE_INTEGER) -> int:
+    """`value` as a whole number from 0 to `top`, else a ClientError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ClientError(
+            f"{name} must be a whole number, not {type(value).__name__} {value!r}",
+            Kind.INVALID_ARGUMENT,
+            hint=f"give {name} as an int from 0 to {top:,}",
+        )
+    if not 0 <= value <= top:
+        raise ClientError(
+            f"{name} {value} is out of range",
+            Kind.INVALID_ARGUMENT,
+            hint=f"give {name} from 0 to {top:,}",
+        )
+    return value
+
+
+def _claimed(claimed: Mapping[str, int] | None) -> dict[str, int]:
+    """The `claimed` figures checked: known names, whole numbers in range."""
+    if claimed is None:
+        return {}
+    if not isinstance(claimed, Mapping):
+        raise ClientError(
+            f"claimed must be a mapping, not {type(claimed).__name__}",
+            Kind.INVALID_ARGUMENT,
+            hint=f"e.g. claimed={{'usd_micros': 1200}}; the names are {', '.join(CLAIMS)}",
+        )
+    out = {}
+    for name, value in claimed.items():
+        if name not in CLAIMS:
+            hint = f"claimed figures are {', '.join(CLAIMS)}"
+            if name in ("usd", "dollars"):
+                hint += "; dollars go as whole micro-dollars: usd_micros=round(usd * 1e6)"
+            elif name in ("joules", "j", "mj"):
+                hint += "; joules go as whole millijoules: joules_mj=round(joules * 1000)"
+            raise ClientError(f"unknown claimed figure {name!r}", Kind.INVALID_ARGUMENT, hint=hint)
+        out[name] = _count(f"claimed {name}", value)
+    return out
+
+
+def _text(name: str, value: object) -> str:
+    """A string field of a request; anything else is a ClientError naming it."""
+    if not isinstance(value, str):
+        raise ClientError(
+            f"{name} must be a str, not {type(value).__name__}",
+            Kind.INVALID_ARGUMENT,
+            hint=f"pass {name} as text",
+        )
+    return value
 
 
 def _read_file(path: str | Path, what: str) -> bytes:
@@ -106,7 +215,11 @@ def channel_credentials(
         base = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
     else:
         if bool(cert) != bool(key):
-            raise ClientError("--cert and --key go together", Kind.INVALID_ARGUMENT)
+            raise ClientError(
+                "--cert and --key go together",
+                Kind.INVALID_ARGUMENT,
+                hint="give both the client certificate and its key, or neither",
+            )
         base = grpc.ssl_channel_credentials(
             root_certificates=_read_file(ca, "CA certificate") if ca else None,
             private_key=_read_file(key, "client key") if key else None,
@@ -118,7 +231,7 @@ def channel_credentials(
 class Client:
     def __init__(
         self,
-        target: str | None = None,
+        target: str | Path | None = None,
         *,
         timeout_s: float | None = None,
         token: str | None = None,
@@ -128,9 +241,11 @@ class Client:
         insecure: bool | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        """A channel to the daemon; token, CA, mode default to $JB_TOKEN, $JB_CA, $JB_INSECURE."""
+        """A channel to the daemon at `target` (unix:PATH, a socket's path, or HOST:PORT;
+        default $JB_TARGET, else the default socket). Token, CA, mode default to
+        $JB_TOKEN, $JB_CA, $JB_INSECURE. Nothing is sent until the first call."""
         env = os.environ if env is None else env
-        self.target = normalise(target or default_target(env))
+        self.target = normalise(str(target) if target else default_target(env))
         self.timeout_s = timeout_s
         creds = channel_credentials(
             self.target,
@@ -179,7 +294,9 @@ class Client:
                 pass
             time.sleep(0.1)
         raise ClientError(
-            f"the daemon at {self.target} did not start serving in {timeout_s} s", Kind.UNAVAILABLE
+            f"the daemon at {self.target} did not start serving in {timeout_s} s",
+            Kind.UNAVAILABLE,
+            hint="check that it runs (its log says why it stopped), or wait longer",
         )
 
     def __enter__(self) -> Client:
@@ -217,6 +334,21 @@ class Client:
                 Kind.UNAVAILABLE,
                 hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
             )
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return ClientError(
+                f"the call to {self.target} ran past its deadline ({self.timeout_s} s)",
+                Kind.UNAVAILABLE,
+                hint="give the Client a longer timeout_s, or none; a submission retried with "
+                "the same idempotency key never yields a second result",
+            )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return ClientError(
+                message,
+                Kind.RESOURCE_EXHAUSTED,
+                hint=hint
+                or "a message over 16 MiB is refused whatever the daemon's load: "
+                "send less at once (a patch may be 1 MiB)",
+            )
         return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
@@ -230,28 +362,31 @@ class Client:
 
     # -- tasks ------------------------------------------------------------------------------
 
-    def tasks(self, suite: str = "") -> list[dict[str, Any]]:
-        reply = self._call(self._stub.ListTasks, pb.ListTasksRequest(suite=suite))
-        return [_task(t) for t in reply.tasks]
+    def tasks(self, suite: str = "") -> list[TaskInfo]:
+        """The tasks the daemon serves, in every suite or in `suite`."""
+        reply = self._call(self._stub.ListTasks, pb.ListTasksRequest(suite=_text("suite", suite)))
+        return [TaskInfo.of(t) for t in reply.tasks]
 
-    def task(self, task_id: str) -> dict[str, Any]:
-        return _task(self._call(self._stub.GetTask, pb.GetTaskRequest(task_id=task_id)))
+    def task(self, task_id: str) -> TaskInfo:
+        """One task: its prompt, digest, tests and protected paths."""
+        request = pb.GetTaskRequest(task_id=_text("task_id", task_id))
+        return TaskInfo.of(self._call(self._stub.GetTask, request))
 
     def fetch(self, task_id: str, dest: str | Path, *, force: bool = False) -> list[str]:
         """Write a task's pristine tree into `dest`, a new or empty directory (with `force`,
         over what a non-empty one holds); returns the relative paths written."""
         dest = Path(dest)
         _check_fetch_dest(dest, force)
+        request = pb.FetchTaskRequest(task_id=_text("task_id", task_id))
         written = []
         try:
-            for f in self._stub.FetchTask(
-                pb.FetchTaskRequest(task_id=task_id), timeout=self.timeout_s
-            ):
+            for f in self._stub.FetchTask(request, timeout=self.timeout_s):
                 rel = Path(f.path)
                 if rel.is_absolute() or ".." in rel.parts:
                     raise ClientError(
                         f"the daemon sent a file outside the task's tree: {f.path!r}",
                         Kind.INTERNAL,
+                        hint="nothing was written outside the destination; report this daemon",
                     )
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -279,21 +414,32 @@ class Client:
         claimed: Mapping[str, int] | None = None,
         idempotency_key: str = "",
         progress: Progress | None = None,
-    ) -> dict[str, Any]:
-        """Grade `patch`. `rollout` None: the daemon numbers it, one above the highest
-        index this (task, solver, run) has used, so a second attempt never lands on
-        the first's index; the receipt's body says which it got."""
+    ) -> Receipt:
+        """Grade `patch` (a unified diff's bytes) against `task_id`: the signed receipt.
+
+        `rollout` None: the daemon numbers it, one above the highest index this
+        (task, solver, run) has used, so a second attempt never lands on the first's
+        index; the receipt's body says which it got. `claimed`: the agent's own
+        figures, `tokens_in`, `tokens_out`, `usd_micros`, `joules_mj` (whole numbers),
+        signed as claimed. `progress(phase, message)` sees the daemon's progress.
+        """
+        if not isinstance(patch, bytes | bytearray):
+            raise ClientError(
+                f"the patch must be bytes, not {type(patch).__name__}",
+                Kind.INVALID_ARGUMENT,
+                hint="read it with Path(...).read_bytes(), or encode the diff's text",
+            )
         request = pb.SubmitRequest(
-            task_id=task_id,
-            patch=patch,
-            solver=solver,
-            model=model,
-            agent=agent,
-            run_id=run_id,
-            rollout=rollout or 0,
+            task_id=_text("task_id", task_id),
+            patch=bytes(patch),
+            solver=_text("solver", solver),
+            model=_text("model", model),
+            agent=_text("agent", agent),
+            run_id=_text("run_id", run_id),
+            rollout=0 if rollout is None else _count("rollout", rollout, 2**32 - 1),
             next_rollout=rollout is None,
-            claimed=pb.Claimed(**dict(claimed or {})),
-            idempotency_key=idempotency_key or uuid.uuid4().hex,
+            claimed=pb.Claimed(**_claimed(claimed)),
+            idempotency_key=_text("idempotency_key", idempotency_key) or uuid.uuid4().hex,
         )
         return self._attempt(self._stub.Submit, request, progress)
 
@@ -307,27 +453,29 @@ class Client:
         idempotency_key: str = "",
         progress: Progress | None = None,
         model: str = "",
-    ) -> dict[str, Any]:
+    ) -> Receipt:
+        """Have the daemon's hosted `solver` (`reference`, `noop`, a declared agent CLI)
+        attempt `task_id` (operators only): the signed receipt."""
         request = pb.RunSolverRequest(
-            task_id=task_id,
-            solver=solver,
-            run_id=run_id,
-            rollout=rollout,
-            idempotency_key=idempotency_key or uuid.uuid4().hex,
-            model=model,
+            task_id=_text("task_id", task_id),
+            solver=_text("solver", solver),
+            run_id=_text("run_id", run_id),
+            rollout=_count("rollout", rollout, 2**32 - 1),
+            idempotency_key=_text("idempotency_key", idempotency_key) or uuid.uuid4().hex,
+            model=_text("model", model),
         )
         return self._attempt(self._stub.RunSolver, request, progress)
 
     def _attempt(
         self, method: Callable[..., Any], request: Any, progress: Progress | None
-    ) -> dict[str, Any]:
-        receipt: dict[str, Any] | None = None
+    ) -> Receipt:
+        receipt: Receipt | None = None
         try:
             for event in method(request, timeout=self.timeout_s):
                 if event.HasField("progress") and progress:
                     progress(event.progress.phase, event.progress.message)
                 elif event.HasField("receipt"):
-                    receipt = Receipt.parse(json.loads(event.receipt.json)).to_dict()
+                    receipt = _answer(Receipt, json.loads(event.receipt.json))
         except grpc.RpcError as err:
             raise self._error(err) from None
         if receipt is None:
@@ -342,17 +490,17 @@ class Client:
 
     def frontier(
         self, suite: str = "", axis: str = "joules", *, merge_digests: bool = False
-    ) -> dict[str, Any]:
-        request = pb.FrontierRequest(suite=suite, axis=axis, merge_digests=merge_digests)
-        doc = self._pages(self._stub.Frontier, request, "frontier")
-        doc["rows"] = [
-            FrontierRow.parse(row, where=f"frontier row {i}").to_dict()
-            for i, row in enumerate(doc["rows"])
-        ]
-        return doc
+    ) -> Frontier:
+        """Every frontier row (`axis`: joules, usd or wall), all pages read."""
+        request = pb.FrontierRequest(
+            suite=_text("suite", suite), axis=_text("axis", axis), merge_digests=merge_digests
+        )
+        return _answer(Frontier, self._pages(self._stub.Frontier, request, "frontier"))
 
-    def best_of_k(self, suite: str = "") -> dict[str, Any]:
-        return self._pages(self._stub.BestOfK, pb.FrontierRequest(suite=suite), "best-of-k")
+    def best_of_k(self, suite: str = "") -> BestOfK:
+        """Every best-of-k row, all pages read."""
+        request = pb.FrontierRequest(suite=_text("suite", suite))
+        return _answer(BestOfK, self._pages(self._stub.BestOfK, request, "best-of-k"))
 
     def _pages(self, method: Callable[..., Any], request: Any, what: str) -> dict[str, Any]:
         """Every page of a paged answer, as one document with all the rows.
@@ -393,7 +541,7 @@ class Client:
         except grpc.RpcError as err:
             raise self._error(err) from None
 
-    def export(self, out: str | Path) -> dict[str, Any]:
+    def export(self, out: str | Path) -> ExportSummary:
         """Write the entries to `out` (JSONL), the checkpoint history and a Parquet snapshot."""
         from jouled.ledger.snapshot import write_parquet  # DuckDB loads only when exporting
 
@@ -415,7 +563,7 @@ class Client:
         except OSError as err:
             raise _write_error(out, err) from None
 
-    def _export(self, out: Path, write_parquet: Callable[[Path, Path], Any]) -> dict[str, Any]:
+    def _export(self, out: Path, write_parquet: Callable[[Path, Path], Any]) -> ExportSummary:
         history = checkpoint_history_path(out)
         tmp_out, tmp_hist = (
             out.with_name(out.name + ".tmp"),
@@ -434,59 +582,78 @@ class Client:
         os.replace(tmp_hist, history)
         parquet = parquet_path(out)
         write_parquet(out, parquet)
-        return {
-            "out": str(out),
-            "entries": entries,
-            "checkpoints": notes,
-            "checkpoint_history": str(history),
-            "parquet": str(parquet),
-        }
-
-    def checkpoint(self) -> dict[str, Any]:
-        return dict(self._doc(self._stub.Checkpoint, pb.CheckpointRequest()))
-
-    def proof(self, seq: int, tree_size: int = 0) -> dict[str, Any]:
-        return dict(
-            self._doc(
-                self._stub.InclusionProof, pb.InclusionProofRequest(seq=seq, tree_size=tree_size)
-            )
+        return ExportSummary(
+            out=str(out),
+            entries=entries,
+            checkpoints=notes,
+            checkpoint_history=str(history),
+            parquet=str(parquet),
         )
 
-    def consistency(self, old_size: int, new_size: int = 0) -> dict[str, Any]:
-        return dict(
-            self._doc(
-                self._stub.ConsistencyProof,
-                pb.ConsistencyProofRequest(old_size=old_size, new_size=new_size),
-            )
+    def checkpoint(self) -> Checkpoint:
+        """The latest signed checkpoint."""
+        return _answer(Checkpoint, self._doc(self._stub.Checkpoint, pb.CheckpointRequest()))
+
+    def proof(self, seq: int, tree_size: int = 0) -> InclusionProof:
+        """That entry `seq` is in the tree of `tree_size` entries (0: the current size)."""
+        request = pb.InclusionProofRequest(
+            seq=_count("seq", seq), tree_size=_count("tree_size", tree_size)
         )
+        return _answer(InclusionProof, self._doc(self._stub.InclusionProof, request))
 
-    def meter(self) -> dict[str, Any]:
-        return dict(self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
+    def consistency(self, old_size: int, new_size: int = 0) -> ConsistencyProof:
+        """That the tree of `old_size` entries is a prefix of that of `new_size` (0: now)."""
+        request = pb.ConsistencyProofRequest(
+            old_size=_count("old_size", old_size), new_size=_count("new_size", new_size)
+        )
+        return _answer(ConsistencyProof, self._doc(self._stub.ConsistencyProof, request))
 
-    def register_swebench(self, records: list[dict[str, Any]], suite: str = "") -> dict[str, Any]:
+    def meter(self) -> MeterStatus:
+        """What the daemon meters energy with, and the idle calibration in use."""
+        return _answer(MeterStatus, self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
+
+    def register_swebench(self, records: list[dict[str, Any]], suite: str = "") -> Registration:
         """Register records against the checkouts under the daemon's --checkout-root."""
-        request = pb.RegisterSwebenchRequest(records_json=json.dumps(records), suite=suite)
-        return dict(self._doc(self._stub.RegisterSwebench, request))
+        try:
+            records_json = json.dumps(records, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise ClientError(
+                f"the records are not JSON: {err}",
+                Kind.INVALID_ARGUMENT,
+                hint="give a list of SWE-bench records as read from the dataset's JSON",
+            ) from None
+        request = pb.RegisterSwebenchRequest(records_json=records_json, suite=_text("suite", suite))
+        return _answer(Registration, self._doc(self._stub.RegisterSwebench, request))
 
-    def receipt(self, *, idempotency_key: str = "", seq: int | None = None) -> dict[str, Any]:
+    def receipt(self, *, idempotency_key: str = "", seq: int | None = None) -> Receipt:
         """A result's receipt again (fresh proof), by idempotency key or seq."""
         if idempotency_key:
-            request = pb.GetReceiptRequest(idempotency_key=idempotency_key)
+            request = pb.GetReceiptRequest(
+                idempotency_key=_text("idempotency_key", idempotency_key)
+            )
         elif seq is not None:
-            request = pb.GetReceiptRequest(seq=seq)
+            request = pb.GetReceiptRequest(seq=_count("seq", seq))
         else:
-            raise ClientError("give an idempotency key or a seq", Kind.INVALID_ARGUMENT)
-        return Receipt.parse(json.loads(self._call(self._stub.GetReceipt, request).json)).to_dict()
+            raise ClientError(
+                "give an idempotency key or a seq",
+                Kind.INVALID_ARGUMENT,
+                hint="receipt(idempotency_key=KEY) or receipt(seq=N)",
+            )
+        return _answer(Receipt, json.loads(self._call(self._stub.GetReceipt, request).json))
 
-    def logs(self, seq: int) -> dict[str, Any]:
+    def logs(self, seq: int) -> Logs:
         """A result's captured output per run and its full failing and missing test ids."""
-        return dict(self._doc(self._stub.GetLogs, pb.GetLogsRequest(seq=seq)))
+        request = pb.GetLogsRequest(seq=_count("seq", seq))
+        return _answer(Logs, self._doc(self._stub.GetLogs, request))
 
-    def public_keys(self) -> dict[str, Any]:
-        return dict(self._doc(self._stub.PublicKeys, pb.PublicKeysRequest()))
+    def public_keys(self) -> PublicKeys:
+        """The daemon's signing keys: a convenience, never a root of trust (pin keys)."""
+        return _answer(PublicKeys, self._doc(self._stub.PublicKeys, pb.PublicKeysRequest()))
 
-    def calibrate(self, seconds: int) -> dict[str, Any]:
-        return dict(self._doc(self._stub.Calibrate, pb.CalibrateRequest(seconds=seconds)))
+    def calibrate(self, seconds: int) -> Calibration:
+        """Measure the host's idle power for `seconds` (operators only): signed."""
+        request = pb.CalibrateRequest(seconds=_count("seconds", seconds, 2**32 - 1))
+        return _answer(Calibration, self._doc(self._stub.Calibrate, request))
 
     # -- op windows -------------------------------------------------------------------------
 
@@ -499,7 +666,11 @@ class Client:
         exits first, the daemon signs the window as abandoned.
         """
         request = pb.OpenWindowRequest(
-            label=label, task_id=task_id, run_id=run_id, rollout=rollout, pid=pid
+            label=_text("label", label),
+            task_id=_text("task_id", task_id),
+            run_id=_text("run_id", run_id),
+            rollout=_count("rollout", rollout, 2**32 - 1),
+            pid=_count("pid", pid, 2**32 - 1),
         )
         # No deadline: the call lasts as long as the window (the daemon bounds both).
         call = self._stub.OpenWindow(request)
@@ -508,7 +679,11 @@ class Client:
         except grpc.RpcError as err:
             raise self._error(err) from None
         except StopIteration:
-            raise ClientError("the daemon ended the call without a window", Kind.INTERNAL) from None
+            raise ClientError(
+                "the daemon ended the call without a window",
+                Kind.INTERNAL,
+                hint="retry; the daemon's log says why",
+            ) from None
         return OpWindow(self, call, event.opened)
 
     @contextmanager
@@ -525,9 +700,9 @@ class Client:
         finally:
             window.close()
 
-    def _close_window(self, window_id: str) -> dict[str, Any]:
+    def _close_window(self, window_id: str) -> OpReceipt:
         reply = self._call(self._stub.CloseWindow, pb.CloseWindowRequest(window_id=window_id))
-        return OpReceipt.parse(json.loads(reply.json)).to_dict()
+        return _answer(OpReceipt, json.loads(reply.json))
 
 
 class OpWindow:
@@ -539,9 +714,9 @@ class OpWindow:
         self.id: str = opened.window_id
         self.attribution: str = opened.attribution
         self.max_s: float = opened.max_s
-        self.receipt: dict[str, Any] | None = None
+        self.receipt: OpReceipt | None = None
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> OpReceipt:
         """Close the window: the receipt of its signed `op` entry (idempotent)."""
         if self.receipt is not None:
             return self.receipt
@@ -555,14 +730,14 @@ class OpWindow:
         self._call.cancel()
         return self.receipt
 
-    def wait(self) -> dict[str, Any]:
+    def wait(self) -> OpReceipt:
         """Block until the window ends, however it ends: its receipt."""
         if self.receipt is not None:
             return self.receipt
         try:
             for event in self._call:
                 if event.HasField("closed"):
-                    self.receipt = OpReceipt.parse(json.loads(event.closed.json)).to_dict()
+                    self.receipt = _answer(OpReceipt, json.loads(event.closed.json))
                     return self.receipt
         except grpc.RpcError as err:
             raise self._client._error(err) from None
@@ -571,11 +746,3 @@ class OpWindow:
             Kind.UNAVAILABLE,
             hint="the daemon stopped; an entry it signed is in its ledger",
         )
-
-
-def checkpoint_history_path(export: Path) -> Path:
-    return export.with_name(export.name + ".checkpoints.jsonl")
-
-
-def parquet_path(export: Path) -> Path:
-    return export.with_name(export.name + ".parquet")

@@ -33,7 +33,7 @@ from jouled.limits import ROLLOUT_MAX
 
 def tasks(suite: Suite = "", as_json: Json = False) -> None:
     """List the tasks the daemon grades."""
-    found = ask(lambda c: c.tasks(suite))
+    found = [t.to_dict() for t in ask(lambda c: c.tasks(suite))]
     if as_json:
         emit({"tasks": found})
     else:
@@ -53,7 +53,7 @@ def fetch(
     """Fetch a task's prompt and pristine buggy tree to work on."""
     try:
         with connect() as c:
-            meta = c.task(task)
+            meta = c.task(task).to_dict()
             written = c.fetch(task, out, force=force)
         (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
     except OSError as err:
@@ -118,7 +118,7 @@ def submit(
                 claimed=claimed,
                 idempotency_key=idempotency_key,
                 progress=progress,
-            )
+            ).to_dict()
     except JouledError as err:
         fail(err)
     if as_json:
@@ -155,7 +155,7 @@ def run(
     receipts = []
     try:
         with connect() as c:
-            found = c.tasks(suite)
+            found = [t.to_dict() for t in c.tasks(suite)]
             if not found:
                 render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
                 raise typer.Exit(EXIT_USAGE)
@@ -177,11 +177,11 @@ def run(
                             rollout=rollout,
                             idempotency_key=key,
                             model=model,
-                        )
+                        ).to_dict()
                         receipts.append(r)
                         if not as_json:
                             render.receipt_line(r)
-            rows = c.frontier(suite)["rows"]
+            rows = c.frontier(suite).to_dict()["rows"]
     except JouledError as err:
         fail(err)
     if as_json:

@@ -40,7 +40,7 @@ def export(
     """
     if is_fleet():
         return fleet_export(out, as_json)
-    summary = ask(lambda c: c.export(out))
+    summary = ask(lambda c: c.export(out)).to_dict()
     if as_json:
         emit(summary)
     else:
@@ -153,7 +153,7 @@ def audit(
 
 def checkpoint_cmd(as_json: Json = False) -> None:
     """The daemon's latest signed checkpoint (size, root, note)."""
-    cp = ask(lambda c: c.checkpoint())
+    cp = ask(lambda c: c.checkpoint()).to_dict()
     if as_json:
         emit(cp)
     else:
@@ -168,7 +168,7 @@ def proof(
     as_json: Json = False,
 ) -> None:
     """An inclusion proof of one entry in the ledger's Merkle tree."""
-    p = ask(lambda c: c.proof(seq, tree_size))
+    p = ask(lambda c: c.proof(seq, tree_size)).to_dict()
     if as_json:
         emit(p)
     else:
@@ -185,7 +185,7 @@ def consistency(
     as_json: Json = False,
 ) -> None:
     """A consistency proof: the ledger of size --new extends the one of size --old."""
-    p = ask(lambda c: c.consistency(old, new))
+    p = ask(lambda c: c.consistency(old, new)).to_dict()
     if as_json:
         emit(p)
     else:

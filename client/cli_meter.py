@@ -26,7 +26,7 @@ from jouled.limits import ROLLOUT_MAX
 
 def meter(as_json: Json = False) -> None:
     """Energy sources, domains, idle calibration, floors and attribution policy."""
-    status = ask(lambda c: c.meter())
+    status = ask(lambda c: c.meter()).to_dict()
     if as_json:
         emit(status)
     else:
@@ -38,7 +38,7 @@ def calibrate(
     as_json: Json = False,
 ) -> None:
     """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""
-    cal = ask(lambda c: c.calibrate(seconds))
+    cal = ask(lambda c: c.calibrate(seconds)).to_dict()
     if as_json:
         emit(cal)
     else:
@@ -75,8 +75,8 @@ def meter_run(
                 status = 127
     except JouledError as err:
         fail(err)
-    receipt = window.receipt
-    assert receipt is not None
+    assert window.receipt is not None
+    receipt = window.receipt.to_dict()
     if receipt_file is not None:
         receipt_file.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
     if as_json:

@@ -72,7 +72,7 @@ def frontier(
             )
         else:
             with connect() as c:
-                rows = c.frontier(suite, axis, merge_digests=merge_digests)["rows"]
+                rows = c.frontier(suite, axis, merge_digests=merge_digests).to_dict()["rows"]
         if plot_to is not None:
             from jb_client import plot
 
@@ -152,7 +152,7 @@ def logs(
     Each text is checked against the hash its result signs; one that is absent or
     changed is shown as missing, never as the signed text.
     """
-    doc = ask(lambda c: c.logs(seq))
+    doc = ask(lambda c: c.logs(seq)).to_dict()
     if as_json:
         emit(doc)
     else:
@@ -170,7 +170,7 @@ def receipt(
     if not key and seq is None:
         render.err.print("[red]error:[/] give --key or --seq")
         raise typer.Exit(EXIT_USAGE)
-    r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
+    r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq)).to_dict()
     if as_json:
         emit(r)
     else:
@@ -179,7 +179,7 @@ def receipt(
 
 def keys(as_json: Json = False) -> None:
     """The daemon's public signing keys and key ids (pin them out of band to verify)."""
-    doc = ask(lambda c: c.public_keys())
+    doc = ask(lambda c: c.public_keys()).to_dict()
     if as_json:
         emit(doc)
     else:
@@ -190,7 +190,7 @@ def keys(as_json: Json = False) -> None:
 
 def bestofk(suite: Suite = "", wide: Wide = None, as_json: Json = False) -> None:
     """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
-    rows = ask(lambda c: c.best_of_k(suite)["rows"])
+    rows = ask(lambda c: c.best_of_k(suite)).to_dict()["rows"]
     if as_json:
         emit({"rows": rows})
     else:

@@ -67,7 +67,7 @@ def swebench(
                 f"not in {dataset}: {', '.join(missing[:5])}"
             )
         with connect() as c:
-            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
+            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite).to_dict()
             for s in reg["skipped"]:
                 render.err.print(f"[yellow]skipped[/] {s['instance_id']}: {s['reason']}")
             for n, task_id in enumerate(reg["registered"], 1):
@@ -85,7 +85,7 @@ def swebench(
                         model=pred.model_name_or_path,
                         run_id=run_id,
                         idempotency_key=f"{run_id}:{task_id}",
-                    )
+                    ).to_dict()
                 except PatchError as err:
                     skip(pred.instance_id, err.message)
                     continue

@@ -288,7 +288,7 @@ def run_suite(
     for host in hosts:
         try:
             with client_for(host) as c:
-                found = {t["task_id"]: t["digest"] for t in c.tasks(suite)}
+                found = {t.task_id: t.digest for t in c.tasks(suite)}
         except ClientError as err:
             if err.kind != Kind.UNAVAILABLE:
                 raise
@@ -325,7 +325,7 @@ def run_suite(
                             rollout=unit.rollout,
                             idempotency_key=unit.key,
                             model=model,
-                        )
+                        ).to_dict()
                     except ClientError as err:
                         if err.kind != Kind.UNAVAILABLE:
                             raise
@@ -357,7 +357,7 @@ def _not_yet_run(
                 if u.key in result.receipts:
                     continue
                 try:
-                    receipt = c.receipt(idempotency_key=u.key)
+                    receipt = c.receipt(idempotency_key=u.key).to_dict()
                 except ClientError as err:
                     if err.kind != Kind.NOT_FOUND:
                         raise _on(host, err) from None

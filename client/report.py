@@ -168,15 +168,15 @@ def from_daemon(client: Client, *, suite: str = "", axis: str = "joules") -> Rep
     """Frontier, best-of-k, meter status and checkpoint from the daemon; the per-attempt
     rows from its export stream."""
     lines = [value for kind, value in client.export_stream() if kind == "entry"]
-    checkpoint = client.checkpoint()
+    checkpoint = client.checkpoint().to_dict()
     return from_entries(
         parse_lines(lines, "the daemon's export"),
         source=f"daemon at {client.target}",
         suite=suite,
         axis=axis,
-        rows=client.frontier(suite, axis)["rows"],
-        best=client.best_of_k(suite)["rows"],
-        meter=client.meter(),
+        rows=client.frontier(suite, axis).to_dict()["rows"],
+        best=client.best_of_k(suite).to_dict()["rows"],
+        meter=client.meter().to_dict(),
         checkpoint=checkpoint,
     )
 

@@ -353,6 +353,56 @@ class EnergyWindow(TypedDict, total=False):
     reasons: list[str]
 
 
+def _joules(mj: int | None) -> float | None:
+    return None if mj is None else mj / 1000
+
+
+@dataclass(frozen=True)
+class Energy:
+    """One metered window in joules and seconds, as floats: an `EnergyWindow` read.
+
+    A figure the window does not have (an invalid window's, one an older daemon
+    did not write) is None. `to_dict()` is the window as signed, in millijoules.
+    """
+
+    gross_j: float | None
+    idle_j: float | None
+    marginal_j: float | None
+    wall_s: float | None
+    domains_j: dict[str, float | None]  # per-domain gross
+    source: str
+    attribution: str
+    valid: bool
+    reliable: bool
+    reasons: list[str]
+    window: EnergyWindow = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, window: EnergyWindow) -> Energy:
+        if "wall_us" in window:
+            wall_s: float | None = window["wall_us"] / 1_000_000
+        elif "wall_ms" in window:
+            wall_s = window["wall_ms"] / 1000
+        else:
+            wall_s = None
+        return cls(
+            gross_j=_joules(window.get("gross_mj")),
+            idle_j=_joules(window.get("idle_mj")),
+            marginal_j=_joules(window.get("marginal_mj")),
+            wall_s=wall_s,
+            domains_j={k: _joules(v) for k, v in window.get("domains", {}).items()},
+            source=window.get("source", ""),
+            attribution=window.get("attribution", ""),
+            valid=window.get("valid", True),
+            reliable=window.get("reliable", False),
+            reasons=list(window.get("reasons", [])),
+            window=window,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.window)
+
+
 class Signature(TypedDict):
     keyid: str
     sig: str
@@ -635,6 +685,11 @@ class Receipt(Document):
     checkpoint: str
     withheld: str | None = None  # what this caller is not sent, and why
 
+    @property
+    def joules(self) -> dict[str, Energy]:
+        """Each phase's window (`grade`, `seed`, `apply`, `solve`, ...) in joules."""
+        return {phase: Energy.of(window) for phase, window in self.energy.items()}
+
     @classmethod
     def of(
         cls,
@@ -695,6 +750,11 @@ class OpReceipt(Document):
     entry: ExportRecord
     proof: InclusionProof
     checkpoint: str
+
+    @property
+    def joules(self) -> Energy:
+        """The window's energy in joules."""
+        return Energy.of(self.energy)
 
     @classmethod
     def of(

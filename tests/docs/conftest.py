@@ -61,7 +61,7 @@ def rotation_payload(tmp: Path) -> dict[str, Any]:
 def real(docs_daemon: Daemon, tmp_path_factory: pytest.TempPathFactory) -> Real:
     with Client(docs_daemon.target) as client:
         client.submit(TASK, FIX.read_bytes(), solver="docs/first")  # pays for the baseline
-        receipt = client.submit(TASK, FIX.read_bytes(), solver="docs/second")
+        receipt = client.submit(TASK, FIX.read_bytes(), solver="docs/second").to_dict()
         client.calibrate(1)
         lines = [v for kind, v in client.export_stream() if kind == "entry"]
     found = payloads(lines)

@@ -120,7 +120,9 @@ class Submitting:
 
         def run() -> None:
             try:
-                self.receipt = client.submit(task, patch, idempotency_key=key, progress=self._see)
+                self.receipt = client.submit(
+                    task, patch, idempotency_key=key, progress=self._see
+                ).to_dict()
             except ClientError as err:
                 self.error = err
             finally:

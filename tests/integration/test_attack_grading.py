@@ -245,7 +245,7 @@ def submit(target: str, task_id: str, patch: bytes, token: str = "") -> Outcome:
     out = Outcome(token)
     with Client(target, timeout_s=300) as client:
         try:
-            out.receipt = client.submit(task_id, patch)
+            out.receipt = client.submit(task_id, patch).to_dict()
         except ClientError as err:
             out.error = err
     return out

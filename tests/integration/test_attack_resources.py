@@ -52,7 +52,7 @@ def body(receipt: dict[str, Any]) -> dict[str, Any]:
 
 def submit(daemon: Daemon, task: A.TaskInfo, patch: bytes) -> dict[str, Any]:
     with Client(daemon.target, timeout_s=600) as client:
-        return client.submit(task.task_id, patch)
+        return client.submit(task.task_id, patch).to_dict()
 
 
 def attack(daemon: Daemon, tasks: Path, source: str, **cfg: Any) -> tuple[dict[str, Any], str]:
@@ -227,7 +227,7 @@ def test_a_solver_that_writes_a_lot_is_refused_without_the_daemon_holding_it(
             # The task's baseline first, so the figure below is the solver's alone.
             client.run_solver(A.LRUCACHE.task_id, "noop", run_id="warm")
             before = _vm_hwm(daemon.proc.pid)
-            receipt = client.run_solver(A.LRUCACHE.task_id, "hoarder", run_id="hoard")
+            receipt = client.run_solver(A.LRUCACHE.task_id, "hoarder", run_id="hoard").to_dict()
         peak = _vm_hwm(daemon.proc.pid)
         result = body(receipt)
         assert result["solve"]["exit_code"] == 0, result["solve"]

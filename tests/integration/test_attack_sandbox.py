@@ -84,7 +84,7 @@ def submit(target: str, task_id: str, patch: bytes, token: str = "") -> Outcome:
     out = Outcome(token)
     with connect(target, 300) as client:
         try:
-            out.receipt = client.submit(task_id, patch)
+            out.receipt = client.submit(task_id, patch).to_dict()
         except ClientError as err:
             out.error = err
     return out

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from jb_client.api import Client, ClientError
+from jb_client.documents import Receipt
 
 from jouled.auth import add_token
 from jouled.errors import Kind
@@ -110,8 +111,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     assert w.daemon.stop() == 0, w.daemon.log.read_text()
 
 
-def signed_body(receipt: dict[str, Any]) -> dict[str, Any]:
-    return dict(json.loads(base64.b64decode(receipt["entry"]["payload"]))["body"])
+def signed_body(receipt: Receipt | dict[str, Any]) -> dict[str, Any]:
+    raw = receipt.to_dict() if isinstance(receipt, Receipt) else receipt
+    return dict(json.loads(base64.b64decode(raw["entry"]["payload"]))["body"])
 
 
 def assert_nothing_hidden(texts: Iterable[str], *, also: Iterable[str] = ()) -> None:
@@ -184,11 +186,9 @@ def test_an_empty_patch_shows_its_agent_no_hidden_test(world: World, tmp_path: P
     )
     assert "(replayed)" in summary and visible[0] in summary and "withheld" in summary
     texts = [
-        json.dumps(receipt),
+        *(json.dumps(doc.to_dict()) for doc in (receipt, mine, again, by_key)),
+        *(repr(doc) for doc in (receipt, mine, again, by_key)),  # the typed view too
         json.dumps(events),
-        json.dumps(mine),
-        json.dumps(again),
-        json.dumps(by_key),
         summary,
         cli_ok(world.cli("alice", "logs", "--seq", str(seq))),
         cli_ok(world.cli("alice", "logs", "--seq", str(seq), "--json")),
@@ -198,7 +198,7 @@ def test_an_empty_patch_shows_its_agent_no_hidden_test(world: World, tmp_path: P
     assert_nothing_hidden(texts)
     # The receipt says why it cannot be audited alone.
     receipt_file = tmp_path / "receipt.json"
-    receipt_file.write_text(json.dumps(receipt))
+    receipt_file.write_text(json.dumps(receipt.to_dict()))
     audited = world.cli("alice", "audit", str(receipt_file), "--pubkey", str(world.daemon.pubkey))
     assert audited.returncode != 0 and "withheld" in audited.stderr + audited.stdout
     assert "Traceback" not in audited.stderr
@@ -267,9 +267,9 @@ def test_a_patch_that_prints_the_hidden_tests_prints_them_to_nobody_but_the_host
     with world.client("alice") as c:
         mine = c.logs(seq)
     texts = [
-        json.dumps(receipt),
+        *(json.dumps(doc.to_dict()) for doc in (receipt, mine)),
+        *(repr(doc) for doc in (receipt, mine)),
         json.dumps(events),
-        json.dumps(mine),
         cli_ok(world.cli("alice", "logs", "--seq", str(seq))),
         cli_ok(world.cli("alice", "receipt", "--seq", str(seq), "--json")),
     ]
@@ -403,7 +403,9 @@ def test_a_running_attempt_is_not_joined_by_another_credential(
     events: list[tuple[str, str]] = []
     try:
         hers, her_out = _in_thread(
-            lambda: agent.submit(gate.TASK, gate.hold_patch(tasks, tmp_path), idempotency_key=key)
+            lambda: agent.submit(
+                gate.TASK, gate.hold_patch(tasks, tmp_path), idempotency_key=key
+            ).to_dict()
         )
         gate.wait_for("alice's run to hold", lambda: len(set(held.held()) - before) >= 1)
         ours, our_out = _in_thread(
@@ -412,7 +414,7 @@ def test_a_running_attempt_is_not_joined_by_another_credential(
                 "noop",
                 idempotency_key=key,
                 progress=lambda p, m: events.append((p, m)),
-            )
+            ).to_dict()
         )
 
         # Its own attempt, seeded while hers still runs: never a replay of hers.

@@ -69,7 +69,7 @@ def agent_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 def run(daemon: Daemon, solver: str, rollout: int = 0) -> dict[str, Any]:
     with Client(daemon.target, timeout_s=300) as client:
-        return client.run_solver(TASK, solver, run_id="agents", rollout=rollout)
+        return client.run_solver(TASK, solver, run_id="agents", rollout=rollout).to_dict()
 
 
 def body(receipt: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,9 @@ def test_concurrent_attempts_all_start_and_every_correct_fix_resolves(
     def one(i: int) -> dict[str, Any]:
         task = names[i % len(names)]
         with Client(daemon.target) as client:
-            return client.submit(task, fixes[task], solver="concurrency", run_id="c", rollout=i)
+            return client.submit(
+                task, fixes[task], solver="concurrency", run_id="c", rollout=i
+            ).to_dict()
 
     with ThreadPoolExecutor(CALLERS) as pool:
         receipts = list(pool.map(one, range(ATTEMPTS)))

@@ -1,0 +1,282 @@
+"""What `jb_client.Client` returns: typed documents, each with `.to_dict()` for the raw form.
+
+They are `jouled.documents`' classes where the daemon already has one (`Receipt`,
+`OpReceipt`, `FrontierRow`, `CalibrationBody`), and small ones of the same kind
+for the other answers. Every field is read and checked when the answer arrives;
+`to_dict()` gives back exactly the JSON object the daemon sent (the one
+`jb-client ... --json` prints), unknown fields included. Energy figures are in
+joules, as floats, through `Energy` (`receipt.joules["grade"].gross_j`); the raw
+form keeps the wire's millijoules.
+
+`doc["key"]` reads the raw form too (`doc.to_dict()["key"]`), for callers written
+against the dicts this API used to return; it is typed `Any`, the attributes are
+the typed way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from jouled import documents
+from jouled.documents import Document, Energy, FrontierRow, Status
+
+__all__ = [
+    "BestOfK",
+    "BestOfKRow",
+    "Calibration",
+    "Checkpoint",
+    "ConsistencyProof",
+    "Energy",
+    "ExportSummary",
+    "Frontier",
+    "FrontierRow",
+    "InclusionProof",
+    "Logs",
+    "MeterStatus",
+    "OpReceipt",
+    "PublicKey",
+    "PublicKeys",
+    "Receipt",
+    "Registration",
+    "SkippedRecord",
+    "Status",
+    "TaskInfo",
+]
+
+
+class Answer(Document):
+    """A document the client returns: its raw form also read by JSON key."""
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_dict()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
+
+
+class Receipt(documents.Receipt, Answer):
+    """A graded attempt's receipt (docs/ledger.md, Receipts); `joules` per phase."""
+
+
+class OpReceipt(documents.OpReceipt, Answer):
+    """An op window's signed entry with its proof (docs/protocol.md, CloseWindow)."""
+
+
+@dataclass(kw_only=True)
+class TaskInfo(Answer):
+    """A task the daemon serves (docs/protocol.md, ListTasks)."""
+
+    NAME: ClassVar[str] = "task"
+
+    task_id: str
+    suite: str
+    name: str
+    kind: str
+    prompt: str
+    digest: str
+    test_cmd: list[str]
+    test_files: list[str]  # the protected paths
+    timeout_s: int
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    source: str
+    license: str
+    hidden_files: int  # how many hidden test files grade it; never their names
+
+    @classmethod
+    def of(cls, t: Any) -> TaskInfo:
+        """From a `jouled.v1.Task` message."""
+        return cls(
+            task_id=t.task_id,
+            suite=t.suite,
+            name=t.name,
+            kind=t.kind,
+            prompt=t.prompt,
+            digest=t.digest,
+            test_cmd=list(t.test_cmd),
+            test_files=list(t.test_files),
+            timeout_s=t.timeout_s,
+            fail_to_pass=list(t.fail_to_pass),
+            pass_to_pass=list(t.pass_to_pass),
+            source=t.source,
+            license=t.license,
+            hidden_files=t.hidden_files,
+        )
+
+
+@dataclass(kw_only=True)
+class Frontier(Answer):
+    """Every row of the frontier (docs/protocol.md, Frontier), all pages read."""
+
+    NAME: ClassVar[str] = "frontier"
+
+    rows: list[FrontierRow]
+    rows_total: int | None = None
+    version: int | None = None
+
+
+@dataclass(kw_only=True)
+class BestOfKRow(Document):
+    """One k of one (suite, solver, model, revision) (docs/protocol.md, BestOfK)."""
+
+    NAME: ClassVar[str] = "best-of-k row"
+    NULL: ClassVar[frozenset[str]] = frozenset({"revision", "usd_cumulative", "pass_at_k"})
+
+    suite: str
+    solver: str
+    model: str
+    revision: int | None = None
+    digest_set: str
+    k: int
+    tasks: int
+    attempts: int
+    resolved_within_k: int
+    resolution_within_k: float
+    selected_resolved: int
+    selected_resolution: float
+    joules_cumulative: float
+    invalid_windows: int
+    tampered: int
+    usd_cumulative: float | None = None
+    usd_source: str
+    pass_at_k: float | None = None
+    pass_at_k_tasks: int
+
+
+@dataclass(kw_only=True)
+class BestOfK(Answer):
+    """Every best-of-k row, all pages read."""
+
+    NAME: ClassVar[str] = "best-of-k"
+
+    rows: list[BestOfKRow]
+    rows_total: int | None = None
+    version: int | None = None
+
+
+@dataclass(kw_only=True)
+class Checkpoint(Answer):
+    """The latest signed checkpoint (docs/ledger.md, Checkpoints)."""
+
+    NAME: ClassVar[str] = "checkpoint"
+
+    size: int
+    root: str  # hex
+    origin: str
+    note: str  # the signed note
+
+
+@dataclass(kw_only=True)
+class InclusionProof(Answer):
+    NAME: ClassVar[str] = "inclusion proof"
+
+    seq: int
+    leaf_hash: str
+    tree_size: int
+    root: str
+    hashes: list[str]
+
+
+@dataclass(kw_only=True)
+class ConsistencyProof(Answer):
+    NAME: ClassVar[str] = "consistency proof"
+
+    old_size: int
+    new_size: int
+    old_root: str
+    new_root: str
+    hashes: list[str]
+
+
+@dataclass(kw_only=True)
+class MeterStatus(Answer):
+    """What the daemon meters with (docs/protocol.md, MeterStatus)."""
+
+    NAME: ClassVar[str] = "meter status"
+    NULL: ClassVar[frozenset[str]] = frozenset({"calibration"})
+
+    source: str
+    measured: bool | None = None
+    policy: str | None = None
+    domains: Any = None  # per meter: RAPL's zones, NVML's GPUs, the estimator's model
+    calibration: dict[str, Any] | None = None
+
+
+@dataclass(kw_only=True)
+class Calibration(documents.CalibrationBody, Answer):
+    """A new idle calibration, as signed in its `calibration` entry, with its seq."""
+
+    NAME: ClassVar[str] = "calibration"
+
+    seq: int
+    time: str
+
+
+@dataclass(kw_only=True)
+class SkippedRecord(Document):
+    NAME: ClassVar[str] = "skipped record"
+
+    instance_id: str
+    reason: str
+    code: str | None = None
+
+
+@dataclass(kw_only=True)
+class Registration(Answer):
+    """What RegisterSwebench registered, and what it skipped and why."""
+
+    NAME: ClassVar[str] = "registration"
+
+    registered: list[str]
+    skipped: list[SkippedRecord]
+
+
+@dataclass(kw_only=True)
+class Logs(Answer):
+    """A result's captured runs and its full failing and missing test ids (GetLogs)."""
+
+    NAME: ClassVar[str] = "logs"
+
+    seq: int
+    task_id: str
+    status: Status
+    runs: dict[str, dict[str, Any]]
+    attempt_id: str | None = None
+    max_bytes: int | None = None
+    tests_failed: dict[str, Any] | None = None
+    tests_missing: dict[str, Any] | None = None
+    withheld: str | None = None
+
+
+@dataclass(kw_only=True)
+class PublicKey(Document):
+    NAME: ClassVar[str] = "public key"
+
+    keyid: str
+    status: str
+    pem: str
+
+
+@dataclass(kw_only=True)
+class PublicKeys(Answer):
+    NAME: ClassVar[str] = "public keys"
+
+    origin: str
+    keys: list[PublicKey]
+
+
+@dataclass(kw_only=True)
+class ExportSummary(Answer):
+    """The files `Client.export` wrote."""
+
+    NAME: ClassVar[str] = "export"
+
+    out: str
+    entries: int
+    checkpoints: int
+    checkpoint_history: str
+    parquet: str
