@@ -547,21 +547,24 @@ class Snapshot:
         namespace = _MODULE_DICT(module)
         self._loader(f"module {name}", namespace, problems)
         own = _module_file(module)
-        for attr, value in list(namespace.items()):
-            found = self.origins.from_tree(value) if self.deep else ""
-            if judged is not None and attr not in judged:
-                found = ""
-            if found and found != own:  # what a module's own file defines is its content
-                problems.append(f"{name}.{attr} holds code from {found}")
-            if (
-                name != "builtins"
-                and isinstance(value, type)
-                and self.classes.get((name, attr)) is not value
-                and _TYPE_DICT(value).get("__module__") == name
-                and _has_code(value)
-            ):
-                self.classes[(name, attr)] = value
-                self._take_class(f"{name}.{attr}", value, problems, own=own)
+        items = list(namespace.items())
+        if self.deep:
+            for attr, value in items:
+                found = self.origins.from_tree(value)
+                if judged is not None and attr not in judged:
+                    found = ""
+                if found and found != own:  # what a module's own file defines is its content
+                    problems.append(f"{name}.{attr} holds code from {found}")
+        if name != "builtins":
+            for attr, value in items:
+                if (
+                    isinstance(value, type)
+                    and self.classes.get((name, attr)) is not value
+                    and _TYPE_DICT(value).get("__module__") == name
+                    and _has_code(value)
+                ):
+                    self.classes[(name, attr)] = value
+                    self._take_class(f"{name}.{attr}", value, problems, own=own)
         self.add(name, namespace)
 
     def _take_class(
@@ -616,17 +619,19 @@ class Snapshot:
         if scan:
             self.scan_modules(problems)
         now = self.fingerprint()
-        if same(now, self.last):
-            return
         changed = None
         if len(now) == len(self.last) and len(self.entries) == self.entries_seen:
             # The namespaces whose values moved (their sizes are equal, or `now` would not
-            # be as long): found by position, in C, so pytest's own per-test state (the
-            # assertion plugin's hooks, set and reset around every test) costs little.
-            moved = _compress(_COUNT(), map(_NOT_IS, now, self.last))
+            # be as long): found by position in one pass of C code, so pytest's own
+            # per-test state (the assertion plugin's hooks, set and reset around every
+            # test) costs little.
+            moved = list(_compress(_COUNT(), map(_NOT_IS, now, self.last)))
+            if not moved:
+                return
             changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
         self._full(problems, changed)
-        self.last = self.fingerprint()
+        # What was compared is what is now: nothing of the tree's runs in a check.
+        self.last = now
         self.entries_seen = len(self.entries)
 
     def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> None:
@@ -793,6 +798,95 @@ def _globals_in(node: Any) -> "list[Any]":
             found.append(current)
         todo.extend(_children(current))
     return found
+
+
+class Machinery:
+    """The import system's own code that makes a module's code from its file, as it was
+    before any code of the tree ran: its two frozen modules' namespaces, the modules they
+    read and unmarshal with, `compile`, and the classes of its loaders for source and
+    bytecode files. None of it is audited as it changes (module and class attributes are
+    written without an event), so each is compared by identity where it is relied on."""
+
+    MODULES = (
+        "_frozen_importlib",
+        "_frozen_importlib_external",
+        "zipimport",
+        "marshal",
+        "_imp",
+        "_io",
+    )
+    BUILTINS = ("compile", "exec")
+    LOADERS = ("SourceFileLoader", "SourcelessFileLoader", "zipimporter")
+
+    def __init__(self) -> None:
+        modules = sys.modules
+        bootstrap = modules.get("_frozen_importlib")
+        external = modules.get("_frozen_importlib_external")
+        call = getattr(bootstrap, "_call_with_frames_removed", None)
+        self.call = _FUNC_CODE(call) if type(call) is _FunctionType else None
+        basics = getattr(external, "_LoaderBasics", None)
+        self.exec_module = _FUNC_CODE(_TYPE_DICT(basics)["exec_module"]) if basics else None
+        zipimporter = getattr(modules.get("zipimport"), "zipimporter", None)
+        legacy = _TYPE_DICT(zipimporter).get("load_module") if type(zipimporter) is type else None
+        # Python 3.8 and 3.9 import from a zip file through the importer's own `load_module`
+        self.zip_load = _FUNC_CODE(legacy) if type(legacy) is _FunctionType else None
+        self.namespaces: "list[tuple[Any, list[str], list[Any], int]]" = []
+        for name in self.MODULES:
+            module = modules.get(name)
+            if type(module) is type(sys):
+                # Dunder names change as `importlib` adopts the frozen modules; nothing
+                # of the import system reads them.
+                self._take(_MODULE_DICT(module), [k for k in _MODULE_DICT(module) if k[:2] != "__"])
+        self._take(_MODULE_DICT(_BUILTINS), list(self.BUILTINS), sized=False)
+        self.loaders: "dict[Any, str]" = {}
+        found = [getattr(external, name, None) for name in self.LOADERS[:2]] + [zipimporter]
+        for name, cls in zip(self.LOADERS, found):  # noqa: B905 - Python 3.8 runs this too
+            if type(cls) is not type:
+                continue
+            self.loaders[cls] = name
+            for klass in type.__dict__["__mro__"].__get__(cls)[:-1]:  # not `object`
+                namespace = _TYPE_DICT(klass)
+                if all(entry[0] is not namespace for entry in self.namespaces):
+                    self._take(namespace, list(namespace))
+
+    def _take(self, namespace: Any, keys: "list[str]", sized: bool = True) -> None:
+        values = list(map(namespace.get, keys))
+        self.namespaces.append((namespace, keys, values, len(namespace) if sized else -1))
+
+    def intact(self) -> bool:
+        for namespace, keys, values, size in self.namespaces:
+            if size >= 0 and len(namespace) != size:
+                return False
+            if not same(list(map(namespace.get, keys)), values):
+                return False
+        return True
+
+    def imports(self, frame: Any, code: Any) -> bool:
+        """Whether `exec` (called from `frame`) runs a module's code for the import
+        system's own loader of a source or bytecode file, everything that made that code
+        from its file as it was: the code is the file's (its source's compiling or its
+        bytecode's reading was judged as it happened)."""
+        if frame is None or self.call is None:
+            return False
+        if frame.f_code is self.call:
+            caller = frame.f_back
+            if caller is None or caller.f_code is not self.exec_module:
+                return False
+        elif self.zip_load is not None and frame.f_code is self.zip_load:
+            caller = frame
+        else:
+            return False
+        loader = caller.f_locals.get("self")
+        kind = self.loaders.get(type(loader))
+        if kind is None:
+            return False
+        attrs = object.__getattribute__(loader, "__dict__")
+        if type(attrs) is not dict or any(map(callable, attrs.values())):
+            return False  # a method of its own set on the loader
+        path = attrs.get("path")
+        if kind == "SourceFileLoader" and (type(path) is not str or code.co_filename != path):
+            return False
+        return self.intact()
 
 
 def memory_sealed() -> bool:
@@ -1013,12 +1107,15 @@ def start(
     get_ident = _thread.get_ident
     main_thread = get_ident()  # the monitor starts in the main thread
     snapshot = Snapshot(origins)
+    machinery = Machinery()
+    rewriters: "list[Any]" = []  # the framework's own code that runs a module it rewrote
     state: "dict[str, Any]" = {
         "n": 0,
         "busy": False,
         "inner": False,
         "armed": False,
         "early": False,  # code of the tree ran before arming
+        "tree_ran": False,  # code of the tree ran (until then no code can be laundered)
         "finished": False,
     }
     holder: "dict[str, Any]" = {
@@ -1139,8 +1236,19 @@ def start(
                 frame = frame.f_back
                 depth += 1
                 continue
+            outer = frame.f_back
+            if (
+                code.co_name == "_compile_bytecode"
+                and outer is not None
+                and outer.f_code.co_name == "get_code"  # whose locals name the same file
+            ):
+                frame = outer
+                depth += 1
+                continue
             local = frame.f_locals
             path = local.get("bytecode_path")
+            if type(path) is not str and code.co_name == "get_code":
+                path = local.get("path")  # the loader of bytecode files names its file so
             loader = local.get("self")
             if loader is not None and code.co_name != "_compile_bytecode":
                 found = origins.from_tree(loader)
@@ -1224,6 +1332,13 @@ def start(
                 by = "the interpreter's start, before the runner"
                 record(f'{{"event":"memory","module":{_encode(name)},"by":{_encode(by)}')
         elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
+            rewriting = sys.modules.get("_pytest.assertion.rewrite")
+            hook_class = getattr(rewriting, "AssertionRewritingHook", None)
+            runs = (
+                _TYPE_DICT(hook_class).get("exec_module") if isinstance(hook_class, type) else None
+            )
+            if type(runs) is _FunctionType and not rewriters:
+                rewriters.append(_FUNC_CODE(runs))
             if checks is not None:
                 holder["registry"] = checks(origins, args[1])
             problems: "list[str]" = []
@@ -1321,6 +1436,23 @@ def start(
                 tamper(why)
             state["finished"] = True
             record(f'{{"event":"finish","exit":{int(args[1]):d}')
+
+    def laundered(code: Any, filename: str, frame: Any) -> str:
+        """Why `code`, claiming to be `filename` and run from `frame`, may not be that
+        file's code; "" when it surely is: made by the import system as it was, or by the
+        framework's rewriting of a file whose text it was seen to read, or the very code
+        the file compiles to."""
+        if machinery.imports(frame, code):
+            return ""
+        rewriting = frame is not None and any(frame.f_code is c for c in rewriters)
+        if rewriting and (
+            origins.is_protected(filename) or realpath_(filename) in origins.rewritten
+        ):
+            return ""  # a protected module is compared with a fresh rewrite as well
+        if origins.same_code(code):
+            return ""
+        who, _ = who_did(frame)
+        return f"code claiming to be {filename} but not that file's was run by {who}"
 
     def rewritten(filename: str, frame: Any) -> None:
         """A test module's syntax tree compiled by the framework (pytest's assertion
@@ -1487,15 +1619,20 @@ def start(
         elif event == "compile":
             # Code is judged by its file name: the tree may not compile code under the
             # name of a file the patch did not write unless it is that file's source.
-            if len(args) > 1 and args[1] is None and state["armed"]:
+            if len(args) > 1 and args[1] is None:
                 # A syntax tree (its file name is not in the event): pytest's assertion
-                # rewriting names the test file in its own frame.
+                # rewriting names the file in its own frame, and the text it read.
                 frame = getframe(2)
                 named = frame.f_locals.get("strfn") if frame is not None else None
-                if type(named) is str and origins.is_protected(named):
+                if type(named) is str and origins.real_file(named) and origins.trusted_file(named):
                     who, tree = caller(frame)
-                    if not tree:
-                        rewritten(named, frame)
+                    if tree:
+                        return
+                    if origins.is_protected(named):
+                        if state["armed"]:
+                            rewritten(named, frame)
+                    elif origins.same_source(named, frame.f_locals.get("source")):
+                        origins.rewritten.add(realpath_(named))
                 return
             if len(args) < 2 or type(args[1]) is not str:
                 return
@@ -1547,23 +1684,28 @@ def start(
             if type(code) is not _CodeType:
                 return
             filename = code.co_filename
-            if not state["armed"] and not state["early"] and not origins.trusted_file(filename):
-                state["early"] = True
+            trusted = origins.trusted_file(filename)
+            if not trusted:
+                state["tree_ran"] = True
+                if not state["armed"]:
+                    state["early"] = True
             if not origins.real_file(filename):
                 who, tree = caller(getframe(2))
                 if tree:
+                    state["tree_ran"] = True
                     origins.mark_dynamic(code, who)
-            elif event == "function.__new__" and origins.trusted_file(filename):
+            elif event == "function.__new__" and trusted:
                 who, tree = who_did(getframe(2))
                 if tree:
                     refuse(f"a function of {filename} was remade by {who}")
-            elif origins.trusted_file(filename):
-                # Code under the name of a file the patch did not write, run by the tree
-                # outside an import: it must be that file's code (a syntax tree compiled
-                # under a borrowed name is not; audit events do not show its name).
-                who, tree = who_did(getframe(2))
-                if tree and not importing(getframe(2)) and not origins.same_code(code):
-                    refuse(f"code claiming to be {filename} was run by {who}")
+            elif trusted and state["tree_ran"]:
+                # Code under the name of a file the patch did not write, once code of the
+                # tree has run: it must be that file's code, whoever runs it (a syntax
+                # tree compiled under a borrowed name is not, and audit events do not
+                # show its name; a library function may run it on the tree's behalf).
+                why = laundered(code, filename, getframe(2))
+                if why:
+                    refuse(why)
 
     if not hasattr(sys, "addaudithook"):  # Python < 3.8: the plugin writes, checked here
         state["armed"] = False

@@ -1367,6 +1367,105 @@ def patch():
     + ON_FIRST_INSTANCE
 )
 
+# FORGE_CODE laundered: code compiled from a syntax tree under the name of a standard-
+# library file the patch did not write (a syntax tree's compiling names no file), run so
+# that none of the patch's frames stand between it and what runs it. The laundered module
+# body swaps the visible tests' code itself.
+LAUNDERED_CODE = (
+    VISIBLE_MODULE
+    + r"""
+def laundered_code():
+    import ast
+
+    module = visible_module()
+    names = [name for name, fn in test_functions(module)]
+    host = os.path.join(os.path.dirname(os.__file__), "colorsys.py")
+    body = (
+        "import sys\n"
+        "def passes(*args, **kwargs):\n    return None\n"
+        f"_module = sys.modules[{module.__name__!r}]\n"
+        f"for _name in {names!r}:\n"
+        "    getattr(_module, _name).__code__ = passes.__code__\n"
+    )
+    return compile(ast.parse(body), host, "exec"), host, names
+
+"""
+)
+
+# ... handed to the import system's own `exec_module` by a loader of the patch's, and
+# imported by the standard library's `importlib.import_module`.
+FORGE_LAUNDER = (
+    LAUNDERED_CODE
+    + r"""
+def patch():
+    import importlib, importlib.machinery, importlib.util
+
+    code, host, names = laundered_code()
+
+    class Loader(importlib.machinery.SourceFileLoader):
+        def get_code(self, fullname):
+            return code
+
+    class Finder:
+        def find_spec(self, name, path=None, target=None):
+            if name == "jb_laundered":
+                return importlib.util.spec_from_loader(name, Loader(name, host))
+            return None
+
+    sys.meta_path.insert(0, Finder())
+    importlib.import_module("jb_laundered")
+    return ",".join(names)
+
+"""
+    + ON_FIRST_INSTANCE
+)
+
+# ... the import system's own loader class changed to hand it over as the module's compiled
+# source (its cached bytecode made to look stale), then the module imported by the
+# standard library, and the class put back.
+FORGE_LAUNDER_CLASS = (
+    LAUNDERED_CODE
+    + r"""
+def patch():
+    import importlib, importlib.machinery
+
+    code, host, names = laundered_code()
+    loader = importlib.machinery.SourceFileLoader
+    original, stats = loader.source_to_code, loader.path_stats
+
+    def source_to_code(self, data, path, **kwargs):
+        return code if path == host else original(self, data, path, **kwargs)
+
+    def path_stats(self, path):  # the cached bytecode looks stale: the source is compiled
+        found = stats(self, path)
+        return {**found, "mtime": found["mtime"] + 1} if path == host else found
+
+    loader.source_to_code, loader.path_stats = source_to_code, path_stats
+    sys.modules.pop("colorsys", None)
+    sys.dont_write_bytecode = True
+    importlib.import_module("colorsys")
+    loader.source_to_code, loader.path_stats = original, stats
+    return ",".join(names)
+
+"""
+    + ON_FIRST_INSTANCE
+)
+
+# ... run by a standard-library function that runs code on its caller's behalf.
+FORGE_LAUNDER_DEPUTY = (
+    LAUNDERED_CODE
+    + r"""
+def patch():
+    import runpy
+
+    code, host, names = laundered_code()
+    runpy._run_code(code, {"__name__": "jb_laundered"})
+    return ",".join(names)
+
+"""
+    + ON_FIRST_INSTANCE
+)
+
 # The report-factory forgery written as plain source at the end of the library (no exec,
 # no helper): seven lines a patch could carry. PLAIN_MARKERS reports what it did.
 PLAIN_FORGERY = """

@@ -58,6 +58,11 @@ EXTRA = {
     # the same swap made in a thread started on the standard library
     "code-swap-thread-visible": (A.FORGE_CODE_THREAD, A.LRUCACHE),
     "rewrite-strip-visible": (A.FORGE_REWRITE, A.URLRESOLVE),
+    # the swap made by code compiled under a library's name and run by the import system
+    # for a loader of the patch's, by its own loader class changed, or by a library function
+    "code-launder-visible": (A.FORGE_LAUNDER, A.LRUCACHE),
+    "code-launder-class-visible": (A.FORGE_LAUNDER_CLASS, A.LRUCACHE),
+    "code-launder-deputy-visible": (A.FORGE_LAUNDER_DEPUTY, A.LRUCACHE),
 }
 
 
