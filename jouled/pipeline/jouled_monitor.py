@@ -1103,7 +1103,17 @@ def start(
         now = _list(_map(builtins_namespace.get, builtin_names))
         return not _all(_map(_is, now, builtins_values))
 
-    write, getframe, hexlify = os.write, sys._getframe, bytes.hex
+    write, frame_at, hexlify = os.write, sys._getframe, bytes.hex
+
+    def getframe(depth: int) -> Any:
+        """The frame `depth` calls above the caller; the event it raises is the monitor's
+        own (`state["own"]`), so the hook returns from it at once."""
+        state["own"] = True
+        try:
+            return frame_at(depth + 1)
+        finally:
+            state["own"] = False
+
     get_ident = _thread.get_ident
     main_thread = get_ident()  # the monitor starts in the main thread
     snapshot = Snapshot(origins)
@@ -1112,6 +1122,7 @@ def start(
     state: "dict[str, Any]" = {
         "n": 0,
         "busy": False,
+        "own": False,  # the monitor itself is looking up a frame
         "inner": False,
         "armed": False,
         "early": False,  # code of the tree ran before arming
@@ -1726,6 +1737,8 @@ def start(
         if event not in HANDLED:  # most events (builtins.id, os.*, import...): nothing to do
             return
         if state["busy"]:
+            if state["own"]:
+                return
             # Code running while the monitor checks is code the check called: a value
             # of the tree's (a property, a __getattr__). It may not look around.
             frames = event != "object.__getattr__" or (len(args) > 1 and args[1] in FRAME_ATTRS)
