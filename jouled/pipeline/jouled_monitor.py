@@ -618,16 +618,23 @@ class Snapshot:
         (never in the middle of an import, whose module is not whole yet)."""
         if scan:
             self.scan_modules(problems)
+        offsets, seen, last = self.offsets, self.entries_seen, self.last
         now = self.fingerprint()
         changed = None
-        if len(now) == len(self.last) and len(self.entries) == self.entries_seen:
+        if len(now) == len(last) and len(self.entries) == seen:
             # The namespaces whose values moved (their sizes are equal, or `now` would not
             # be as long): found by position in one pass of C code, so pytest's own
             # per-test state (the assertion plugin's hooks, set and reset around every
             # test) costs little.
-            moved = list(_compress(_COUNT(), map(_NOT_IS, now, self.last)))
+            moved = list(_compress(_COUNT(), map(_NOT_IS, now, last)))
             if not moved:
                 return
+            changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
+        elif 0 < seen < len(self.entries) and self.offsets[: seen + 1] == offsets[: seen + 1]:
+            # Namespaces taken in since the last check (judged as they were taken) after
+            # the others, whose sizes held: those compared by position as above.
+            end = offsets[seen]
+            moved = list(_compress(_COUNT(), map(_NOT_IS, now[:end], last[:end])))
             changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
         self._full(problems, changed)
         # What was compared is what is now: nothing of the tree's runs in a check.

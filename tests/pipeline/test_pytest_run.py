@@ -534,6 +534,41 @@ def test_a_builtin_class_replaced_is_found(scratch: Path) -> None:
     assert any("builtins.KeyError, a class, was replaced" in w for w in channel.forged), channel
 
 
+def test_a_framework_global_replaced_while_another_module_loads_is_found(scratch: Path) -> None:
+    # The patch's library, imported as the tests are collected, replaces a function of
+    # pytest's (the namespace's size unchanged; put back as the test reads the library)
+    # and loads a module of pytest's not yet loaded: a check made while collection goes
+    # on (a later test module's rewriting, the end of collection) takes the new module
+    # in and still compares the namespaces it knew.
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
+    }
+    library = (
+        "import sys\n"
+        "import _pytest.runner as _runner\n"
+        "_fresh = '_pytest.pytester_assertions' not in sys.modules\n"
+        "import _pytest.pytester_assertions\n"
+        "_original = _runner.pytest_addoption\n"
+        "def pytest_addoption(*args, **kwargs):\n"
+        "    return _original(*args, **kwargs)\n"
+        "_runner.pytest_addoption = pytest_addoption\n"
+        "def __getattr__(name):  # the test reads VALUE: put pytest's function back\n"
+        "    if name != 'VALUE':\n"
+        "        raise AttributeError(name)\n"
+        "    _runner.pytest_addoption = _original\n"
+        "    return 1\n"
+        "print('JBFORGED replaced, fresh module:', _fresh, flush=True)\n"
+    )
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added={"mypkg/__init__.py": library})
+    assert "JBFORGED replaced, fresh module: True" in result.output, result.output
+    assert any(
+        "_pytest.runner.pytest_addoption was replaced by code from" in w for w in channel.forged
+    ), channel
+
+
 # -- commands -----------------------------------------------------------------------------
 
 
