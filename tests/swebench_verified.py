@@ -10,11 +10,15 @@ Each instance is one file, `tests/fixtures/swebench_verified/<instance_id>.json.
 - `sdist`: the release sdist of the repository the checkout starts from,
   fetched into `.cache/swebench/dist/` by `make swebench-fixtures`;
 - `delta` and `commit_object`: a binary git diff from the sdist's files to the
-  tree of `base_commit`, and that commit's raw object.
+  tree of `base_commit`, and that commit's raw object;
+- `removed` (where there are any): the sdist's files the tree lacks (its
+  `*.egg-info/`, modules removed since the release), named instead of diffed: a
+  deletion's diff would carry each whole file.
 
-`build_checkout` unpacks the sdist, applies the delta, checks that the result
-hashes to the commit's tree, and writes the commit object itself: the checkout's
-HEAD is the real `base_commit` (shallow: its parents are not there).
+`build_checkout` unpacks the sdist, removes the `removed` files, applies the
+delta, checks that the result hashes to the commit's tree, and writes the commit
+object itself: the checkout's HEAD is the real `base_commit` (shallow: its
+parents are not there).
 
 Nothing here needs the network or pytest; the test module skips where an sdist
 is missing.
@@ -97,6 +101,11 @@ def build_checkout(path: Path, dist: Path, checkout_root: Path) -> Path:
         raise MissingSource(f"{sdist.name} is not in {dist}")
     tree = checkout_root / record["instance_id"]
     unpack_sdist(sdist, tree)
+    for name in fixture.get("removed", []):
+        path = tree / name
+        if ".." in Path(name).parts or not path.is_file():
+            raise RuntimeError(f"{tree}: the fixture removes {name!r}, not a file of the sdist")
+        path.unlink()
     _git(tree, "init", "-q")
     delta = tree / ".git" / "jouled-delta.patch"
     delta.write_text(fixture["delta"])

@@ -140,6 +140,10 @@ def _prepare(fixture: dict[str, Any], checkouts: Path, envs: Path) -> None:
     dataset.write_text(json.dumps([record]))
     env = {k: v for k, v in os.environ.items() if k != "PIP_NO_INDEX"}
     env.update(PIP_FIND_LINKS=str(verified.DIST), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # PyPI and the cached files only: a host's pip configuration (an extra local index whose
+    # pages carry no Requires-Python) kept pip 23 on Python 3.9 backtracking for over fifteen
+    # minutes over Django's unpinned requirements
+    env.update(PIP_CONFIG_FILE=os.devnull)
     env.update(fixture.get("env", {}))
     if "constraints" in fixture:  # a dependency's release the official images predate
         constraints = here / f"{record['instance_id']}.constraints.txt"

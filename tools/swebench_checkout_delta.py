@@ -38,12 +38,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.swebench_verified import KEPT_FIELDS, build_checkout, unpack_sdist
 
 
-def _git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> bytes:
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True).stdout
+def _git(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+) -> bytes:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, input=stdin, capture_output=True, check=True
+    ).stdout
 
 
-def delta(repo_git: Path, commit: str, sdist: Path) -> tuple[str, bytes]:
-    """The diff from the sdist's files to `commit`'s tree, and the commit's raw object."""
+def delta(repo_git: Path, commit: str, sdist: Path) -> tuple[str, list[str], bytes]:
+    """The diff from the sdist's files to `commit`'s tree, the sdist's files the tree lacks,
+    and the commit's raw object.
+
+    A file the sdist has and the tree lacks (its `*.egg-info/SOURCES.txt`, a module removed
+    since the release) is named, not diffed: a deletion's diff carries the whole file, and
+    `build_checkout` removes the named files before it applies the diff.
+    """
     raw = _git("--git-dir", str(repo_git), "cat-file", "commit", commit)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
@@ -61,18 +74,32 @@ def delta(repo_git: Path, commit: str, sdist: Path) -> tuple[str, bytes]:
         _git("--git-dir", str(repo_git), "read-tree", commit, env=env)
         _git("--git-dir", str(repo_git), "--work-tree", str(work), "checkout-index", "-a", env=env)
         _git("add", "-A", "-f", cwd=work)
+        listed = _git("diff", "--cached", "--name-only", "-z", "--diff-filter=D", "HEAD", cwd=work)
+        removed = sorted(name for name in listed.decode("utf-8").split("\0") if name)
+        if removed:  # back in the index as the sdist has them: the diff leaves them alone
+            _git(
+                "reset",
+                "-q",
+                "HEAD",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                cwd=work,
+                stdin=listed,
+            )
         diff = _git("diff", "--cached", "--binary", "--full-index", "HEAD", cwd=work)
-    return diff.decode("utf-8"), raw
+    return diff.decode("utf-8"), removed, raw
 
 
 def scm_version(repo_git: Path, commit: str) -> str:
     """The version setuptools-scm's default scheme gives `commit` in the full repository.
 
     `git describe` names the last tag and the distance from it: `7.2.0.dev0-157-gaa55975c7`
-    is `7.2.0.dev157+gaa55975c7`, `7.1.2-3-gabc` is `7.1.3.dev3+gabc`; on a tag, the tag.
+    is `7.2.0.dev157+gaa55975c7`, `7.1.2-3-gabc` is `7.1.3.dev3+gabc`; on a tag, the tag
+    (without a leading `v`).
     """
     described = _git("--git-dir", str(repo_git), "describe", "--tags", "--long", commit)
     tag, distance, node = described.decode().strip().rsplit("-", 2)
+    tag = tag.removeprefix("v")  # astropy's `v5.3.dev`
     if distance == "0":
         return tag
     if ".dev" in tag:
@@ -102,7 +129,7 @@ def main() -> None:
     args = parser.parse_args()
     record = json.loads(args.record.read_text())
     kept = {k: record[k] for k in KEPT_FIELDS if k in record}
-    diff, raw = delta(args.repo_git, record["base_commit"], args.sdist)
+    diff, removed, raw = delta(args.repo_git, record["base_commit"], args.sdist)
     fixture = {
         "record": kept,
         "wrong": args.wrong.read_text(),
@@ -110,6 +137,8 @@ def main() -> None:
         "commit_object": base64.b64encode(raw).decode("ascii"),
         "delta": diff,
     }
+    if removed:
+        fixture["removed"] = removed
     if args.constraints:
         fixture["constraints"] = args.constraints.replace(";", "\n") + "\n"
     if args.scm_dist:
