@@ -11,8 +11,8 @@ __all__ = ["Client", "ClientError", "default_target"]
 
 
 def __getattr__(name: str) -> Any:
-    # The API (and gRPC under it) loads on first use, so `jb-client tasks --json` can
-    # answer without it (jb_client.entry).
+    # The API (and gRPC under it) loads on first use: `import jb_client` for the CLI
+    # costs nothing, and only the commands that call a daemon pay for gRPC.
     if name in __all__:
         from jb_client import api
 

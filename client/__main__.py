@@ -1,3 +1,3 @@
-from jb_client.entry import main
+from jb_client.cli import main
 
 main()

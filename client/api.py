@@ -12,36 +12,43 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from jb_client.documents import (
-    Answer,
-    BestOfK,
-    Calibration,
-    Checkpoint,
-    ConsistencyProof,
-    ExportSummary,
-    Frontier,
-    InclusionProof,
-    Logs,
-    MeterStatus,
-    OpReceipt,
-    PublicKeys,
-    Receipt,
-    Registration,
-    TaskInfo,
-)
+from jb_client.later import Later
 from jb_client.paths import checkpoint_history_path, parquet_path
 from jb_client.target import default_target, normalise
+from jb_client.taskinfo import TaskInfo
 
 from jouled.errors import DocumentError, JouledError, Kind
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from jb_client import documents as docs
+    from jb_client.documents import (
+        Answer,
+        BestOfK,
+        Calibration,
+        Checkpoint,
+        ConsistencyProof,
+        ExportSummary,
+        Frontier,
+        InclusionProof,
+        Logs,
+        MeterStatus,
+        OpReceipt,
+        PublicKeys,
+        Receipt,
+        Registration,
+    )
+else:
+    # The documents (and jouled.documents under them) load with the first answer that
+    # needs them: `jb-client tasks --json` never does.
+    docs = Later("jb_client.documents")
 
 Progress = Callable[[str, str], None]
 # Times a paged answer is read again from its first page when the ledger changes meanwhile.
@@ -50,7 +57,7 @@ PAGE_RETRIES = 5
 CLAIMS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
 MAX_SAFE_INTEGER = 2**53 - 1
 
-A = TypeVar("A", bound=Answer)
+A = TypeVar("A", bound="Answer")
 
 _KINDS = {
     grpc.StatusCode.INVALID_ARGUMENT: Kind.INVALID_ARGUMENT,
@@ -144,6 +151,13 @@ def _claimed(claimed: Mapping[str, int] | None) -> dict[str, int]:
             raise ClientError(f"unknown claimed figure {name!r}", Kind.INVALID_ARGUMENT, hint=hint)
         out[name] = _count(f"claimed {name}", value)
     return out
+
+
+def _fresh_key() -> str:
+    """An idempotency key no other attempt has: a fresh UUID (hex)."""
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 def _text(name: str, value: object) -> str:
@@ -439,7 +453,7 @@ class Client:
             rollout=0 if rollout is None else _count("rollout", rollout, 2**32 - 1),
             next_rollout=rollout is None,
             claimed=pb.Claimed(**_claimed(claimed)),
-            idempotency_key=_text("idempotency_key", idempotency_key) or uuid.uuid4().hex,
+            idempotency_key=_text("idempotency_key", idempotency_key) or _fresh_key(),
         )
         return self._attempt(self._stub.Submit, request, progress)
 
@@ -461,7 +475,7 @@ class Client:
             solver=_text("solver", solver),
             run_id=_text("run_id", run_id),
             rollout=_count("rollout", rollout, 2**32 - 1),
-            idempotency_key=_text("idempotency_key", idempotency_key) or uuid.uuid4().hex,
+            idempotency_key=_text("idempotency_key", idempotency_key) or _fresh_key(),
             model=_text("model", model),
         )
         return self._attempt(self._stub.RunSolver, request, progress)
@@ -475,7 +489,7 @@ class Client:
                 if event.HasField("progress") and progress:
                     progress(event.progress.phase, event.progress.message)
                 elif event.HasField("receipt"):
-                    receipt = _answer(Receipt, json.loads(event.receipt.json))
+                    receipt = _answer(docs.Receipt, json.loads(event.receipt.json))
         except grpc.RpcError as err:
             raise self._error(err) from None
         if receipt is None:
@@ -495,12 +509,12 @@ class Client:
         request = pb.FrontierRequest(
             suite=_text("suite", suite), axis=_text("axis", axis), merge_digests=merge_digests
         )
-        return _answer(Frontier, self._pages(self._stub.Frontier, request, "frontier"))
+        return _answer(docs.Frontier, self._pages(self._stub.Frontier, request, "frontier"))
 
     def best_of_k(self, suite: str = "") -> BestOfK:
         """Every best-of-k row, all pages read."""
         request = pb.FrontierRequest(suite=_text("suite", suite))
-        return _answer(BestOfK, self._pages(self._stub.BestOfK, request, "best-of-k"))
+        return _answer(docs.BestOfK, self._pages(self._stub.BestOfK, request, "best-of-k"))
 
     def _pages(self, method: Callable[..., Any], request: Any, what: str) -> dict[str, Any]:
         """Every page of a paged answer, as one document with all the rows.
@@ -582,7 +596,7 @@ class Client:
         os.replace(tmp_hist, history)
         parquet = parquet_path(out)
         write_parquet(out, parquet)
-        return ExportSummary(
+        return docs.ExportSummary(
             out=str(out),
             entries=entries,
             checkpoints=notes,
@@ -592,25 +606,25 @@ class Client:
 
     def checkpoint(self) -> Checkpoint:
         """The latest signed checkpoint."""
-        return _answer(Checkpoint, self._doc(self._stub.Checkpoint, pb.CheckpointRequest()))
+        return _answer(docs.Checkpoint, self._doc(self._stub.Checkpoint, pb.CheckpointRequest()))
 
     def proof(self, seq: int, tree_size: int = 0) -> InclusionProof:
         """That entry `seq` is in the tree of `tree_size` entries (0: the current size)."""
         request = pb.InclusionProofRequest(
             seq=_count("seq", seq), tree_size=_count("tree_size", tree_size)
         )
-        return _answer(InclusionProof, self._doc(self._stub.InclusionProof, request))
+        return _answer(docs.InclusionProof, self._doc(self._stub.InclusionProof, request))
 
     def consistency(self, old_size: int, new_size: int = 0) -> ConsistencyProof:
         """That the tree of `old_size` entries is a prefix of that of `new_size` (0: now)."""
         request = pb.ConsistencyProofRequest(
             old_size=_count("old_size", old_size), new_size=_count("new_size", new_size)
         )
-        return _answer(ConsistencyProof, self._doc(self._stub.ConsistencyProof, request))
+        return _answer(docs.ConsistencyProof, self._doc(self._stub.ConsistencyProof, request))
 
     def meter(self) -> MeterStatus:
         """What the daemon meters energy with, and the idle calibration in use."""
-        return _answer(MeterStatus, self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
+        return _answer(docs.MeterStatus, self._doc(self._stub.MeterStatus, pb.MeterStatusRequest()))
 
     def register_swebench(self, records: list[dict[str, Any]], suite: str = "") -> Registration:
         """Register records against the checkouts under the daemon's --checkout-root."""
@@ -623,7 +637,7 @@ class Client:
                 hint="give a list of SWE-bench records as read from the dataset's JSON",
             ) from None
         request = pb.RegisterSwebenchRequest(records_json=records_json, suite=_text("suite", suite))
-        return _answer(Registration, self._doc(self._stub.RegisterSwebench, request))
+        return _answer(docs.Registration, self._doc(self._stub.RegisterSwebench, request))
 
     def receipt(self, *, idempotency_key: str = "", seq: int | None = None) -> Receipt:
         """A result's receipt again (fresh proof), by idempotency key or seq."""
@@ -639,21 +653,21 @@ class Client:
                 Kind.INVALID_ARGUMENT,
                 hint="receipt(idempotency_key=KEY) or receipt(seq=N)",
             )
-        return _answer(Receipt, json.loads(self._call(self._stub.GetReceipt, request).json))
+        return _answer(docs.Receipt, json.loads(self._call(self._stub.GetReceipt, request).json))
 
     def logs(self, seq: int) -> Logs:
         """A result's captured output per run and its full failing and missing test ids."""
         request = pb.GetLogsRequest(seq=_count("seq", seq))
-        return _answer(Logs, self._doc(self._stub.GetLogs, request))
+        return _answer(docs.Logs, self._doc(self._stub.GetLogs, request))
 
     def public_keys(self) -> PublicKeys:
         """The daemon's signing keys: a convenience, never a root of trust (pin keys)."""
-        return _answer(PublicKeys, self._doc(self._stub.PublicKeys, pb.PublicKeysRequest()))
+        return _answer(docs.PublicKeys, self._doc(self._stub.PublicKeys, pb.PublicKeysRequest()))
 
     def calibrate(self, seconds: int) -> Calibration:
         """Measure the host's idle power for `seconds` (operators only): signed."""
         request = pb.CalibrateRequest(seconds=_count("seconds", seconds, 2**32 - 1))
-        return _answer(Calibration, self._doc(self._stub.Calibrate, request))
+        return _answer(docs.Calibration, self._doc(self._stub.Calibrate, request))
 
     # -- op windows -------------------------------------------------------------------------
 
@@ -702,7 +716,7 @@ class Client:
 
     def _close_window(self, window_id: str) -> OpReceipt:
         reply = self._call(self._stub.CloseWindow, pb.CloseWindowRequest(window_id=window_id))
-        return _answer(OpReceipt, json.loads(reply.json))
+        return _answer(docs.OpReceipt, json.loads(reply.json))
 
 
 class OpWindow:
@@ -737,7 +751,7 @@ class OpWindow:
         try:
             for event in self._call:
                 if event.HasField("closed"):
-                    self.receipt = _answer(OpReceipt, json.loads(event.closed.json))
+                    self.receipt = _answer(docs.OpReceipt, json.loads(event.closed.json))
                     return self.receipt
         except grpc.RpcError as err:
             raise self._client._error(err) from None

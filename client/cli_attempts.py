@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from jb_client import render
 from jb_client.cli_common import (
     CLAIM_MAX,
     EXIT_USAGE,
@@ -20,6 +19,7 @@ from jb_client.cli_common import (
     fail,
     progress,
     read_file,
+    render,
 )
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def run(
     """
     if is_fleet():
         return fleet_run(suite, solvers, rollouts, run_id, model, as_json)
-    run_id = run_id or uuid.uuid4().hex[:12]
+    run_id = run_id or os.urandom(6).hex()
     names = [s.strip() for s in solvers.split(",") if s.strip()]
     receipts = []
     try:

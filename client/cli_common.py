@@ -11,12 +11,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from jb_client import render
 
 if TYPE_CHECKING:
     # Loaded where used: the API brings gRPC, which offline commands never need,
     # and the fleet module the verifier and DuckDB.
+    from jb_client import render
     from jb_client.api import Client
+else:
+    from jb_client.later import Later
+
+    # Tables and rich load only where a command prints for people, never for --json.
+    render = Later("jb_client.render")
 
 from jouled.errors import JouledError, Kind, VerificationError
 from jouled.ledger.canonical import MAX_SAFE_INTEGER
@@ -33,6 +38,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Help and usage errors in click's plain layout: rich's boxes cost more to import and
+    # draw than any command's own start-up (~90 ms a `--help`), and read "[[host]]" in
+    # help text as markup.
+    rich_markup_mode=None,
 )
 
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]

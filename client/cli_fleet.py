@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jb_client import render
 from jb_client.cli_common import (
     emit,
     fail,
+    render,
     state,
 )
 
@@ -60,7 +60,7 @@ def fleet_run(
     from jb_client import fleet
 
     names = [s.strip() for s in solvers.split(",") if s.strip()]
-    given, run_id = run_id, run_id or uuid.uuid4().hex[:12]
+    given, run_id = run_id, run_id or os.urandom(6).hex()
 
     def started(host: str, unit: fleet.Unit) -> None:
         render.err.print(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from jb_client import render
 from jb_client.cli_common import (
     EXIT_USAGE,
     Json,
@@ -15,6 +14,7 @@ from jb_client.cli_common import (
     connect,
     emit,
     fail,
+    render,
 )
 
 if TYPE_CHECKING:

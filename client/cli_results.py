@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from jb_client import render
 from jb_client.cli_common import (
     CLAIM_MAX,
     EXIT_USAGE,
@@ -22,6 +21,7 @@ from jb_client.cli_common import (
     emit,
     fail,
     read_file,
+    render,
 )
 
 if TYPE_CHECKING:

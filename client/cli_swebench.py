@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from jb_client import render
 from jb_client.cli_common import (
     Json,
     connect,
     emit,
     fail,
+    render,
 )
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def swebench(
     from jouled.contracts.swebench import load_predictions, load_records
     from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
 
-    run_id = run_id or uuid.uuid4().hex[:12]
+    run_id = run_id or os.urandom(6).hex()
     receipts: list[dict[str, Any]] = []
     empty: list[str] = []
     malformed: list[dict[str, str]] = []

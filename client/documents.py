@@ -2,7 +2,8 @@
 
 They are `jouled.documents`' classes where the daemon already has one (`Receipt`,
 `OpReceipt`, `FrontierRow`, `CalibrationBody`), and small ones of the same kind
-for the other answers. Every field is read and checked when the answer arrives;
+for the other answers (`TaskInfo`, built from the protobuf message, is in
+`jb_client.taskinfo`). Every field is read and checked when the answer arrives;
 `to_dict()` gives back exactly the JSON object the daemon sent (the one
 `jb-client ... --json` prints), unknown fields included. Energy figures are in
 joules, as floats, through `Energy` (`receipt.joules["grade"].gross_j`); the raw
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from jb_client.taskinfo import TaskInfo
 
 from jouled import documents
 from jouled.documents import Document, Energy, FrontierRow, Status
@@ -64,48 +67,6 @@ class Receipt(documents.Receipt, Answer):
 
 class OpReceipt(documents.OpReceipt, Answer):
     """An op window's signed entry with its proof (docs/protocol.md, CloseWindow)."""
-
-
-@dataclass(kw_only=True)
-class TaskInfo(Answer):
-    """A task the daemon serves (docs/protocol.md, ListTasks)."""
-
-    NAME: ClassVar[str] = "task"
-
-    task_id: str
-    suite: str
-    name: str
-    kind: str
-    prompt: str
-    digest: str
-    test_cmd: list[str]
-    test_files: list[str]  # the protected paths
-    timeout_s: int
-    fail_to_pass: list[str]
-    pass_to_pass: list[str]
-    source: str
-    license: str
-    hidden_files: int  # how many hidden test files grade it; never their names
-
-    @classmethod
-    def of(cls, t: Any) -> TaskInfo:
-        """From a `jouled.v1.Task` message."""
-        return cls(
-            task_id=t.task_id,
-            suite=t.suite,
-            name=t.name,
-            kind=t.kind,
-            prompt=t.prompt,
-            digest=t.digest,
-            test_cmd=list(t.test_cmd),
-            test_files=list(t.test_files),
-            timeout_s=t.timeout_s,
-            fail_to_pass=list(t.fail_to_pass),
-            pass_to_pass=list(t.pass_to_pass),
-            source=t.source,
-            license=t.license,
-            hidden_files=t.hidden_files,
-        )
 
 
 @dataclass(kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from jb_client.api import HINTS, Client, ClientError
-from jb_client.documents import Receipt, TaskInfo
+from jb_client.documents import Checkpoint, Receipt
 
 from jouled.documents import Energy
 from jouled.errors import Kind
@@ -219,7 +219,7 @@ def test_answers_the_client_cannot_read_are_client_errors() -> None:
     from jb_client.api import _answer
 
     with pytest.raises(ClientError) as caught:
-        _answer(TaskInfo, {"task_id": 3})
+        _answer(Checkpoint, {"size": "3"})
     assert caught.value.kind == Kind.INTERNAL and "upgrade" in caught.value.hint
 
 
