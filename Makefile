@@ -42,7 +42,7 @@ browser:
 # tools/swebench_oracle.py). Fetched once into .cache/swebench/; where they cannot
 # be fetched, those tests skip and say so.
 SWE_CACHE    := .cache/swebench
-SWE_STAMP    := $(SWE_CACHE)/.fetched-7
+SWE_STAMP    := $(SWE_CACHE)/.fetched-8
 SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1 sympy==1.12
 SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 Jinja2==3.1.2 \
                 Werkzeug==2.3.7 blinker==1.9.0 setuptools==70.0.0 wheel==0.45.1 flit_core==3.9.0 \
@@ -57,12 +57,8 @@ SWE_ORACLE   := swebench==4.1.0
 REAL_NUMPY   := "numpy>=1.26,<2.4"
 # The releases the real Verified instances' checkouts are rebuilt from (tests/swebench_verified.py),
 # one download each: two versions of one name cannot share a pip call
-SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 pytest==7.2.0 pytest==6.0.0 sphinx==3.4.3 sympy==1.2 \
-                django==4.0a1 django==4.2a1
-# Releases whose sdist metadata only builds with the setuptools of their day (astropy 5.2
-# imports setuptools.dep_util, gone from setuptools 70): fetched under a build constraint,
-# each on its own, so that one that cannot be had skips its own test only
-SWE_VERIFIED_OLD_SETUPTOOLS := astropy==5.2
+SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 sphinx==3.4.3 sympy==1.2 sympy==1.1.1 \
+                django==3.2a1 django==4.0a1 django==4.1a1 django==4.2a1
 
 swebench-fixtures: install
 	@test -f $(SWE_STAMP) || { \
@@ -80,11 +76,6 @@ swebench-fixtures: install
 	    || exit 1; done ) && \
 	  $(BIN)/python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
 	    $(SWE_CACHE)/swebench-4.1.0-py3-none-any.whl $(SWE_CACHE)/oracle && \
-	  printf 'setuptools<70\n' > $(SWE_CACHE)/old-setuptools.txt && \
-	  ( for req in $(SWE_VERIFIED_OLD_SETUPTOOLS); do $(BIN)/python -m pip download --quiet \
-	    --disable-pip-version-check --no-deps --no-binary $${req%%=*} \
-	    --build-constraint $(SWE_CACHE)/old-setuptools.txt -d $(SWE_CACHE)/dist $$req \
-	    || echo "$$req not fetched: its real Verified instances will skip"; done ) && \
 	  ( $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps \
 	    --only-binary :all: -d $(SWE_CACHE)/dist $(REAL_NUMPY) \
 	    || echo "no NumPy wheel for this interpreter: the real-NumPy run will skip" ) && \
