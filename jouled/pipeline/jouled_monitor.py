@@ -1185,11 +1185,16 @@ def start(
         found = origins.code_from_tree(code)
         return (found or code.co_filename), bool(found)
 
-    def patch_on_stack(frame: Any) -> str:
-        """The first file of the patch's on the stack from `frame` up, or ""."""
+    def patch_on_stack(frame: Any, within_import: bool = False) -> str:
+        """The first file of the patch's on the stack from `frame` up, or ""; with
+        `within_import`, only up to the module being imported, if one is (its importer
+        asked for the module, not for what the module's own code does)."""
         depth = 0
         while frame is not None and depth < 400:
-            found = origins.code_from_tree(frame.f_code)
+            code = frame.f_code
+            if within_import and code is machinery.call:
+                return ""
+            found = origins.code_from_tree(code)
             if found:
                 return found
             frame = frame.f_back
@@ -1708,7 +1713,14 @@ def start(
                 if not state["armed"]:
                     state["early"] = True
             if not origins.real_file(filename):
-                who, tree = caller(getframe(2))
+                # Generated code is the tree's when the tree runs it, or when a library
+                # function runs it on the tree's behalf (the tree's frames below it, short
+                # of an import: a library's own classes made as it is imported are its).
+                frame = getframe(2)
+                who, tree = caller(frame)
+                if not tree and state["tree_ran"]:
+                    who = patch_on_stack(frame, within_import=True) or elsewhere()
+                    tree = bool(who)
                 if tree:
                     state["tree_ran"] = True
                     origins.mark_dynamic(code, who)

@@ -1374,12 +1374,12 @@ def patch():
 LAUNDERED_CODE = (
     VISIBLE_MODULE
     + r"""
-def laundered_code():
+def laundered_code(host=None):
     import ast
 
     module = visible_module()
     names = [name for name, fn in test_functions(module)]
-    host = os.path.join(os.path.dirname(os.__file__), "colorsys.py")
+    host = host or os.path.join(os.path.dirname(os.__file__), "colorsys.py")
     body = (
         "import sys\n"
         "def passes(*args, **kwargs):\n    return None\n"
@@ -1460,6 +1460,22 @@ def patch():
 
     code, host, names = laundered_code()
     runpy._run_code(code, {"__name__": "jb_laundered"})
+    return ",".join(names)
+
+"""
+    + ON_FIRST_INSTANCE
+)
+
+# ... compiled under no file's name at all ("<string>", as generated code is), run by a
+# library function on its behalf (`code.InteractiveInterpreter`, not frozen as runpy is).
+FORGE_LAUNDER_GENERATED = (
+    LAUNDERED_CODE
+    + r"""
+def patch():
+    import code as console
+
+    code, host, names = laundered_code("<string>")
+    console.InteractiveInterpreter({"__name__": "jb_laundered"}).runcode(code)
     return ",".join(names)
 
 """

@@ -63,6 +63,7 @@ EXTRA = {
     "code-launder-visible": (A.FORGE_LAUNDER, A.LRUCACHE),
     "code-launder-class-visible": (A.FORGE_LAUNDER_CLASS, A.LRUCACHE),
     "code-launder-deputy-visible": (A.FORGE_LAUNDER_DEPUTY, A.LRUCACHE),
+    "code-launder-generated-visible": (A.FORGE_LAUNDER_GENERATED, A.LRUCACHE),
 }
 
 
