@@ -1125,7 +1125,22 @@ def start(
     main_thread = get_ident()  # the monitor starts in the main thread
     snapshot = Snapshot(origins)
     machinery = Machinery()
-    rewriters: "list[Any]" = []  # the framework's own code that runs a module it rewrote
+
+    def rewriter(code: Any) -> bool:
+        """Whether `code` is pytest's own that runs a module it rewrote (its assertion
+        rewriting hook's `exec_module`, as pytest's module holds it now, code the patch
+        did not write)."""
+        rewriting = modules.get("_pytest.assertion.rewrite")
+        namespace = _MODULE_DICT(rewriting) if type(rewriting) is type(sys) else {}
+        hook_class = namespace.get("AssertionRewritingHook")
+        is_class = issubclass(type(hook_class), type)
+        runs = _TYPE_DICT(hook_class).get("exec_module") if is_class else None
+        return (
+            type(runs) is _FunctionType
+            and _FUNC_CODE(runs) is code
+            and not origins.code_from_tree(code)
+        )
+
     state: "dict[str, Any]" = {
         "n": 0,
         "busy": False,
@@ -1355,13 +1370,6 @@ def start(
                 by = "the interpreter's start, before the runner"
                 record(f'{{"event":"memory","module":{_encode(name)},"by":{_encode(by)}')
         elif kind == "arm":  # ("arm", what `checks` watches, e.g. pytest's Config)
-            rewriting = sys.modules.get("_pytest.assertion.rewrite")
-            hook_class = getattr(rewriting, "AssertionRewritingHook", None)
-            runs = (
-                _TYPE_DICT(hook_class).get("exec_module") if isinstance(hook_class, type) else None
-            )
-            if type(runs) is _FunctionType and not rewriters:
-                rewriters.append(_FUNC_CODE(runs))
             if checks is not None:
                 holder["registry"] = checks(origins, args[1])
             problems: "list[str]" = []
@@ -1467,7 +1475,7 @@ def start(
         the file compiles to."""
         if machinery.imports(frame, code):
             return ""
-        rewriting = frame is not None and any(frame.f_code is c for c in rewriters)
+        rewriting = frame is not None and rewriter(frame.f_code)
         if rewriting and (
             origins.is_protected(filename) or realpath_(filename) in origins.rewritten
         ):
