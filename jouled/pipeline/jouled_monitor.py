@@ -1644,7 +1644,14 @@ def start(
                     if type(module) is str and _top(module) in WATCHED and not initializing(module):
                         refuse(f"{name} of class {module}.{target.__qualname__} was written")
             elif name == "__class__" and len(args) > 2:
-                found = origins.from_tree(args[2])
+                # An object of the test framework's (a report, an item, a result) may not
+                # become the tree's; any other object's class is the program's business
+                # (Django clones a query by giving an empty object the query's class).
+                module = _TYPE_DICT(kind).get("__module__")
+                framework = type(module) is str and (
+                    _top(module) in WATCHED or module.startswith(WATCHED_PREFIXES)
+                )
+                found = origins.from_tree(args[2]) if framework else ""
                 if found and not origins.from_tree(kind):
                     refuse(f"an object of {kind.__name__} was given a class from {found}")
         elif event == "compile":

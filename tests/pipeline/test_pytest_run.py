@@ -569,6 +569,36 @@ def test_a_framework_global_replaced_while_another_module_loads_is_found(scratch
     ), channel
 
 
+def test_only_the_framework_s_objects_may_not_take_a_class_of_the_patch_s(scratch: Path) -> None:
+    # The patch's library gives a standard-library object one of its classes (Django
+    # clones a query so) and tries the same on an object of pytest's.
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
+    }
+    library = (
+        "import argparse, pytest\n"
+        "VALUE = 1\n"
+        "class Mine(argparse.Namespace):\n    pass\n"
+        "class Theirs:\n    pass\n"
+        "plain = argparse.Namespace()\n"
+        "plain.__class__ = Mine\n"
+        "print('JBFORGED plain took', type(plain).__name__, flush=True)\n"
+        "patcher = pytest.MonkeyPatch()\n"
+        "try:\n"
+        "    patcher.__class__ = Theirs\n"
+        "except RuntimeError as err:\n"
+        "    print('JBFORGED framework refused', type(err).__name__, flush=True)\n"
+    )
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added={"mypkg/__init__.py": library})
+    assert "JBFORGED plain took Mine" in result.output, result.output
+    assert "JBFORGED framework refused Refused" in result.output, result.output
+    assert len(channel.forged) == 1, channel.forged
+    assert "an object of MonkeyPatch was given a class from" in channel.forged[0], channel
+
+
 # -- commands -----------------------------------------------------------------------------
 
 
