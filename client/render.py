@@ -47,18 +47,36 @@ def _table(title: str, **kwargs: Any) -> Table:
 
 
 def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = None) -> None:
+    """One line a task, its id whole (what a reader copies into `fetch` or `submit`), the
+    prompt's first line cut to the width left; an id too long for the terminal beside
+    the other columns folds onto more lines, never cut."""
+    console = console or _console(False)
     table = _table(f"{len(tasks)} tasks")
-    # An id is never cut: a task id folds onto more lines, a digest keeps its 12 characters.
-    table.add_column("task", overflow="fold", min_width=12)
-    for col in ("kind", "digest", "timeout", "hidden"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("prompt")
+    rows = []
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
         hidden = str(t.get("hidden_files") or "-")
-        row = (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first[:70])
+        rows.append(
+            (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first)
+        )
+    headers = ("task", "kind", "digest", "timeout", "hidden")
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    # Each column takes its text, a space either side and a rule: 3 more; one rule closes.
+    left = console.width - (sum(widths) + 3 * (len(headers) + 1) + 1)
+    if left >= _PROMPT_MIN:
+        table.add_column("task", no_wrap=True, min_width=widths[0])
+    else:
+        table.add_column("task", overflow="fold", min_width=12)
+    for col, width in zip(headers[1:], widths[1:], strict=True):  # a digest keeps all 12
+        table.add_column(col, no_wrap=True, min_width=width)
+    prompt = max(left, _PROMPT_MIN)
+    table.add_column("prompt", no_wrap=True, overflow="ellipsis", max_width=prompt)
+    for row in rows:
         table.add_row(*row)
-    (console or _console(False)).print(table)
+    console.print(table)
+
+
+_PROMPT_MIN = 8  # the prompt column's least width, where the ids fit on one line
 
 
 def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:

@@ -316,9 +316,32 @@ def test_tasks_table_never_cuts_an_id(width: int) -> None:
     }
     c, buf = console(width)
     render.tasks_table([task], console=c)
-    assert "…" not in buf.getvalue()
+    assert max(len(line) for line in lines(buf)) <= width
     assert long_id in column_text(buf, "task", "kind")
     assert "0123456789ab" in buf.getvalue()  # the digest's 12 characters, whole
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_tasks_whose_ids_fit_take_one_line_each(width: int) -> None:
+    """An id a reader copies stays on one line; the prompt gives way, cut with an ellipsis."""
+    tasks = [
+        {
+            "task_id": f"smoke/a-task-number-{n}",
+            "kind": "local",
+            "digest": "0123456789abcdef" * 4,
+            "timeout_s": 60,
+            "hidden_files": 0,
+            "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
+        }
+        for n in range(3)
+    ]
+    c, buf = console(width)
+    render.tasks_table(tasks, console=c)
+    rows = [line for line in lines(buf) if "smoke/" in line]
+    assert len(rows) == 3 and max(len(line) for line in lines(buf)) <= width
+    for n, row in enumerate(rows):
+        assert f"smoke/a-task-number-{n}" in row and "0123456789ab" in row
+        assert "Fix the" in row and "…" in row
 
 
 @pytest.mark.parametrize("wide", [True, False])
