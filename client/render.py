@@ -94,21 +94,29 @@ def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
     _console(False).print(t)
 
 
-def receipt_line(document: dict[str, Any]) -> None:
+def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
+    """A receipt as one line, aligned with the others; on a terminal too narrow for it
+    (after `lead` characters already printed), the verdict and tests on one line and
+    the energy, rollout and sequence number indented on the next."""
     from jouled.documents import Receipt
 
     r = Receipt.parse(document)
     grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else fmt.joules(joules / 1000, bool(grade.get("reliable")))
+    colour = "green" if r.resolved else "red"
     status = f"{r.status.value:<10}"
-    mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
-    rollout = _rollout(r)
-    _console(False).print(
-        f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
-        f"  grade {j} J ({grade.get('source', '?')}){rollout}  seq {r.seq}"
-        + ("  (replayed)" if r.replayed else "")
+    tests = f"tests {r.tests['passed']}/{r.tests['expected']}"
+    rest = f"grade {j} J ({grade.get('source', '?')}){_rollout(r)}  seq {r.seq}" + (
+        "  (replayed)" if r.replayed else ""
     )
+    console = _console(False)
+    line = f"{r.task_id:<28} {status} {tests}  {rest}"
+    if lead + len(line) <= console.width:
+        console.print(f"{r.task_id:<28} [{colour}]{status}[/] {tests}  {rest}")
+    else:
+        console.print(f"{r.task_id} [{colour}]{r.status.value}[/] {tests}")
+        console.print(f"  {rest}")
     audit_lines(r.audit)
 
 
@@ -208,7 +216,12 @@ def frontier_table(
     columns a reader compares, folded into fewer."""
     console = console or _console(False)
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
-        console.print(_frontier_compact(rows))
+        table, legend = _frontier_compact(rows)
+        console.print(table)
+        if legend:  # at the terminal's width, not the table's
+            from rich.text import Text
+
+            console.print(Text("; ".join(legend), style="dim"))
         return
     revised = fmt.revised(rows)
     table = _table(
@@ -239,17 +252,12 @@ def _compact(title: str) -> Table:
     )
 
 
-def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
+def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]:
+    """The compact frontier, and the legend of the marks it shows (only those)."""
     suites = len({r["suite"] for r in rows})
     sources = sorted({r["energy_source"] for r in rows})
     where = f" ({rows[0]['suite']})" if suites == 1 else ""
-    table = _compact(
-        f"frontier{where}, energy: {', '.join(sources) or 'none'}. "
-        "* Pareto, ? no verdict ($ partly claimed), ~ energy not reliable, $ claimed "
-        "((n%) when only n% claimed it); r0, r1... the tasks' revision; flags: t tampered, "
-        "a audit flagged, int:r / int:n successes graded at reduced / no integrity, "
-        "op the agent's op windows (J)"
-    )
+    table = _compact(f"frontier{where}, energy: {', '.join(sources) or 'none'}")
     revised = fmt.revised(rows)
     usd = any(r["usd_total"] for r in rows)
     flags = any(
@@ -285,7 +293,33 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
                 marks.append("op" + fmt.joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
             cells.append(" ".join(marks))
         table.add_row(*cells)
-    return table
+    return table, _frontier_legend(rows, usd, revised)
+
+
+def _frontier_legend(rows: Sequence[dict[str, Any]], usd: bool, revised: bool) -> list[str]:
+    """What the marks the compact frontier shows mean: those of these rows, no others."""
+
+    def unreliable(r: dict[str, Any]) -> bool:
+        per = r["joules_per_resolved"] is not None and r["reliable_share"] != 1
+        return per or bool(r.get("op_windows") and r.get("op_reliable_share") != 1)
+
+    def partly(r: dict[str, Any]) -> bool:
+        share = r.get("usd_claimed_share")
+        return r.get("usd_total") is not None and share is not None and share < 1
+
+    marks = (
+        (lambda r: r.get("pareto") is True, "* Pareto"),
+        (lambda r: r.get("pareto") is None, "? no verdict ($ partly claimed)"),
+        (unreliable, "~ energy not reliable"),
+        (lambda r: usd, "$ claimed by the solvers"),
+        (partly, "(n%) the share of attempts that claimed"),
+        (lambda r: revised, "r0, r1... the tasks' revision"),
+        (lambda r: r.get("tampered"), "t tampered"),
+        (lambda r: r.get("audit_flagged"), "a audit flagged"),
+        (fmt.weak, "int:r / int:n successes graded at reduced / no integrity"),
+        (lambda r: r.get("op_windows"), "op the agent's op windows (J)"),
+    )
+    return [text for shows, text in marks if any(shows(r) for r in rows)]
 
 
 def bestofk_table(
@@ -417,7 +451,7 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
 def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
     """A receipt from one host of a fleet: the host first, then the usual line."""
     _console(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
-    receipt_line(r)
+    receipt_line(r, lead=len(host) + 1)
 
 
 FLEET_WIDE_MIN = 140

@@ -77,6 +77,26 @@ def test_compact_frontier_keeps_the_figures_a_reader_compares() -> None:
     assert "t3 a3" in tampered
 
 
+def legend(buf: io.StringIO) -> str:
+    """The compact frontier's legend (below the table, after a blank line), unwrapped."""
+    blank = [i for i, line in enumerate(lines(buf)) if not line.strip()]
+    return " ".join(" ".join(lines(buf)[blank[-1] + 1 :]).split())
+
+
+def test_the_compact_frontier_explains_the_marks_it_shows_and_no_others() -> None:
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(bodies()), console=c)
+    flagged = legend(buf)
+    assert "t tampered" in flagged and "a audit flagged" in flagged, buf.getvalue()
+    assert max(len(line) for line in lines(buf)) <= 80
+    clean = [result(0, "s/a", "resolved", solver="checked")["body"]]
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(clean), console=c)
+    assert legend(buf).startswith("* Pareto")
+    for mark in ("t tampered", "a audit flagged", "int:", "op the agent", "r0, r1"):
+        assert mark not in buf.getvalue(), mark
+
+
 def test_successes_below_the_monitor_are_flagged_in_both_layouts() -> None:
     docs = [
         result(0, "s/a", "resolved", solver="checked")["body"],

@@ -15,11 +15,13 @@ import struct
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
 import pytest
 from jb_client.cli import COMMANDS, build
 
-from .conftest import Daemon
+from .conftest import TASKS, Daemon
+from .test_daemon import make_patch
 
 WIDTHS = (80, 100)
 
@@ -88,10 +90,29 @@ def test_every_command_s_help_fits_the_terminal(columns: int) -> None:
 def test_the_task_table_fits_and_keeps_every_id(daemon: Daemon, columns: int) -> None:
     listed = daemon.client("tasks", "--json")
     assert listed.returncode == 0, listed.stderr
-    ids = [line for line in re.findall(r'"task_id": "([^"]+)"', listed.stdout)]
+    ids = re.findall(r'"task_id": "([^"]+)"', listed.stdout)
     assert ids
     status, screen = in_terminal(["--target", daemon.target, "tasks"], columns)
     assert status == 0, screen
     assert max(len(line) for line in screen.splitlines()) <= columns, screen
     for task_id in ids:
         assert task_id in screen, (task_id, screen)
+
+
+def test_a_receipt_on_a_narrow_terminal_breaks_between_its_parts(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The one-line receipt is about 90 characters: at 80 columns its verdict and tests
+    come first, its energy, rollout and sequence number on an indented line of their own,
+    never a word cut across the edge."""
+    patch = make_patch(tmp_path, TASKS / "smoke" / "slidingwindow", {}, reference=True)
+    args = ["--target", daemon.target, "submit", "--task", "smoke/slidingwindow"]
+    status, screen = in_terminal([*args, "--patch", str(patch)], 80)
+    assert status == 0, screen
+    lines = [line for line in screen.splitlines() if line.strip()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("smoke/slidingwindow"))
+    assert re.fullmatch(r"smoke/slidingwindow resolved tests \d+/\d+ *", lines[first])
+    assert re.fullmatch(r"  grade \S+ J \(\w+\)  rollout \d+  seq \d+ *", lines[first + 1])
+    status, screen = in_terminal([*args, "--patch", str(patch)], 120)
+    one = next(line for line in screen.splitlines() if line.startswith("smoke/slidingwindow"))
+    assert "resolved" in one and "grade" in one and "seq" in one
