@@ -328,7 +328,16 @@ def bestofk_table(
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
     console = console or _console(False)
     if not _wide(console, wide, BESTOFK_WIDE_MIN):
+        from rich.text import Text
+
         console.print(_bestofk_compact(rows))
+        console.print(  # at the terminal's width, not the table's
+            Text(
+                "<=k: any of the first k rollouts resolved (asks the oracle); "
+                "pick: the rollout chosen by the visible tests alone",
+                style="dim",
+            )
+        )
         return
     # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.
     table = _table("best-of-k: resolved within the first k rollouts")
@@ -367,9 +376,7 @@ def bestofk_table(
 
 def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
     suites = len({r["suite"] for r in rows})
-    table = _compact(
-        "best-of-k: <=k any of the first k resolved (oracle), pick: chosen by visible tests"
-    )
+    table = _compact("best-of-k")
     usd = any(r["usd_cumulative"] for r in rows)
     tampered = any(r.get("tampered") for r in rows)
     table.add_column("solver model", overflow="fold", min_width=12)

@@ -97,6 +97,14 @@ def test_the_compact_frontier_explains_the_marks_it_shows_and_no_others() -> Non
         assert mark not in buf.getvalue(), mark
 
 
+def test_the_compact_best_of_k_says_what_its_columns_ask_below_the_table() -> None:
+    c, buf = console(80)
+    render.bestofk_table(best_of_k(bodies()), console=c)
+    assert lines(buf)[0].strip() == "best-of-k"
+    said = legend(buf)
+    assert said.startswith("<=k: any of the first k rollouts resolved") and "pick:" in said
+
+
 def test_successes_below_the_monitor_are_flagged_in_both_layouts() -> None:
     docs = [
         result(0, "s/a", "resolved", solver="checked")["body"],
