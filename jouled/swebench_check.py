@@ -19,6 +19,7 @@ from typing import Any
 
 from jouled.contracts import swebench
 from jouled.contracts.contract import Contract
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import BrokenEnvironmentError, JouledError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
@@ -59,7 +60,7 @@ class Checked:
 
 
 def check(
-    record: swebench.SweBenchRecord, checkout_root: Path, envs: Path, *, timeout_s: int = 1800
+    record: SweBenchRecord, checkout_root: Path, envs: Path, *, timeout_s: int = 1800
 ) -> Checked:
     """Grade gold and the empty patch for `record` in its prepared environment."""
     iid = record.instance_id
