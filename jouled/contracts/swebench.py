@@ -92,7 +92,7 @@ from jouled.contracts.contract import (
     Runtime,
     iter_tree,
 )
-from jouled.documents import SEVERITY, Outcome
+from jouled.documents.vocabulary import SEVERITY, Outcome
 from jouled.errors import PatchError, TaskError
 from jouled.patch import Patch, parse_patch
 

@@ -24,14 +24,9 @@ from typing import Any, Protocol, cast
 
 from jouled import __version__
 from jouled.contracts.contract import Contract, iter_tree
-from jouled.documents import (
-    INTEGRITY_LEVELS,
-    BaselineBody,
-    EnergyWindow,
-    GradeCounts,
-    ResultBody,
-    Status,
-)
+from jouled.documents.bodies import BaselineBody, ResultBody
+from jouled.documents.parts import EnergyWindow, GradeCounts
+from jouled.documents.vocabulary import INTEGRITY_LEVELS, Status
 from jouled.errors import (
     NO_SPACE,
     BrokenEnvironmentError,

@@ -15,7 +15,7 @@ import pytest
 from jb_client.api import HINTS, Client, ClientError
 from jb_client.documents import Checkpoint, Receipt
 
-from jouled.documents import Energy
+from jouled.documents.parts import Energy
 from jouled.errors import Kind
 from tests.integration.conftest import Daemon, start_daemon
 
