@@ -12,8 +12,9 @@ from typing import Any
 
 import grpc
 import pytest
-from jb_client.api import HINTS, Client, ClientError
+from jb_client.api import Client
 from jb_client.documents import Checkpoint, Receipt
+from jb_client.errors import HINTS, ClientError
 
 from jouled.documents.parts import Energy
 from jouled.errors import Kind
