@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 from jouled.auth import add_token
 from jouled.contracts.task import reference_patch
@@ -70,7 +71,8 @@ QUEUE_LIMIT = 8
 LOADER = textwrap.dedent(
     """
     import sys, threading, time, uuid
-    from jb_client.api import Client, ClientError
+    from jb_client.api import Client
+    from jb_client.errors import ClientError
     from jouled.errors import Kind
 
     target, patch = sys.argv[1], open(sys.argv[2], "rb").read()
@@ -115,7 +117,8 @@ LOADER = textwrap.dedent(
 HOSTILE = textwrap.dedent(
     """
     import collections, sys, threading, uuid
-    from jb_client.api import Client, ClientError
+    from jb_client.api import Client
+    from jb_client.errors import ClientError
 
     target, patch, token = sys.argv[1], open(sys.argv[2], "rb").read(), sys.argv[3]
     keys = open(sys.argv[4], "a")

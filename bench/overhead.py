@@ -64,7 +64,8 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 import jouled
 from jouled.contracts.contract import IGNORED_NAMES, Contract

@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+from jb_client.arguments import check_claimed, check_count, check_text, fresh_key
+from jb_client.channel import channel_credentials
+from jb_client.errors import ClientError, rpc_error, write_error
 from jb_client.later import Later
 from jb_client.paths import checkpoint_history_path, parquet_path
 from jb_client.target import default_target, normalise
 from jb_client.taskinfo import TaskInfo
 
-from jouled.errors import DocumentError, JouledError, Kind
+from jouled.errors import DocumentError, Kind
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
@@ -53,52 +56,8 @@ else:
 Progress = Callable[[str, str], None]
 # Times a paged answer is read again from its first page when the ledger changes meanwhile.
 PAGE_RETRIES = 5
-# The `claimed` figures a submission may carry (`jouled.v1.Claimed`), each 0 to 2^53-1.
-CLAIMS = ("tokens_in", "tokens_out", "usd_micros", "joules_mj")
-MAX_SAFE_INTEGER = 2**53 - 1
 
 A = TypeVar("A", bound="Answer")
-
-_KINDS = {
-    grpc.StatusCode.INVALID_ARGUMENT: Kind.INVALID_ARGUMENT,
-    grpc.StatusCode.NOT_FOUND: Kind.NOT_FOUND,
-    grpc.StatusCode.FAILED_PRECONDITION: Kind.FAILED_PRECONDITION,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: Kind.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.PERMISSION_DENIED: Kind.PERMISSION_DENIED,
-    grpc.StatusCode.UNAUTHENTICATED: Kind.UNAUTHENTICATED,
-    grpc.StatusCode.UNAVAILABLE: Kind.UNAVAILABLE,
-}
-
-
-# What to do about a refusal of each kind, where neither the daemon nor the client
-# said anything more particular.
-HINTS = {
-    Kind.INVALID_ARGUMENT: "correct the request: docs/protocol.md lists what each call accepts",
-    Kind.NOT_FOUND: "check the id or seq: `jb-client tasks` lists the tasks the daemon serves",
-    Kind.FAILED_PRECONDITION: "the daemon is not in a state to do this now; its log says why",
-    Kind.RESOURCE_EXHAUSTED: "wait and retry (a submission with the same idempotency key): "
-    "nothing was recorded",
-    Kind.UNAUTHENTICATED: "give a token (--token / $JB_TOKEN), or connect over the daemon's "
-    "Unix socket as a user it gives a role",
-    Kind.PERMISSION_DENIED: "ask the daemon's operator for a credential whose role allows this "
-    "(README, Access)",
-    Kind.UNAVAILABLE: "start it with `jouled serve`, or point --target / $JB_TARGET at it",
-    Kind.INTERNAL: "a fault in jouled or in this client: the daemon's log has the details",
-}
-
-
-class ClientError(JouledError):
-    """The daemon refused a request, could not be reached, or was asked something malformed.
-
-    `kind` sorts it (`jouled.errors.Kind`, a str enum: "invalid_argument", ...);
-    `hint` always says what to do about it; `code` is the daemon's reason code,
-    where it sent one ("broken-environment").
-    """
-
-    def __init__(self, message: str, kind: Kind, hint: str = "", code: str = "") -> None:
-        super().__init__(message, hint=hint or HINTS.get(kind, HINTS[Kind.INTERNAL]))
-        self.kind = kind
-        self.code = code
 
 
 def _answer(cls: type[A], data: Any) -> A:
@@ -110,73 +69,6 @@ def _answer(cls: type[A], data: Any) -> A:
             f"the daemon's answer is not a {cls.NAME} this client reads: {err.message}",
             Kind.INTERNAL,
             hint="the daemon may be newer than this jb_client: upgrade joule-bench",
-        ) from None
-
-
-def _count(name: str, value: object, top: int = MAX_SAFE_INTEGER) -> int:
-    """`value` as a whole number from 0 to `top`, else a ClientError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ClientError(
-            f"{name} must be a whole number, not {type(value).__name__} {value!r}",
-            Kind.INVALID_ARGUMENT,
-            hint=f"give {name} as an int from 0 to {top:,}",
-        )
-    if not 0 <= value <= top:
-        raise ClientError(
-            f"{name} {value} is out of range",
-            Kind.INVALID_ARGUMENT,
-            hint=f"give {name} from 0 to {top:,}",
-        )
-    return value
-
-
-def _claimed(claimed: Mapping[str, int] | None) -> dict[str, int]:
-    """The `claimed` figures checked: known names, whole numbers in range."""
-    if claimed is None:
-        return {}
-    if not isinstance(claimed, Mapping):
-        raise ClientError(
-            f"claimed must be a mapping, not {type(claimed).__name__}",
-            Kind.INVALID_ARGUMENT,
-            hint=f"e.g. claimed={{'usd_micros': 1200}}; the names are {', '.join(CLAIMS)}",
-        )
-    out = {}
-    for name, value in claimed.items():
-        if name not in CLAIMS:
-            hint = f"claimed figures are {', '.join(CLAIMS)}"
-            if name in ("usd", "dollars"):
-                hint += "; dollars go as whole micro-dollars: usd_micros=round(usd * 1e6)"
-            elif name in ("joules", "j", "mj"):
-                hint += "; joules go as whole millijoules: joules_mj=round(joules * 1000)"
-            raise ClientError(f"unknown claimed figure {name!r}", Kind.INVALID_ARGUMENT, hint=hint)
-        out[name] = _count(f"claimed {name}", value)
-    return out
-
-
-def _fresh_key() -> str:
-    """An idempotency key no other attempt has: a fresh UUID (hex)."""
-    import uuid
-
-    return uuid.uuid4().hex
-
-
-def _text(name: str, value: object) -> str:
-    """A string field of a request; anything else is a ClientError naming it."""
-    if not isinstance(value, str):
-        raise ClientError(
-            f"{name} must be a str, not {type(value).__name__}",
-            Kind.INVALID_ARGUMENT,
-            hint=f"pass {name} as text",
-        )
-    return value
-
-
-def _read_file(path: str | Path, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as err:
-        raise ClientError(
-            f"cannot read the {what} {path}: {err.strerror}", Kind.INVALID_ARGUMENT
         ) from None
 
 
@@ -194,52 +86,6 @@ def _check_fetch_dest(dest: Path, force: bool) -> None:
             Kind.INVALID_ARGUMENT,
             hint="choose a new or empty directory for --out, or pass --force to write over it",
         )
-
-
-def _write_error(path: Path, err: OSError) -> ClientError:
-    return ClientError(
-        f"cannot write {err.filename or path}: {err.strerror or err}",
-        Kind.INVALID_ARGUMENT,
-        hint="check the path and its permissions, and the free space there",
-    )
-
-
-def channel_credentials(
-    target: str,
-    *,
-    token: str = "",
-    ca: str | Path | None = None,
-    cert: str | Path | None = None,
-    key: str | Path | None = None,
-    insecure: bool = False,
-) -> grpc.ChannelCredentials | None:
-    """The credentials a channel to `target` uses; None: a plain Unix-socket channel.
-
-    On the Unix socket the daemon knows the caller by its uid; a token, when given,
-    travels too (gRPC's local credentials let call credentials through). Over TCP:
-    TLS, trusting `ca` (else the system's roots), with a client certificate for
-    mTLS; or, with `insecure`, loopback plaintext. The token goes as a bearer token.
-    """
-    calls = [grpc.access_token_call_credentials(token)] if token else []
-    if target.startswith("unix"):
-        if not calls:
-            return None
-        base = grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)
-    elif insecure:
-        base = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
-    else:
-        if bool(cert) != bool(key):
-            raise ClientError(
-                "--cert and --key go together",
-                Kind.INVALID_ARGUMENT,
-                hint="give both the client certificate and its key, or neither",
-            )
-        base = grpc.ssl_channel_credentials(
-            root_certificates=_read_file(ca, "CA certificate") if ca else None,
-            private_key=_read_file(key, "client key") if key else None,
-            certificate_chain=_read_file(cert, "client certificate") if cert else None,
-        )
-    return grpc.composite_channel_credentials(base, *calls) if calls else base
 
 
 class Client:
@@ -320,50 +166,7 @@ class Client:
         self.close()
 
     def _error(self, err: grpc.RpcError) -> ClientError:
-        code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
-        details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
-        trailing = dict(err.trailing_metadata() or ()) if isinstance(err, grpc.Call) else {}
-        message, _, hint = details.partition("\n  hint: ")
-        # The daemon names the kind of every refusal it makes; anything else is the transport.
-        if "jouled-error" in trailing:
-            reason = trailing.get("jouled-code")
-            return ClientError(
-                message,
-                _KINDS.get(code, Kind.INTERNAL),
-                hint=hint,
-                code=reason if isinstance(reason, str) else "",
-            )
-        if code == grpc.StatusCode.UNAVAILABLE and (
-            "handshake" in details.lower() or "ssl" in details.lower()
-        ):
-            return ClientError(
-                f"TLS with {self.target} failed: {details}",
-                Kind.UNAVAILABLE,
-                hint="pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it "
-                "wants client certificates)",
-            )
-        if code == grpc.StatusCode.UNAVAILABLE:
-            return ClientError(
-                f"cannot reach the daemon at {self.target}: {details}",
-                Kind.UNAVAILABLE,
-                hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
-            )
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return ClientError(
-                f"the call to {self.target} ran past its deadline ({self.timeout_s} s)",
-                Kind.UNAVAILABLE,
-                hint="give the Client a longer timeout_s, or none; a submission retried with "
-                "the same idempotency key never yields a second result",
-            )
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return ClientError(
-                message,
-                Kind.RESOURCE_EXHAUSTED,
-                hint=hint
-                or "a message over 16 MiB is refused whatever the daemon's load: "
-                "send less at once (a patch may be 1 MiB)",
-            )
-        return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
+        return rpc_error(err, self.target, self.timeout_s)
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
         try:
@@ -378,12 +181,14 @@ class Client:
 
     def tasks(self, suite: str = "") -> list[TaskInfo]:
         """The tasks the daemon serves, in every suite or in `suite`."""
-        reply = self._call(self._stub.ListTasks, pb.ListTasksRequest(suite=_text("suite", suite)))
+        reply = self._call(
+            self._stub.ListTasks, pb.ListTasksRequest(suite=check_text("suite", suite))
+        )
         return [TaskInfo.of(t) for t in reply.tasks]
 
     def task(self, task_id: str) -> TaskInfo:
         """One task: its prompt, digest, tests and protected paths."""
-        request = pb.GetTaskRequest(task_id=_text("task_id", task_id))
+        request = pb.GetTaskRequest(task_id=check_text("task_id", task_id))
         return TaskInfo.of(self._call(self._stub.GetTask, request))
 
     def fetch(self, task_id: str, dest: str | Path, *, force: bool = False) -> list[str]:
@@ -391,7 +196,7 @@ class Client:
         over what a non-empty one holds); returns the relative paths written."""
         dest = Path(dest)
         _check_fetch_dest(dest, force)
-        request = pb.FetchTaskRequest(task_id=_text("task_id", task_id))
+        request = pb.FetchTaskRequest(task_id=check_text("task_id", task_id))
         written = []
         try:
             for f in self._stub.FetchTask(request, timeout=self.timeout_s):
@@ -410,7 +215,7 @@ class Client:
         except grpc.RpcError as err:
             raise self._error(err) from None
         except OSError as err:
-            raise _write_error(dest, err) from None
+            raise write_error(dest, err) from None
         return written
 
     # -- attempts ---------------------------------------------------------------------------
@@ -444,16 +249,16 @@ class Client:
                 hint="read it with Path(...).read_bytes(), or encode the diff's text",
             )
         request = pb.SubmitRequest(
-            task_id=_text("task_id", task_id),
+            task_id=check_text("task_id", task_id),
             patch=bytes(patch),
-            solver=_text("solver", solver),
-            model=_text("model", model),
-            agent=_text("agent", agent),
-            run_id=_text("run_id", run_id),
-            rollout=0 if rollout is None else _count("rollout", rollout, 2**32 - 1),
+            solver=check_text("solver", solver),
+            model=check_text("model", model),
+            agent=check_text("agent", agent),
+            run_id=check_text("run_id", run_id),
+            rollout=0 if rollout is None else check_count("rollout", rollout, 2**32 - 1),
             next_rollout=rollout is None,
-            claimed=pb.Claimed(**_claimed(claimed)),
-            idempotency_key=_text("idempotency_key", idempotency_key) or _fresh_key(),
+            claimed=pb.Claimed(**check_claimed(claimed)),
+            idempotency_key=check_text("idempotency_key", idempotency_key) or fresh_key(),
         )
         return self._attempt(self._stub.Submit, request, progress)
 
@@ -471,12 +276,12 @@ class Client:
         """Have the daemon's hosted `solver` (`reference`, `noop`, a declared agent CLI)
         attempt `task_id` (operators only): the signed receipt."""
         request = pb.RunSolverRequest(
-            task_id=_text("task_id", task_id),
-            solver=_text("solver", solver),
-            run_id=_text("run_id", run_id),
-            rollout=_count("rollout", rollout, 2**32 - 1),
-            idempotency_key=_text("idempotency_key", idempotency_key) or _fresh_key(),
-            model=_text("model", model),
+            task_id=check_text("task_id", task_id),
+            solver=check_text("solver", solver),
+            run_id=check_text("run_id", run_id),
+            rollout=check_count("rollout", rollout, 2**32 - 1),
+            idempotency_key=check_text("idempotency_key", idempotency_key) or fresh_key(),
+            model=check_text("model", model),
         )
         return self._attempt(self._stub.RunSolver, request, progress)
 
@@ -507,13 +312,15 @@ class Client:
     ) -> Frontier:
         """Every frontier row (`axis`: joules, usd or wall), all pages read."""
         request = pb.FrontierRequest(
-            suite=_text("suite", suite), axis=_text("axis", axis), merge_digests=merge_digests
+            suite=check_text("suite", suite),
+            axis=check_text("axis", axis),
+            merge_digests=merge_digests,
         )
         return _answer(docs.Frontier, self._pages(self._stub.Frontier, request, "frontier"))
 
     def best_of_k(self, suite: str = "") -> BestOfK:
         """Every best-of-k row, all pages read."""
-        request = pb.FrontierRequest(suite=_text("suite", suite))
+        request = pb.FrontierRequest(suite=check_text("suite", suite))
         return _answer(docs.BestOfK, self._pages(self._stub.BestOfK, request, "best-of-k"))
 
     def _pages(self, method: Callable[..., Any], request: Any, what: str) -> dict[str, Any]:
@@ -575,7 +382,7 @@ class Client:
         try:
             return self._export(out, write_parquet)
         except OSError as err:
-            raise _write_error(out, err) from None
+            raise write_error(out, err) from None
 
     def _export(self, out: Path, write_parquet: Callable[[Path, Path], Any]) -> ExportSummary:
         history = checkpoint_history_path(out)
@@ -611,14 +418,14 @@ class Client:
     def proof(self, seq: int, tree_size: int = 0) -> InclusionProof:
         """That entry `seq` is in the tree of `tree_size` entries (0: the current size)."""
         request = pb.InclusionProofRequest(
-            seq=_count("seq", seq), tree_size=_count("tree_size", tree_size)
+            seq=check_count("seq", seq), tree_size=check_count("tree_size", tree_size)
         )
         return _answer(docs.InclusionProof, self._doc(self._stub.InclusionProof, request))
 
     def consistency(self, old_size: int, new_size: int = 0) -> ConsistencyProof:
         """That the tree of `old_size` entries is a prefix of that of `new_size` (0: now)."""
         request = pb.ConsistencyProofRequest(
-            old_size=_count("old_size", old_size), new_size=_count("new_size", new_size)
+            old_size=check_count("old_size", old_size), new_size=check_count("new_size", new_size)
         )
         return _answer(docs.ConsistencyProof, self._doc(self._stub.ConsistencyProof, request))
 
@@ -636,17 +443,19 @@ class Client:
                 Kind.INVALID_ARGUMENT,
                 hint="give a list of SWE-bench records as read from the dataset's JSON",
             ) from None
-        request = pb.RegisterSwebenchRequest(records_json=records_json, suite=_text("suite", suite))
+        request = pb.RegisterSwebenchRequest(
+            records_json=records_json, suite=check_text("suite", suite)
+        )
         return _answer(docs.Registration, self._doc(self._stub.RegisterSwebench, request))
 
     def receipt(self, *, idempotency_key: str = "", seq: int | None = None) -> Receipt:
         """A result's receipt again (fresh proof), by idempotency key or seq."""
         if idempotency_key:
             request = pb.GetReceiptRequest(
-                idempotency_key=_text("idempotency_key", idempotency_key)
+                idempotency_key=check_text("idempotency_key", idempotency_key)
             )
         elif seq is not None:
-            request = pb.GetReceiptRequest(seq=_count("seq", seq))
+            request = pb.GetReceiptRequest(seq=check_count("seq", seq))
         else:
             raise ClientError(
                 "give an idempotency key or a seq",
@@ -657,7 +466,7 @@ class Client:
 
     def logs(self, seq: int) -> Logs:
         """A result's captured output per run and its full failing and missing test ids."""
-        request = pb.GetLogsRequest(seq=_count("seq", seq))
+        request = pb.GetLogsRequest(seq=check_count("seq", seq))
         return _answer(docs.Logs, self._doc(self._stub.GetLogs, request))
 
     def public_keys(self) -> PublicKeys:
@@ -666,7 +475,7 @@ class Client:
 
     def calibrate(self, seconds: int) -> Calibration:
         """Measure the host's idle power for `seconds` (operators only): signed."""
-        request = pb.CalibrateRequest(seconds=_count("seconds", seconds, 2**32 - 1))
+        request = pb.CalibrateRequest(seconds=check_count("seconds", seconds, 2**32 - 1))
         return _answer(docs.Calibration, self._doc(self._stub.Calibrate, request))
 
     # -- op windows -------------------------------------------------------------------------
@@ -680,11 +489,11 @@ class Client:
         exits first, the daemon signs the window as abandoned.
         """
         request = pb.OpenWindowRequest(
-            label=_text("label", label),
-            task_id=_text("task_id", task_id),
-            run_id=_text("run_id", run_id),
-            rollout=_count("rollout", rollout, 2**32 - 1),
-            pid=_count("pid", pid, 2**32 - 1),
+            label=check_text("label", label),
+            task_id=check_text("task_id", task_id),
+            run_id=check_text("run_id", run_id),
+            rollout=check_count("rollout", rollout, 2**32 - 1),
+            pid=check_count("pid", pid, 2**32 - 1),
         )
         # No deadline: the call lasts as long as the window (the daemon bounds both).
         call = self._stub.OpenWindow(request)

@@ -21,8 +21,11 @@ from typing import Any, ClassVar
 
 from jb_client.taskinfo import TaskInfo
 
-from jouled import documents
-from jouled.documents import Document, Energy, FrontierRow, Status
+from jouled.documents import bodies, sent
+from jouled.documents.base import Document
+from jouled.documents.parts import Energy
+from jouled.documents.sent import FrontierRow
+from jouled.documents.vocabulary import Status
 
 __all__ = [
     "BestOfK",
@@ -61,11 +64,11 @@ class Answer(Document):
         return self.to_dict().get(key, default)
 
 
-class Receipt(documents.Receipt, Answer):
+class Receipt(sent.Receipt, Answer):
     """A graded attempt's receipt (docs/ledger.md, Receipts); `joules` per phase."""
 
 
-class OpReceipt(documents.OpReceipt, Answer):
+class OpReceipt(sent.OpReceipt, Answer):
     """An op window's signed entry with its proof (docs/protocol.md, CloseWindow)."""
 
 
@@ -168,7 +171,7 @@ class MeterStatus(Answer):
 
 
 @dataclass(kw_only=True)
-class Calibration(documents.CalibrationBody, Answer):
+class Calibration(bodies.CalibrationBody, Answer):
     """A new idle calibration, as signed in its `calibration` entry, with its seq."""
 
     NAME: ClassVar[str] = "calibration"

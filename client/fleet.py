@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jb_client.api import Client, ClientError, checkpoint_history_path, parquet_path
+from jb_client.api import Client, checkpoint_history_path, parquet_path
+from jb_client.errors import ClientError
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.frontier_fleet import HostLedger, fleet_frontier

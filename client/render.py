@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from jouled.documents import Receipt
+    from jouled.documents.sent import Receipt
 
     out: Console
     err: Console
@@ -98,7 +98,7 @@ def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
     """A receipt as one line, aligned with the others; on a terminal too narrow for it
     (after `lead` characters already printed), the verdict and tests on one line and
     the energy, rollout and sequence number indented on the next."""
-    from jouled.documents import Receipt
+    from jouled.documents.sent import Receipt
 
     r = Receipt.parse(document)
     grade = r.energy.get("grade", {})
@@ -136,7 +136,7 @@ def _rollout(r: Receipt) -> str:
 
 def op_receipt_line(document: dict[str, Any]) -> None:
     """An op window's receipt, on stderr: the metered command owns stdout."""
-    from jouled.documents import OpReceipt
+    from jouled.documents.sent import OpReceipt
 
     r = OpReceipt.parse(document)
     e = r.energy
@@ -643,7 +643,7 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
 
 def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
     """Under an unresolved receipt: the failing and missing test ids, the output's tail."""
-    from jouled.documents import Receipt
+    from jouled.documents.sent import Receipt
 
     r = Receipt.parse(document)
     console = _console(False)

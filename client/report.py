@@ -32,7 +32,7 @@ from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
 from jouled.best_of_k import best_of_k
-from jouled.documents import ExportRecord
+from jouled.documents.sent import ExportRecord
 from jouled.errors import DocumentError, UsageError
 from jouled.frontier_attempts import suite_of
 

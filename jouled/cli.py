@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from jouled.config import Config
-from jouled.documents import KeyRotationBody
+from jouled.documents.bodies import KeyRotationBody
 from jouled.errors import JouledError, UsageError
 
 app = typer.Typer(

@@ -17,7 +17,7 @@ from typing import Any
 
 from jouled import limits
 from jouled.auth import PeerRule
-from jouled.documents import INTEGRITY_LEVELS
+from jouled.documents.vocabulary import INTEGRITY_LEVELS
 from jouled.errors import ConfigError
 
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")

@@ -20,7 +20,8 @@ from jouled.best_of_k import best_of_k
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
-from jouled.documents import AbortBody, ExportRecord
+from jouled.documents.bodies import AbortBody
+from jouled.documents.sent import ExportRecord
 from jouled.errors import (
     BusyError,
     CancelledError,

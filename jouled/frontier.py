@@ -98,7 +98,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jouled.documents import INTEGRITY_LEVELS, STATUSES, FrontierRow
+from jouled.documents.sent import FrontierRow
+from jouled.documents.vocabulary import INTEGRITY_LEVELS, STATUSES
 from jouled.errors import UsageError
 from jouled.frontier_attempts import (
     ERROR,

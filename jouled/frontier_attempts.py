@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jouled.documents import INTEGRITY_LEVELS, STATUSES, Status
+from jouled.documents.vocabulary import INTEGRITY_LEVELS, STATUSES, Status
 from jouled.errors import UsageError
 
 RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from jouled import __version__, limits
-from jouled.documents import EnergyWindow, OpBody
+from jouled.documents.bodies import OpBody
+from jouled.documents.parts import EnergyWindow
 from jouled.errors import BusyError, DeniedError, NotFoundError, UsageError
 from jouled.meter.base import Snapshot
 from jouled.meter.metering import Metering, host_busy_cpu_ns

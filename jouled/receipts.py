@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 from jouled import limits
-from jouled.documents import ExportRecord, InclusionProof, OpBody, OpReceipt, Receipt, ResultBody
+from jouled.documents.bodies import OpBody, ResultBody
+from jouled.documents.parts import InclusionProof
+from jouled.documents.sent import ExportRecord, OpReceipt, Receipt
 from jouled.errors import NotFoundError
 from jouled.ledger.checkpoint import parse_note
 from jouled.ledger.entry import Entry

@@ -16,7 +16,7 @@ from pathlib import Path
 from jouled import __version__, metrics
 from jouled.config import Config
 from jouled.contracts import swebench
-from jouled.documents import AbortBody
+from jouled.documents.bodies import AbortBody
 from jouled.ledger import keys
 from jouled.ledger.entry import Entry
 from jouled.ledger.journal import RefusedRow

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from jouled import limits
 from jouled.auth import Identity
 from jouled.contracts import TaskRegistry
-from jouled.documents import ResultBody
+from jouled.documents.bodies import ResultBody
 from jouled.errors import DeniedError, UsageError
 from jouled.ledger.entry import Entry
 from jouled.patch import Patch, parse_patch, patch_sha256

@@ -13,7 +13,8 @@ import pytest
 
 from jouled.config import Config
 from jouled.daemon import Daemon
-from jouled.documents import Receipt, ResultBody
+from jouled.documents.bodies import ResultBody
+from jouled.documents.sent import Receipt
 from jouled.errors import UsageError
 from jouled.submission import Submission
 

@@ -9,18 +9,10 @@ from typing import Any
 
 import pytest
 
-from jouled.documents import (
-    AbortBody,
-    ExportRecord,
-    FrontierRow,
-    InclusionProof,
-    OpBody,
-    Payload,
-    Receipt,
-    ResultBody,
-    Status,
-    parse_body,
-)
+from jouled.documents.bodies import AbortBody, OpBody, Payload, ResultBody, parse_body
+from jouled.documents.parts import InclusionProof
+from jouled.documents.sent import ExportRecord, FrontierRow, Receipt
+from jouled.documents.vocabulary import Status
 from jouled.errors import DocumentError, UsageError
 from jouled.ledger import canonical
 

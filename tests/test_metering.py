@@ -80,7 +80,7 @@ def test_host_busy_cpu_reads_the_kernel_accounting(tmp_path: Path) -> None:
 
 
 def test_energy_total_adds_valid_ops_and_says_what_it_left_out() -> None:
-    from jouled.pipeline.evaluate import energy_total
+    from jouled.pipeline.result_fields import energy_total
 
     ok = {
         "gross_mj": 100,

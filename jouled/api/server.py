@@ -36,7 +36,7 @@ from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon
-from jouled.documents import OpReceipt, Receipt
+from jouled.documents.sent import OpReceipt, Receipt
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.opwindows import DISCONNECT
 from jouled.quotas import Places

@@ -39,7 +39,7 @@ from importlib import resources
 from typing import Any
 
 from jouled.contracts.contract import Verdict
-from jouled.documents import Outcome
+from jouled.documents.vocabulary import Outcome
 
 __all__ = [
     "FULL",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from jouled.documents import SEVERITY, Outcome
+from jouled.documents.vocabulary import SEVERITY, Outcome
 
 __all__ = ["dataset_id_forms", "match_dataset_ids"]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from jouled.documents import ENTRY_KINDS
+from jouled.documents.vocabulary import ENTRY_KINDS
 from jouled.ledger import canonical
 from jouled.ledger.merkle import leaf_hash
 from jouled.ledger.signing import PAYLOAD_TYPE, Signer

@@ -29,6 +29,28 @@ from typing import Any
 from jouled.errors import PatchError
 from jouled.patch import FilePatch, Patch
 from jouled.patch_apply import patched_text
+from jouled.pipeline.audit_names import (
+    Names,
+    always_returns,
+    clip,
+    docstring_ids,
+    dotted,
+    probed_ids,
+    rule_match,
+    string_flag,
+)
+from jouled.pipeline.audit_rules import (
+    ATTRIBUTE_RULES,
+    DYNAMIC_BUILTINS,
+    EXIT_BUILTINS,
+    PACKAGING_FILES,
+    PYTHON_SUFFIXES,
+    REPORT_FILE_RE,
+    REPORT_OUTCOMES,
+    RUNNER_MODULES,
+    STARTUP_FILES,
+    TEST_CONFIG_FILES,
+)
 
 # At most this many flags are signed into a result; a marker says how many more there were.
 MAX_FLAGS = 50
@@ -54,330 +76,6 @@ class Flag:
 def _utf8(text: str) -> str:
     # A string literal can spell a lone surrogate ("\udcff"); signed bodies must be UTF-8.
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-# -- what to look for ------------------------------------------------------------------
-
-# Dotted names (after resolving imports): a name flags when it is one of these
-# or inside one ("subprocess" covers "subprocess.run"); a trailing "*" matches
-# any name that starts with the rest ("os.exec*" covers "os.execv").
-NAME_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("pytest-internals", ("_pytest", "pluggy", "py._path", "iniconfig")),
-    (
-        "pytest-internals",
-        tuple(
-            f"pytest.{name}"
-            for name in (
-                "main",
-                "console_main",
-                "hookimpl",
-                "hookspec",
-                "TestReport",
-                "CollectReport",
-                "CallInfo",
-                "Config",
-                "PytestPluginManager",
-                "Session",
-                "Item",
-                "Function",
-                "Module",
-                "Class",
-                "Package",
-                "Collector",
-                "File",
-                "Stash",
-                "StashKey",
-                "register_assert_rewrite",
-            )
-        ),
-    ),
-    (
-        "unittest-internals",
-        (
-            "unittest.case",
-            "unittest.result",
-            "unittest.runner",
-            "unittest.suite",
-            "unittest.main",
-            "unittest.TestResult",
-            "unittest.TextTestResult",
-            "unittest.TextTestRunner",
-            "unittest.TestSuite",
-            "unittest.TestCase.run",
-            "unittest.TestCase.__call__",
-            "unittest.installHandler",
-            # the runners other repositories grade with: Django's and SymPy's
-            "django.test.runner",
-            "django.test.utils.get_runner",
-            "django.test.utils.setup_test_environment",
-            "sympy.testing.runtests",
-            "sympy.utilities.runtests",
-        ),
-    ),
-    # The daemon's runner reports through audit events; a patch has no business there.
-    ("runner", ("sys.audit", "sys.addaudithook")),
-    ("code-rewrite", ("types.FunctionType", "types.CodeType", "types.CellType")),
-    ("sys-modules", ("sys.modules",)),
-    ("builtins", ("builtins", "__builtins__")),
-    ("process-exit", ("os._exit", "os.abort", "pytest.exit")),
-    ("atexit", ("atexit",)),
-    (
-        "tracing",
-        (
-            "sys.settrace",
-            "sys.setprofile",
-            "sys.monitoring",
-            "threading.settrace",
-            "threading.setprofile",
-            "threading.settrace_all_threads",
-            "threading.setprofile_all_threads",
-        ),
-    ),
-    ("gc-introspection", ("gc.get_referrers", "gc.get_referents", "gc.get_objects")),
-    ("ctypes", ("ctypes", "_ctypes", "cffi")),
-    (
-        "frame-access",
-        (
-            "sys._getframe",
-            "sys._current_frames",
-            "inspect.currentframe",
-            "inspect.stack",
-            "inspect.trace",
-            "inspect.getouterframes",
-            "inspect.getinnerframes",
-        ),
-    ),
-    ("signal", ("signal", "os.kill", "os.killpg")),
-    ("faulthandler", ("faulthandler",)),
-    (
-        "import-hooks",
-        (
-            "sys.meta_path",
-            "sys.path_hooks",
-            "sys.path_importer_cache",
-            "importlib.abc",
-            "importlib.machinery",
-            "importlib._bootstrap",
-            "importlib._bootstrap_external",
-        ),
-    ),
-    (
-        "process-spawn",
-        (
-            "subprocess",
-            "pty",
-            "os.system",
-            "os.popen",
-            "os.exec*",
-            "os.spawn*",
-            "os.posix_spawn*",
-            "os.fork",
-            "os.forkpty",
-            "asyncio.create_subprocess_exec",
-            "asyncio.create_subprocess_shell",
-        ),
-    ),
-    (
-        "sys-hooks",
-        (
-            "sys.excepthook",
-            "sys.unraisablehook",
-            "sys.displayhook",
-            "sys.breakpointhook",
-            "os.dup2",
-        ),
-    ),
-    ("dynamic-code", ("marshal.loads", "marshal.load")),
-)
-
-# Attribute names that flag on any object (the object is seldom a module).
-ATTRIBUTE_RULES = {
-    "pluginmanager": "pytest-internals",
-    "_hookexec": "pytest-internals",
-    "from_item_and_call": "pytest-internals",
-    "f_locals": "frame-access",
-    "f_back": "frame-access",
-    "f_globals": "frame-access",
-    "f_builtins": "frame-access",
-    "f_trace": "frame-access",
-    "tb_frame": "frame-access",
-    "gi_frame": "frame-access",
-    "cr_frame": "frame-access",
-    "co_code": "code-rewrite",
-    "f_code": "frame-access",
-    "ag_frame": "frame-access",
-    "__closure__": "code-rewrite",
-    "cell_contents": "code-rewrite",
-    "__globals__": "code-rewrite",
-    "__defaults__": "code-rewrite",
-    "__kwdefaults__": "code-rewrite",
-}
-DYNAMIC_BUILTINS = ("exec", "eval", "compile", "__import__")
-EXIT_BUILTINS = ("exit", "quit")
-REPORT_OUTCOMES = ("passed", "failed", "skipped", "error")
-
-# String constants.
-_PROC_RE = re.compile(r"^/proc(?:/|$)")
-# The daemon's runner: its directory in the sandbox, its files, its audit event, its namespace.
-_RUNNER_RE = re.compile(r"/run/jouled|jouled_(?:monitor|pytest|unittest)|jouled\.runner|__jouled__")
-_JUNIT_RE = re.compile(r"(?i)junit|<testsuites?[\s>]|<testcase[\s>/]")
-# A line as pytest's `-rA` summary prints it: "PASSED tests/test_x.py::test_y".
-_SUMMARY_RE = re.compile(r"(?m)^(?:PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) \S+::")
-PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONSTARTUP")
-TEST_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_VERSION")
-# Runner names flag only where code tests for them ("pytest" in sys.modules), not in
-# a dependency list.
-RUNNER_NAMES = ("pytest", "_pytest", "unittest", "py.test")
-_PROBES = ("startswith", "endswith", "find", "rfind", "index", "count", "__contains__")
-
-# File names.
-_REPORT_FILE_RE = re.compile(r"(?i)(?:junit|report|results?)[^/]*\.xml$")
-TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini")
-PACKAGING_FILES = ("setup.cfg", "pyproject.toml", "setup.py")
-STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
-# Modules the test runner imports: a file of that name at the root of the tree,
-# which `python -m pytest` puts first on sys.path, replaces them.
-RUNNER_MODULES = frozenset(
-    {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup", "tomli"}
-)
-PYTHON_SUFFIXES = (".py", ".pyw")
-
-
-# -- resolving names -------------------------------------------------------------------
-
-
-def _dotted(node: ast.expr) -> list[str] | None:
-    """`a.b.c` as ["a", "b", "c"]; None when the chain does not start at a name."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return parts[::-1]
-
-
-class _Names:
-    """Local names bound by imports, mapped to what they import."""
-
-    def __init__(self, tree: ast.AST, *, assume_modules: bool) -> None:
-        self.aliases: dict[str, str] = {}
-        # Without the whole file (added lines only) `sys.x` is taken to be the module sys.
-        self.assume_modules = assume_modules
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        self.aliases[alias.asname] = alias.name
-                    else:
-                        top = alias.name.split(".")[0]
-                        self.aliases[top] = top
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for alias in node.names:
-                    if alias.name != "*":
-                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-
-    def resolve(self, parts: list[str], *, bare: bool) -> str | None:
-        """The dotted name a chain refers to, or None when its first name is no import."""
-        head = self.aliases.get(parts[0])
-        if head is None:
-            if parts[0] == "__builtins__":
-                head = "__builtins__"
-            elif self.assume_modules and not bare:
-                head = parts[0]
-            else:
-                return None
-        return ".".join([head, *parts[1:]])
-
-
-def _match(name: str) -> tuple[str, str] | None:
-    """(code, detail) of the first rule `name` falls under."""
-    for code, patterns in NAME_RULES:
-        for pattern in patterns:
-            if pattern.endswith("*"):
-                if name.startswith(pattern[:-1]):
-                    return code, ".".join(name.split(".")[: pattern.count(".") + 1])
-            elif name == pattern or name.startswith(pattern + "."):
-                return code, ".".join(name.split(".")[: pattern.count(".") + 2])
-    return None
-
-
-def _string_flag(value: str, probed: bool) -> tuple[str, str] | None:
-    if _RUNNER_RE.search(value):
-        return "runner", _clip(value)
-    if _PROC_RE.match(value):
-        return "procfs", value[:40]
-    if _JUNIT_RE.search(value):
-        return "report-file", _clip(value)
-    if _SUMMARY_RE.search(value):
-        return "report-forgery", _clip(value)
-    # Code that writes these files at run time plants what a patch may not add.
-    name = value.rsplit("/", 1)[-1]
-    if name == "conftest.py":
-        return "conftest", _clip(value)
-    if name in STARTUP_FILES or (name.endswith(".pth") and len(name) > 4):
-        return "startup-hook", _clip(value)
-    if "pytest11" in value:
-        return "entry-points", "pytest11"
-    if value in PYTEST_ENV:
-        return "pytest-env", value
-    if value in TEST_ENV or (probed and value in RUNNER_NAMES):
-        return "test-detection", repr(value)
-    return None
-
-
-def _probed(tree: ast.AST) -> set[int]:
-    """ids of the constants code compares or searches with: `"pytest" in sys.modules`."""
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            found.update(id(n) for n in (node.left, *node.comparators))
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _PROBES
-        ):
-            found.update(id(n) for n in node.args)
-    return found
-
-
-def _clip(text: str, width: int = 40) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    """ids of the Constant nodes that are docstrings: prose, not code."""
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body
-        ):
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
-def _always(func: ast.FunctionDef | ast.AsyncFunctionDef) -> object:
-    """The constant a function always returns, when its body is only `return CONSTANT`."""
-    body = func.body
-    if (
-        body
-        and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Constant)
-        and isinstance(body[0].value.value, str)
-    ):
-        body = body[1:]
-    if (
-        len(body) == 1
-        and isinstance(body[0], ast.Return)
-        and isinstance(body[0].value, ast.Constant)
-    ):
-        return body[0].value.value
-    return None
 
 
 # -- one Python file -------------------------------------------------------------------
@@ -419,15 +117,15 @@ def _walk(tree: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
             stack.append((child, runs))
 
 
-def _findings(tree: ast.AST, *, names: _Names | None = None) -> list[_Finding]:
+def _findings(tree: ast.AST, *, names: Names | None = None) -> list[_Finding]:
     """Every use of the test machinery's levers in one parsed module."""
-    names = names or _Names(tree, assume_modules=False)
+    names = names or Names(tree, assume_modules=False)
     inner: set[int] = set()  # nodes inside a longer attribute chain
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             inner.add(id(node.value))
-    docstrings = _docstrings(tree)
-    probed = _probed(tree)
+    docstrings = docstring_ids(tree)
+    probed = probed_ids(tree)
     found: list[_Finding] = []
 
     def add(node: ast.AST, flag: tuple[str, str] | None) -> None:
@@ -437,24 +135,24 @@ def _findings(tree: ast.AST, *, names: _Names | None = None) -> list[_Finding]:
     for node, at_import in _walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                add(node, _prefixed("import ", _match(alias.name)))
+                add(node, _prefixed("import ", rule_match(alias.name)))
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 target = node.module if alias.name == "*" else f"{node.module}.{alias.name}"
-                add(node, _prefixed("import ", _match(target)))
+                add(node, _prefixed("import ", rule_match(target)))
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if node.name.startswith("pytest_"):
                 add(node, ("pytest-internals", f"def {node.name}"))
-            elif node.name == "__eq__" and _always(node) is True:
+            elif node.name == "__eq__" and always_returns(node) is True:
                 add(node, ("always-equal", "__eq__ returns True"))
-            elif node.name == "__ne__" and _always(node) is False:
+            elif node.name == "__ne__" and always_returns(node) is False:
                 add(node, ("always-equal", "__ne__ returns False"))
         elif isinstance(node, ast.Name) and id(node) not in inner:
             if node.id == "pytest_plugins" and isinstance(node.ctx, ast.Store):
                 add(node, ("pytest-internals", "pytest_plugins"))
             resolved = names.resolve([node.id], bare=True)
             if resolved is not None and (resolved != node.id or node.id == "__builtins__"):
-                add(node, _match(resolved))
+                add(node, rule_match(resolved))
         elif isinstance(node, ast.Attribute):
             _attribute(node, names, inner, add)
         elif isinstance(node, ast.Call):
@@ -466,7 +164,7 @@ def _findings(tree: ast.AST, *, names: _Names | None = None) -> list[_Finding]:
             if isinstance(value, bytes):
                 value = value.decode("latin-1")
             if isinstance(value, str):
-                add(node, _string_flag(value, id(node) in probed))
+                add(node, string_flag(value, id(node) in probed))
     return found
 
 
@@ -474,13 +172,13 @@ def _prefixed(prefix: str, flag: tuple[str, str] | None) -> tuple[str, str] | No
     return None if flag is None else (flag[0], prefix + flag[1])
 
 
-def _attribute(node: ast.Attribute, names: _Names, inner: set[int], add: _Add) -> None:
+def _attribute(node: ast.Attribute, names: Names, inner: set[int], add: _Add) -> None:
     code = ATTRIBUTE_RULES.get(node.attr)
     if code is not None:
         add(node, (code, node.attr))
     if node.attr == "__code__" and isinstance(node.ctx, ast.Store):
         add(node, ("code-rewrite", "__code__ ="))
-    parts = _dotted(node)
+    parts = dotted(node)
     if parts is None:
         return
     if node.attr == "hook" and len(parts) >= 2 and parts[-2] == "config":
@@ -490,7 +188,7 @@ def _attribute(node: ast.Attribute, names: _Names, inner: set[int], add: _Add) -
     resolved = names.resolve(parts, bare=False)
     if resolved is None:
         return
-    flag = _match(resolved)
+    flag = rule_match(resolved)
     if flag is None and isinstance(node.ctx, ast.Store | ast.Del):
         if resolved in ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__"):
             flag = ("sys-hooks", f"{resolved} =")
@@ -501,7 +199,7 @@ def _attribute(node: ast.Attribute, names: _Names, inner: set[int], add: _Add) -
     add(node, flag)
 
 
-def _call(node: ast.Call, names: _Names, at_import: bool, add: _Add) -> None:
+def _call(node: ast.Call, names: Names, at_import: bool, add: _Add) -> None:
     func = node.func
     builtin = isinstance(func, ast.Name) and func.id not in names.aliases
     name = func.id if isinstance(func, ast.Name) else ""
@@ -509,18 +207,18 @@ def _call(node: ast.Call, names: _Names, at_import: bool, add: _Add) -> None:
         add(node, ("dynamic-code", f"{name}()"))
     if builtin and name in ("getattr", "setattr", "delattr") and len(node.args) >= 2:
         # getattr(sys, "modules") reaches what sys.modules does.
-        parts, attr = _dotted(node.args[0]), node.args[1]
+        parts, attr = dotted(node.args[0]), node.args[1]
         if parts and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
             resolved = names.resolve(parts, bare=False)
             if resolved is not None:
-                add(node, _match(f"{resolved}.{attr.value}"))
-    parts = _dotted(func)
+                add(node, rule_match(f"{resolved}.{attr.value}"))
+    parts = dotted(func)
     resolved = names.resolve(parts, bare=len(parts) == 1) if parts else None
     # importlib.import_module("ctypes") imports as surely as `import ctypes`.
     if resolved == "importlib.import_module" or (builtin and name == "__import__"):
         arg = node.args[0] if node.args else None
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-            add(node, _prefixed("import ", _match(arg.value)))
+            add(node, _prefixed("import ", rule_match(arg.value)))
     # Exiting while the module is imported ends the run before any test reports.
     if at_import and (resolved == "sys.exit" or (builtin and name in EXIT_BUILTINS)):
         add(node, ("process-exit", f"{resolved or name}() at import"))
@@ -560,7 +258,7 @@ def _line_findings(lines: Mapping[int, str]) -> list[_Finding]:
         if tree is not None:
             parsed.append((number, tree))
     module = ast.Module(body=[stmt for _, tree in parsed for stmt in tree.body], type_ignores=[])
-    names = _Names(module, assume_modules=True)
+    names = Names(module, assume_modules=True)
     found: list[_Finding] = []
     for number, tree in parsed:
         for _, code, detail in _findings(tree, names=names):
@@ -634,7 +332,7 @@ def audit_path(path: str, *, new: bool = True) -> list[Flag]:
         p.endswith((".dist-info", ".egg-info")) for p in parts[:-1]
     ):
         flags.append(("entry-points", name))
-    if _REPORT_FILE_RE.search(name):
+    if REPORT_FILE_RE.search(name):
         flags.append(("report-file", name))
     top = parts[0].removesuffix(".py") if parts[0].endswith(".py") or len(parts) > 1 else ""
     if new and (top in RUNNER_MODULES or top in sys.stdlib_module_names):
@@ -650,7 +348,7 @@ def _text_lines(path: str, lines: Mapping[int, str]) -> list[Flag]:
         if "pytest11" in line:
             flags.append(Flag(path, number, "entry-points", "pytest11"))
         elif packaging and re.search(r"pytest|addopts", line):
-            flags.append(Flag(path, number, "test-config", _clip(line)))
+            flags.append(Flag(path, number, "test-config", clip(line)))
     return flags
 
 

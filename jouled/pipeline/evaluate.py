@@ -12,33 +12,25 @@ import dataclasses
 import hashlib
 import os
 import shutil
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from jouled import __version__
-from jouled.contracts.contract import Contract, iter_tree
-from jouled.documents import (
-    INTEGRITY_LEVELS,
-    BaselineBody,
-    EnergyWindow,
-    GradeCounts,
-    ResultBody,
-    Status,
-)
+from jouled.contracts.contract import Contract
+from jouled.documents.bodies import BaselineBody, ResultBody
+from jouled.documents.parts import EnergyWindow, GradeCounts
+from jouled.documents.vocabulary import Status
 from jouled.errors import (
     NO_SPACE,
     BrokenEnvironmentError,
     DiskFullError,
     JouledError,
     PatchError,
-    SandboxError,
     TaskError,
 )
 from jouled.meter.metering import Metering, Window
@@ -46,38 +38,30 @@ from jouled.meter.window import PhaseEnergy
 from jouled.patch import Patch, parse_patch
 from jouled.patch_apply import apply_patch
 from jouled.patch_diff import diff_trees
-from jouled.pipeline import (
-    container,
-    envcheck,
-    guard,
-    provenance,
-    pytest_run,
-    scratch,
-    sympy_run,
-    unittest_run,
-)
+from jouled.pipeline import envcheck, guard, provenance, scratch
 from jouled.pipeline import solve as command_solver
-from jouled.pipeline.audit import audit_patch, to_wire
-from jouled.pipeline.graded_tree import (
-    TRUSTED_PATCH_BYTES,
-    parse_trusted,
-    prepare_tree,
-    read_only_native,
-    read_only_tests,
-    seed,
-)
+from jouled.pipeline.check import CheckRunner
+from jouled.pipeline.graded_tree import TRUSTED_PATCH_BYTES, parse_trusted, prepare_tree, seed
 from jouled.pipeline.limits import Limits, RunResult
+from jouled.pipeline.result_fields import (
+    EMPTY_SHA256,
+    INLINE_IDS,
+    audit_flags,
+    capture,
+    energy_total,
+    id_list,
+    output_summary,
+    run_counts,
+    visible_tests,
+)
 from jouled.pipeline.sandbox import Sandbox
-from jouled.pipeline.testreport import PASSED, Grade, grade, parse_ra
+from jouled.pipeline.testreport import Grade, grade
 from jouled.pipeline.verdicts import (
     CheckRun,
     Expected,
     derive_expected,
     ended_unrun,
-    exit_contradicts,
     graded_exit,
-    integrity_level,
-    sealed_level,
     summary,
     unseen_passes,
     verdict_wire,
@@ -85,10 +69,6 @@ from jouled.pipeline.verdicts import (
 from jouled.solvers import CommandSolver, Solvers
 
 Progress = Callable[[str, str], None]
-
-# GradingPolicy.runner -> the module that plans a plain command's run through the daemon's
-# runner for it and holds the command's log against that runner's channel.
-PLAIN_RUNNERS = {"unittest": unittest_run, "sympy": sympy_run}
 
 RESOLVED, UNRESOLVED, TIMEOUT, ERROR, INVALID, TAMPERED = (s.value for s in Status)
 
@@ -131,7 +111,7 @@ def default_limits(contract: Contract) -> Limits:
     return Limits(timeout_s=contract.timeout_s)
 
 
-class Evaluator:
+class Evaluator(CheckRunner):
     def __init__(
         self,
         metering: Metering,
@@ -166,176 +146,6 @@ class Evaluator:
         self._baseline_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._expected: dict[str, Expected] = {}
-
-    # -- running the check -----------------------------------------------------------------
-
-    def run_check(self, contract: Contract, tree: Path, expected: Sequence[str] = ()) -> CheckRun:
-        """Run the contract's test command in the sandbox and read its test ids.
-
-        `expected` (the ids grading will check, when known) places the canaries
-        beside the tests that matter and names what a forged run would claim.
-        """
-        ro = Path(tempfile.mkdtemp(prefix="ro-", dir=tree.parent))
-        policy = contract.grading
-        runtime = contract.runtime
-        python = runtime.python if runtime is not None else sys.executable
-        runtime_env = dict(runtime.env) if runtime is not None else {}
-        runtime_paths = [Path(p) for p in runtime.paths] if runtime is not None else []
-        try:
-            layout = self.sandbox.layout(tree, ro)
-            protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
-            # A container image runs the command as it is, never through the runner.
-            image = runtime.image if runtime is not None else ""
-            plan = None
-            if policy.plain and policy.runner in PLAIN_RUNNERS and not image:
-                plan = PLAIN_RUNNERS[policy.runner].plan(
-                    contract.test_cmd,
-                    tree,
-                    ro,
-                    layout,
-                    pristine=contract.pristine,
-                    protected=protected,
-                    python=python,
-                    memory_modules=self.memory_modules,
-                )
-            elif not policy.plain and not image:
-                plan = pytest_run.plan(
-                    contract.test_cmd,
-                    tree,
-                    ro,
-                    layout,
-                    expected,
-                    pristine=contract.pristine,
-                    protected=protected,
-                    python=python,
-                    python_version=runtime.version_tuple if runtime is not None else None,
-                    framework=policy.framework,
-                    memory_modules=self.memory_modules,
-                    installed_plugins=runtime is not None and runtime.installed,
-                )
-            limits = self._limits(contract)
-            level = integrity_level(plan, runtime.version_tuple if runtime is not None else None)
-            self._check_integrity(contract, level)
-            if plan is None:
-                overlays = read_only_tests(contract, tree, protected)
-                if runtime is not None and image:
-                    engine = container.find_engine(runtime.engine)
-                    result = container.run(
-                        engine,
-                        image,
-                        contract.test_cmd,
-                        tree,
-                        limits=limits,
-                        env=runtime_env,
-                        overlays=overlays,
-                    )
-                else:
-                    result = self.sandbox.run(
-                        pytest_run.plain_argv(contract.test_cmd, python),
-                        tree,
-                        limits=limits,
-                        env=runtime_env,
-                        overlays=overlays,
-                        read_only=runtime_paths,
-                    )
-                parse = policy.parse_output or parse_ra
-                outcomes = parse(result.output)
-                report = ("rA" if policy.parse_output is None else "output") if outcomes else "none"
-                forged = exit_contradicts(result.exit_code, outcomes) if policy.parse_output else ""
-                return CheckRun(result, outcomes, report, result.exit_code, forged, level=level)
-            result = self.sandbox.run(
-                plan.argv,
-                tree,
-                limits=limits,
-                env={**runtime_env, **plan.env},
-                ro_dir=ro,
-                overlays={
-                    **read_only_native(tree, contract.pristine),
-                    **read_only_tests(contract, tree, protected),
-                    **plan.overlays,
-                },
-                channel_in=plan.setup,
-                channel_out=True,
-                read_only=runtime_paths,
-            )
-            level = sealed_level(level, result.isolation)
-            self._check_integrity(contract, level)
-        finally:
-            shutil.rmtree(ro, ignore_errors=True)
-        if result.channel_dropped:
-            raise SandboxError(
-                f"the test report of {contract.task_id} exceeded its bound",
-                hint="the run reported more than the daemon keeps; split the test command",
-            )
-        channel = pytest_run.read_channel(result.channel or b"", plan.key)
-        result, level = self._memory_modules(contract, result, channel, level)
-        if policy.plain:  # a plain runner: the log is graded, the channel holds it to account
-            parse = policy.parse_output or parse_ra
-            runner = PLAIN_RUNNERS[policy.runner]
-            # The canaries' lines are the runner's, not the task's: left out of what is graded
-            # and of the exit-status cross-check (the planted failure explains a nonzero exit).
-            read = parse(result.output)
-            outcomes = runner.without_canaries(read, plan.canaries)
-            forged = exit_contradicts(result.exit_code, read) or runner.disagreement(
-                outcomes, channel, result.exit_code, plan.canaries, tree, contract.test_cmd
-            )
-            if not forged and channel.started and channel.integrity != level:
-                forged = (
-                    f"the runner reported integrity {channel.integrity!r} where {level!r} was due"
-                )
-            report = "output+channel" if channel.started else "output"
-            canaries = len(plan.canaries.ids)
-            return CheckRun(result, outcomes, report, result.exit_code, forged, canaries, level)
-        outcomes = pytest_run.without_canaries(channel.outcomes, plan.canaries)
-        if policy.match_ids is not None:
-            ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
-            outcomes = policy.match_ids(outcomes, ids)
-        forged = pytest_run.forgery(channel, plan.canaries, result.exit_code, expected)
-        if not forged and channel.started and channel.integrity != level:
-            forged = f"the runner reported integrity {channel.integrity!r} where {level!r} was due"
-        graded = pytest_run.effective_exit(
-            channel,
-            plan.canaries,
-            result.exit_code,
-            others_may_fail=policy.failing_exit_judged_by_ids,
-        )
-        return CheckRun(
-            result,
-            outcomes,
-            "channel" if channel.started else "none",
-            graded,
-            forged,
-            len(plan.canaries.ids),
-            level,
-        )
-
-    def _memory_modules(
-        self, contract: Contract, result: RunResult, channel: pytest_run.Channel, level: str
-    ) -> tuple[RunResult, str]:
-        """Sign what the monitor did with memory modules (ctypes, cffi): those it withheld
-        (`isolation.withheld`), and those the daemon let load, which leave the process's
-        memory open to every line of it, the patch's included: the run is `reduced`."""
-        isolation = dict(result.isolation)
-        if channel.withheld:
-            isolation["withheld"] = list(channel.withheld)
-        if channel.memory_open:
-            isolation["memory"] = "open: loaded " + ", ".join(channel.memory_open)
-            level = sealed_level(level, isolation)
-            self._check_integrity(contract, level)
-        if isolation == result.isolation:
-            return result, level
-        return dataclasses.replace(result, isolation=isolation), level
-
-    def _check_integrity(self, contract: Contract, level: str) -> None:
-        """Refuse a run whose report integrity is below the daemon's --min-integrity."""
-        if INTEGRITY_LEVELS.index(level) < INTEGRITY_LEVELS.index(self.min_integrity):
-            raise SandboxError(
-                f"{contract.task_id} would be graded at report integrity {level!r}, below "
-                f"--min-integrity {self.min_integrity!r}",
-                hint="run it where its tests go through the daemon's runner on Python 3.8 or "
-                "newer, on a kernel with Landlock (Linux 5.13+) so the run's memory is sealed, "
-                "or lower --min-integrity (every result records its level)",
-            )
 
     # -- baseline --------------------------------------------------------------------------
 
@@ -410,8 +220,8 @@ class Evaluator:
             fail_to_pass=list(expected.fail_to_pass),
             pass_to_pass=list(expected.pass_to_pass),
             skipped_before=list(expected.skipped_before or ()),
-            before=_counts(before),
-            after=_counts(after) if after else None,
+            before=run_counts(before),
+            after=run_counts(after) if after else None,
             energy={"baseline": cast(EnergyWindow, window.energy.to_wire())},
             sandbox=before.result.level,
             isolation=dict(before.result.isolation),
@@ -528,7 +338,7 @@ class Evaluator:
             runs["grade"] = check.result
             attempt.output = check.result.output
             extra |= {
-                "output": _output_summary(check.result),
+                "output": output_summary(check.result),
                 "isolation": dict(check.result.isolation),
                 "integrity": {
                     "report": check.report,
@@ -660,7 +470,7 @@ class Evaluator:
             task_id=contract.task_id,
             suite=contract.suite,
             task_digest=contract.digest,
-            patch_sha256=patch.sha256 if patch else _EMPTY_SHA256,
+            patch_sha256=patch.sha256 if patch else EMPTY_SHA256,
             status=Status(status),
             resolved=status == RESOLVED,
             tests=cast(GradeCounts, graded.summary())
@@ -691,131 +501,9 @@ class Evaluator:
         return body
 
 
-# How many failing (and missing) test ids a body lists inline; a longer list is
-# signed as the sha256 of all of them, one per line, and stored like the logs.
-INLINE_IDS = 50
-
-_EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-
-def _counts(check: CheckRun) -> dict[str, Any]:
-    values = list(check.outcomes.values())
-    return {
-        "exit_code": check.result.exit_code,
-        "timed_out": check.result.timed_out,
-        "report": check.report,
-        "forged": check.forged,
-        "passed": values.count(PASSED),
-        "failed": len(values) - values.count(PASSED),
-    }
-
-
-def visible_tests(
-    contract: Contract, expected: Expected, outcomes: Mapping[str, str]
-) -> dict[str, int]:
-    """The expected tests an agent could run itself (not in hidden files), and how many passed."""
-    ids = [
-        t
-        for t in (*expected.fail_to_pass, *expected.pass_to_pass)
-        if not contract.is_hidden(t.split("::", 1)[0])
-    ]
-    return {"expected": len(ids), "passed": sum(outcomes.get(t) == PASSED for t in ids)}
-
-
 def _wire(window: Window) -> dict[str, Any]:
     assert window.energy is not None
     return window.energy.to_wire()
-
-
-def energy_total(energy: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Every metered op of one attempt added up: what the attempt cost the host.
-
-    Only valid windows add joules (`invalid_ops` says how many did not); the
-    total is reliable only when each op is, and names every source it summed.
-    """
-    total = {"gross_mj": 0, "idle_mj": 0, "marginal_mj": 0, "wall_ms": 0}
-    sources: set[str] = set()
-    reliable, invalid = True, 0
-    for window in energy.values():
-        total["wall_ms"] += int(window.get("wall_ms") or 0)
-        sources.add(str(window.get("source", "")))
-        if window.get("valid") is False or window.get("gross_mj") is None:
-            invalid += 1
-            reliable = False
-            continue
-        for key in ("gross_mj", "idle_mj", "marginal_mj"):
-            total[key] += int(window.get(key) or 0)
-        reliable = reliable and bool(window.get("reliable"))
-    return {
-        **total,
-        "ops": sorted(energy),
-        "source": "mixed:" + ",".join(sorted(sources))
-        if len(sources) > 1
-        else next(iter(sources), ""),
-        "reliable": reliable and bool(energy),
-        "invalid_ops": invalid,
-    }
-
-
-def _output_summary(result: RunResult) -> dict[str, Any]:
-    """What the signed body says of the run's output: the kept tail is identified by hash."""
-    kept = result.output.encode()
-    return {
-        "sha256": hashlib.sha256(kept).hexdigest(),
-        "kept_bytes": len(kept),
-        "dropped_bytes": result.output_dropped,
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-    }
-
-
-def capture(result: RunResult, blobs: dict[str, bytes]) -> dict[str, Any]:
-    """A run's captured output as signed: its kept bytes (added to `blobs`) by hash."""
-    kept = result.output.encode()
-    digest = hashlib.sha256(kept).hexdigest()
-    blobs[digest] = kept
-    return {
-        "sha256": digest,
-        "status": "truncated" if result.output_dropped else "complete",
-        "kept_bytes": len(kept),
-        "dropped_bytes": result.output_dropped,
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-    }
-
-
-def id_list(ids: Sequence[str], blobs: dict[str, bytes]) -> dict[str, Any]:
-    """All of `ids`, one per line, as signed: a count and a hash (the text added to `blobs`)."""
-    text = "".join(f"{i}\n" for i in ids).encode()
-    digest = hashlib.sha256(text).hexdigest()
-    blobs[digest] = text
-    return {"count": len(ids), "sha256": digest}
-
-
-# -- patch audit ---------------------------------------------------------------------------
-
-AUDIT_MAX_FILE_BYTES = 4 << 20
-
-
-def audit_flags(contract: Contract, patch: Patch | None) -> list[dict[str, Any]]:
-    """The signed audit flags of a patch, judged against the pristine files it changes."""
-    if patch is None:
-        return []
-    before: dict[str, str] = {}
-    for file in patch.files:
-        if file.old_path is None:
-            continue
-        path = contract.pristine / file.old_path
-        try:
-            small = path.is_file() and path.stat().st_size <= AUDIT_MAX_FILE_BYTES
-            if small and not path.is_symlink():
-                before[file.old_path] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # judged by its added lines alone
-    try:
-        return to_wire(audit_patch(patch, before))
-    except Exception as err:  # hostile input must never cost a result its verdict
-        return [{"code": "audit-failed", "path": "", "line": 0, "detail": type(err).__name__}]
 
 
 def _waiting(progress: Progress) -> Callable[[str], None]:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from jouled.documents import SEVERITY, Outcome
+from jouled.documents.vocabulary import SEVERITY, Outcome
 
 PASSED, FAILED, SKIPPED, ERROR = (
     Outcome.PASSED.value,

@@ -12,10 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
-from jb_client.api import HINTS, Client, ClientError
+from jb_client.api import Client
 from jb_client.documents import Checkpoint, Receipt
+from jb_client.errors import HINTS, ClientError
 
-from jouled.documents import Energy
+from jouled.documents.parts import Energy
 from jouled.errors import Kind
 from tests.integration.conftest import Daemon, start_daemon
 

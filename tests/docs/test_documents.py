@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from jouled.documents import BODIES, EntryKind, ExportRecord, Payload, Receipt
+from jouled.documents.bodies import BODIES, Payload
+from jouled.documents.sent import ExportRecord, Receipt
+from jouled.documents.vocabulary import EntryKind
 from jouled.ledger import canonical
 from tests.docs.blocks import DOCS, Block, blocks, pages
 from tests.docs.conftest import Real

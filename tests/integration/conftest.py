@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"

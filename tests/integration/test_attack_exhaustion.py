@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 from jouled import limits
 from jouled.auth import add_token

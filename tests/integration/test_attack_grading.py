@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 from jouled.errors import Kind
 

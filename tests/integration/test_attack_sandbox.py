@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 from jouled.auth import add_token
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
 from jb_client.documents import Receipt
+from jb_client.errors import ClientError
 
 from jouled.auth import add_token
 from jouled.errors import Kind

@@ -16,7 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 from jouled.auth import add_token
 from jouled.errors import Kind

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jb_client.api import Client, ClientError
+from jb_client.api import Client
+from jb_client.errors import ClientError
 
 from .conftest import TASKS, Daemon, start_daemon
 

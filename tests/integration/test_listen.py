@@ -83,7 +83,8 @@ def test_no_daemon_at_a_path_named_jouled_still_says_how_to_start_one(tmp_path: 
 
 
 def test_the_daemons_refusals_keep_their_hint_in_the_python_api(daemon: Daemon) -> None:
-    from jb_client.api import Client, ClientError
+    from jb_client.api import Client
+    from jb_client.errors import ClientError
 
     from jouled.errors import Kind
 
