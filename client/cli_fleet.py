@@ -14,8 +14,12 @@ from jb_client.cli_common import (
 )
 
 if TYPE_CHECKING:
-    from jb_client import fleet
+    from jb_client import fleet, render_fleet
     from jb_client.api import Client
+else:
+    from jb_client.later import Later
+
+    render_fleet = Later("jb_client.render_fleet")  # rich loads only where a table prints
 
 from jouled.errors import JouledError, UsageError, VerificationError
 
@@ -69,7 +73,7 @@ def fleet_run(
 
     def done(host: str, unit: fleet.Unit, receipt: dict[str, Any]) -> None:
         if not as_json:
-            render.fleet_receipt_line(host, receipt)
+            render_fleet.fleet_receipt_line(host, receipt)
 
     try:
         hosts = _fleet_hosts()
@@ -97,7 +101,7 @@ def fleet_run(
     if as_json:
         emit({**result.to_json(), "frontier": merged})
     else:
-        render.fleet_frontier_table(merged)
+        render_fleet.fleet_frontier_table(merged)
 
 
 def fleet_frontier(
@@ -134,7 +138,7 @@ def fleet_frontier(
     if as_json:
         emit(merged)
     else:
-        render.fleet_frontier_table(merged)
+        render_fleet.fleet_frontier_table(merged)
 
 
 def fleet_export(out: Path, as_json: bool) -> None:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 @cache
-def _console(stderr: bool) -> Console:
+def terminal(stderr: bool) -> Console:
+    """The console of stdout or stderr (one each)."""
     # rich loads only when something is printed; --json runs never pay for it.
     from rich.console import Console
 
@@ -36,11 +37,11 @@ def _console(stderr: bool) -> Console:
 
 def __getattr__(name: str) -> Console:
     if name in ("out", "err"):
-        return _console(name == "err")
+        return terminal(name == "err")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _table(title: str, **kwargs: Any) -> Table:
+def make_table(title: str, **kwargs: Any) -> Table:
     from rich.table import Table
 
     return Table(title=title, **kwargs)
@@ -50,8 +51,8 @@ def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = No
     """One line a task, its id whole (what a reader copies into `fetch` or `submit`), the
     prompt's first line cut to the width left; an id too long for the terminal beside
     the other columns folds onto more lines, never cut."""
-    console = console or _console(False)
-    table = _table(f"{len(tasks)} tasks")
+    console = console or terminal(False)
+    table = make_table(f"{len(tasks)} tasks")
     rows = []
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
@@ -81,7 +82,7 @@ _PROMPT_MIN = 8  # the prompt column's least width, where the ids fit on one lin
 
 def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
     """Per prediction: graded (status, the official verdict) or why it was not."""
-    t = _table("SWE-bench predictions")
+    t = make_table("SWE-bench predictions")
     for col in ("instance", "graded", "status", "official", "why not"):
         t.add_column(col)
     for r in rows:
@@ -91,7 +92,7 @@ def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
         if r.get("strict_agrees") is False:  # jouled's stricter grading came out otherwise
             official += " (strict differs)"
         t.add_row(r["instance_id"], graded, r.get("status") or "-", official, why)
-    _console(False).print(t)
+    terminal(False).print(t)
 
 
 def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
@@ -110,7 +111,7 @@ def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
     rest = f"grade {j} J ({grade.get('source', '?')}){_rollout(r)}  seq {r.seq}" + (
         "  (replayed)" if r.replayed else ""
     )
-    console = _console(False)
+    console = terminal(False)
     line = f"{r.task_id:<28} {status} {tests}  {rest}"
     if lead + len(line) <= console.width:
         console.print(f"{r.task_id:<28} [{colour}]{status}[/] {tests}  {rest}")
@@ -143,7 +144,7 @@ def op_receipt_line(document: dict[str, Any]) -> None:
     gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
     reliable = bool(e.get("reliable"))
     end = f"  [yellow]abandoned ({r.end})[/]" if r.abandoned else ""
-    _console(True).print(
+    terminal(True).print(
         f"op {r.label}: {fmt.joules(None if gross is None else gross / 1000, reliable)} J gross, "
         f"{fmt.joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
         f"({e.get('source', '?')}, {e.get('attribution', '?')}), {e.get('wall_ms', 0)} ms, "
@@ -156,7 +157,7 @@ def audit_lines(flags: Sequence[dict[str, Any]], shown: int = 10) -> None:
     """A patch's audit flags under its receipt: evidence for a reader, not the verdict."""
     if not flags:
         return
-    console = _console(False)
+    console = terminal(False)
     listed = [f for f in flags if f.get("code") != "truncated"]
     more = "+" if len(listed) < len(flags) else ""  # the signed list was cut short
     console.print(
@@ -202,7 +203,7 @@ def _print_whole(console: Console, table: Table) -> None:
     finally:
         console.width = width
     if console.is_terminal:
-        _console(True).print(
+        terminal(True).print(
             f"(the full table is {needed} columns wide and this terminal {width}: "
             "widen it, pipe through `less -S`, or leave out --wide for the compact layout)",
             highlight=False,
@@ -214,7 +215,7 @@ def frontier_table(
 ) -> None:
     """The frontier: every column when the terminal is wide enough (or `wide`), else the
     columns a reader compares, folded into fewer."""
-    console = console or _console(False)
+    console = console or terminal(False)
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
         table, legend = _frontier_compact(rows)
         console.print(table)
@@ -224,7 +225,7 @@ def frontier_table(
             console.print(Text("; ".join(legend), style="dim"))
         return
     revised = fmt.revised(rows)
-    table = _table(
+    table = make_table(
         "resolution vs energy (~ = energy not reliable; * = Pareto; "
         "? = no verdict, $ partly claimed; $ (n%) = share of attempts that claimed)"
     )
@@ -244,10 +245,10 @@ def frontier_table(
     _print_whole(console, table)
 
 
-def _compact(title: str) -> Table:
+def compact_table(title: str) -> Table:
     from rich import box
 
-    return _table(
+    return make_table(
         title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left"
     )
 
@@ -257,7 +258,7 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]
     suites = len({r["suite"] for r in rows})
     sources = sorted({r["energy_source"] for r in rows})
     where = f" ({rows[0]['suite']})" if suites == 1 else ""
-    table = _compact(f"frontier{where}, energy: {', '.join(sources) or 'none'}")
+    table = compact_table(f"frontier{where}, energy: {', '.join(sources) or 'none'}")
     revised = fmt.revised(rows)
     usd = any(r["usd_total"] for r in rows)
     flags = any(
@@ -326,7 +327,7 @@ def bestofk_table(
     rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
 ) -> None:
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
-    console = console or _console(False)
+    console = console or terminal(False)
     if not _wide(console, wide, BESTOFK_WIDE_MIN):
         from rich.text import Text
 
@@ -340,7 +341,7 @@ def bestofk_table(
         )
         return
     # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.
-    table = _table("best-of-k: resolved within the first k rollouts")
+    table = make_table("best-of-k: resolved within the first k rollouts")
     for col in (
         "suite",
         "solver",
@@ -376,7 +377,7 @@ def bestofk_table(
 
 def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
     suites = len({r["suite"] for r in rows})
-    table = _compact("best-of-k")
+    table = compact_table("best-of-k")
     usd = any(r["usd_cumulative"] for r in rows)
     tampered = any(r.get("tampered") for r in rows)
     table.add_column("solver model", overflow="fold", min_width=12)
@@ -414,8 +415,8 @@ def meter_table(status: dict[str, Any], *, console: Console | None = None) -> No
     terminal's width."""
     from rich.text import Text
 
-    console = console or _console(False)
-    table = _table("meter", show_header=False, box=None, pad_edge=False, title_justify="left")
+    console = console or terminal(False)
+    table = make_table("meter", show_header=False, box=None, pad_edge=False, title_justify="left")
     table.add_column("key", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
     for key, value in meter_lines(status, zones=False):
@@ -423,7 +424,7 @@ def meter_table(status: dict[str, Any], *, console: Console | None = None) -> No
     console.print(table)
     rows = zone_rows(status)
     if rows:
-        zones = _table("zones")
+        zones = make_table("zones")
         for column in ZONE_COLUMNS:
             zones.add_column(column, overflow="fold")
         for row in rows:
@@ -433,12 +434,12 @@ def meter_table(status: dict[str, Any], *, console: Console | None = None) -> No
 
 def kv(title: str, data: dict[str, Any]) -> None:
     """A two-column table; nested fields get a row each, named by their path."""
-    table = _table(title, show_header=False)
+    table = make_table(title, show_header=False)
     table.add_column("key")
     table.add_column("value")
     for k, v in _flat(data):
         table.add_row(k, v)
-    _console(False).print(table)
+    terminal(False).print(table)
 
 
 def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
@@ -455,126 +456,9 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     return rows
 
 
-def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
-    """A receipt from one host of a fleet: the host first, then the usual line."""
-    _console(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
-    receipt_line(r, lead=len(host) + 1)
-
-
-FLEET_WIDE_MIN = 140
-
-
-def fleet_frontier_table(doc: dict[str, Any], *, console: Console | None = None) -> None:
-    """A merged frontier: a row per host, then the cross-host rows (or why there are none).
-
-    Below `FLEET_WIDE_MIN` columns the compact layout folds host and solver names
-    onto more lines; a host name or a figure is never cut."""
-    console = console or _console(False)
-    compact = console.width < FLEET_WIDE_MIN
-    console.print(_fleet_compact(doc) if compact else _fleet_full(doc), markup=False)
-    labels = host_labels([str(r["host"]) for r in doc["rows"]]) if compact else {}
-    for name, label in sorted(labels.items(), key=lambda kv: kv[1]):
-        if label != name:  # the legend: each shortened host's whole name
-            console.print(f"{label} = {name}", highlight=False, markup=False)
-    for d in doc.get("duplicates", []):
-        console.print(
-            f"{d['task_id']} on {d['host']} is a retry of an attempt counted on "
-            f"{d['counted_on']} (key {d['idempotency_key']}): counted once",
-            highlight=False,
-            markup=False,
-        )
-    for u in doc.get("unreachable", []):
-        console.print(f"{u['host']}: not merged ({u['reason']})", highlight=False, markup=False)
-
-
-def _fleet_full(doc: dict[str, Any]) -> Table:
-    table = _table(
-        "resolution vs energy per host (each host's ledger verified against its pinned key; "
-        "~ = energy not reliable; * = Pareto within the host)"
-    )
-    cols = ("", "host", "suite", "solver", "model", "attempts", "resolved", "resolution")
-    for col in (*cols, "J total", "J/resolved", "source", "reliable"):
-        table.add_column(col, justify="left" if col in cols[:5] else "right")
-    for r in [*doc["rows"], *doc["summary"]]:
-        reliable = r["reliable_share"] == 1
-        summary = r["host"] == "*"
-        table.add_row(
-            verdict(r),
-            f"all ({len(r['hosts'])})" if summary else r["host"],
-            r["suite"],
-            r["solver"],
-            r["model"] or "-",
-            str(r["attempts"]),
-            str(r["resolved"]),
-            fmt.pct(r["resolution"]),
-            fmt.joules(r["joules_total"], reliable),
-            fmt.joules(r["joules_per_resolved"], reliable),
-            r["energy_source"],
-            fmt.pct(r["reliable_share"]),
-        )
-    return table
-
-
-def host_labels(names: Sequence[str]) -> dict[str, str]:
-    """Each host's name less the path components every host shares at its start and end
-    (`unix:/srv/a/jouled.sock`, `unix:/srv/b/jouled.sock` -> `a`, `b`); a name
-    shared by no other host's prefix or suffix stays whole."""
-    parts = {n: n.split("/") for n in set(names)}
-    if len(parts) < 2:
-        return {n: n for n in names}
-    shortest = min(len(p) for p in parts.values())
-    lists = list(parts.values())
-
-    def shared(index: int) -> bool:
-        return len({p[index] for p in lists}) == 1
-
-    tail = 0  # the socket's file name first: what tells hosts apart is usually above it
-    while tail < shortest - 1 and shared(-1 - tail):
-        tail += 1
-    head = 0
-    while head < shortest - 1 - tail and shared(head):
-        head += 1
-    labels = {n: "/".join(p[head : len(p) - tail]) for n, p in parts.items()}
-    if len(set(labels.values())) < len(labels) or not all(labels.values()):
-        return {n: n for n in names}
-    return labels
-
-
-def _fleet_compact(doc: dict[str, Any]) -> Table:
-    from rich.text import Text
-
-    rows = [*doc["rows"], *doc["summary"]]
-    labels = host_labels([str(r["host"]) for r in doc["rows"]])
-    suites = len({r["suite"] for r in rows})
-    sources = sorted({r["energy_source"] for r in rows})
-    table = _compact(
-        f"frontier per host, energy: {', '.join(sources) or 'none'} (each host's ledger verified "
-        "against its pinned key). * Pareto within the host, ~ energy not reliable; "
-        "all (n) = the rows merged across n hosts"
-    )
-    table.add_column("", no_wrap=True)
-    table.add_column("host", overflow="fold", min_width=8)
-    table.add_column("solver model", overflow="fold", min_width=10)
-    for col in ("res/att", "resolved", "J total", "J/res"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for r in rows:
-        reliable = r["reliable_share"] == 1
-        host = f"all ({len(r['hosts'])})" if r["host"] == "*" else labels[str(r["host"])]
-        table.add_row(
-            verdict(r),
-            Text(host),  # Text, not markup: a host name comes from the fleet file.
-            fmt.name_cell(r, suites),
-            f"{r['resolved']}/{r['attempts']}",
-            fmt.pct(r["resolution"]),
-            fmt.joules(r["joules_total"], reliable),
-            fmt.joules(r["joules_per_resolved"], reliable),
-        )
-    return table
-
-
 def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
     """`jb-client compare`: each side, the paired metrics, what they say, where they disagree."""
-    console = _console(False)
+    console = terminal(False)
     for name in ("a", "b"):
         side = doc[name]
         models = ", ".join(m or "-" for m in side["models"])
@@ -590,7 +474,7 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         highlight=False,
     )
     res, joules, usd = doc["resolution"], doc["joules"], doc["usd"]
-    table = _table("A vs B per paired task (median and quartiles; difference is A - B)")
+    table = make_table("A vs B per paired task (median and quartiles; difference is A - B)")
     for col in ("", "tasks", "A", "B", "A - B mean", "95% CI", "test"):
         table.add_column(col, justify="left" if col in ("", "test") else "right")
     first = res["first_rollout"]
@@ -625,7 +509,7 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
     rows = doc["disagreements"]
     if not rows:
         return
-    table = _table(f"{len(rows)} paired tasks where A and B disagree")
+    table = make_table(f"{len(rows)} paired tasks where A and B disagree")
     for col in ("task", "A resolved", "B resolved", "A J", "B J"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for r in rows[:shown]:
@@ -646,7 +530,7 @@ def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int
     from jouled.documents.sent import Receipt
 
     r = Receipt.parse(document)
-    console = _console(False)
+    console = terminal(False)
     counted = (
         (r.tests_failed, r.tests["failed"], "failed"),
         (r.tests_missing, r.tests["missing"], "missing"),
@@ -674,7 +558,7 @@ def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int
 
 def logs_report(doc: dict[str, Any]) -> None:
     """A result's captured runs and test ids: each run's signed hash, status and text."""
-    console = _console(False)
+    console = terminal(False)
     console.print(
         f"seq {doc['seq']} {doc['task_id']} {doc['status']} (attempt {doc['attempt_id']})",
         highlight=False,

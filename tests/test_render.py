@@ -15,9 +15,9 @@ from jouled.frontier import frontier_rows
 @pytest.fixture(autouse=True)
 def fresh_consoles() -> Iterator[None]:
     # The consoles bind sys.stdout when first used; capsys swaps it per test.
-    render._console.cache_clear()
+    render.terminal.cache_clear()
     yield
-    render._console.cache_clear()
+    render.terminal.cache_clear()
 
 
 def body(task: str, status: str, audit: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from tests.test_compare import paired_suite, result
 
 @pytest.fixture(autouse=True)
 def fresh_consoles() -> Iterator[None]:
-    render._console.cache_clear()
+    render.terminal.cache_clear()
     yield
-    render._console.cache_clear()
+    render.terminal.cache_clear()
 
 
 def test_the_report_says_what_the_numbers_support(capsys: pytest.CaptureFixture[str]) -> None:

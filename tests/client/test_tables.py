@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 import pytest
-from jb_client import meter_text, render
+from jb_client import meter_text, render, render_fleet
 from rich.console import Console
 
 from jouled.best_of_k import best_of_k
@@ -212,7 +212,7 @@ def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
 
 
 def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixture[str]) -> None:
-    render._console.cache_clear()
+    render.terminal.cache_clear()
     calibration = {
         "seq": 3,
         "source": "rapl",
@@ -221,7 +221,7 @@ def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixtur
     }
     render.kv("calibration (ledger entry 3)", calibration)
     out = capsys.readouterr().out
-    render._console.cache_clear()
+    render.terminal.cache_clear()
     assert "{" not in out and "[" not in out, out
     assert "domains.package-0.idle_mw" in out and "4100" in out
 
@@ -292,7 +292,7 @@ def column_text(buf: io.StringIO, header: str, following: str) -> str:
 @pytest.mark.parametrize("width", [80, 100])
 def test_fleet_frontier_shows_hosts_and_figures_whole(width: int) -> None:
     c, buf = console(width)
-    render.fleet_frontier_table(fleet_doc(), console=c)
+    render_fleet.fleet_frontier_table(fleet_doc(), console=c)
     text = buf.getvalue()
     assert max(len(line) for line in lines(buf)) <= width
     assert "…" not in text
@@ -303,12 +303,13 @@ def test_fleet_frontier_shows_hosts_and_figures_whole(width: int) -> None:
 
 
 def test_host_labels_keep_what_tells_hosts_apart() -> None:
-    assert render.host_labels(list(HOSTS)) == {HOSTS[0]: "rack-a", HOSTS[1]: "rack-b"}
-    assert render.host_labels(["a:7000", "b:7000"]) == {"a:7000": "a:7000", "b:7000": "b:7000"}
+    assert render_fleet.host_labels(list(HOSTS)) == {HOSTS[0]: "rack-a", HOSTS[1]: "rack-b"}
+    both = ["a:7000", "b:7000"]
+    assert render_fleet.host_labels(both) == {"a:7000": "a:7000", "b:7000": "b:7000"}
     one = "unix:/run/jouled/jouled.sock"
-    assert render.host_labels([one]) == {one: one}
+    assert render_fleet.host_labels([one]) == {one: one}
     nested = ["unix:/srv/x/jouled.sock", "unix:/srv/x/y/jouled.sock"]
-    assert render.host_labels(nested) == {nested[0]: "x", nested[1]: "x/y"}
+    assert render_fleet.host_labels(nested) == {nested[0]: "x", nested[1]: "x/y"}
 
 
 def test_wide_frontier_on_a_narrow_terminal_keeps_every_column_readable() -> None:
