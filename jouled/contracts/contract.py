@@ -89,6 +89,12 @@ class Runtime:
     image: str = ""
 
     @property
+    def installed(self) -> bool:
+        """Whether this is an environment of the contract's own (a prepared virtualenv
+        shown read-only), whose installed pytest plugins load as they would there."""
+        return bool(self.paths) and not self.image
+
+    @property
     def version_tuple(self) -> tuple[int, int] | None:
         major, _, minor = self.version.partition(".")
         return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None

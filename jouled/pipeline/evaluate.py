@@ -211,6 +211,7 @@ class Evaluator:
                     python_version=runtime.version_tuple if runtime is not None else None,
                     framework=policy.framework,
                     memory_modules=self.memory_modules,
+                    installed_plugins=runtime is not None and runtime.installed,
                 )
             limits = self._limits(contract)
             level = integrity_level(plan, runtime.version_tuple if runtime is not None else None)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed fir
         nested_codes,
         observer,
         read_setup,
+        run_could_write,
         same,
         start,
     )
@@ -240,11 +241,54 @@ def canary_args(config: Any, canaries: "list[str]") -> "list[str]":
     return out
 
 
-def make_plugin(audit: Any, pytest: Any, canaries: "list[str]") -> Any:
-    """The pytest plugin: hands every report to the monitor through `audit` (sys.audit)."""
+def environment_plugins(root: str) -> "list[tuple[str, Any]]":
+    """The pytest plugins the test environment installed, as (entry point name, plugin).
+
+    What pytest's autoloading would load (every `pytest11` entry point), but only
+    from distributions in a directory the run cannot write: a dist-info the patch
+    adds to the tree, or the tree's own (an editable install's egg-info), is not
+    the environment's. Loaded here, before the tree is first on `sys.path`, so a
+    module of the tree cannot stand in for a plugin's.
+    """
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8: the backport pytest itself depends on there
+        try:
+            import importlib_metadata as metadata  # type: ignore[no-redef]
+        except ImportError:
+            return []
+    top = os.path.realpath(root)
+    names = set()  # type: set[str]
+    found = []
+    for dist in list(metadata.distributions()):
+        where = os.path.realpath(str(dist.locate_file("")))
+        if where == top or where.startswith(top + os.sep) or run_could_write(where):
+            continue
+        for point in dist.entry_points:
+            if point.group == "pytest11" and point.name not in names:
+                names.add(point.name)
+                found.append((point.name, point.load()))
+    return found
+
+
+def make_plugin(
+    audit: Any, pytest: Any, canaries: "list[str]", installed: "list[tuple[str, Any]]"
+) -> Any:
+    """The pytest plugin: hands every report to the monitor through `audit` (sys.audit).
+
+    `installed` are the environment's plugins (`environment_plugins`): registered
+    under their entry point names before pytest reads its options, where its own
+    autoloading would, so `-p no:NAME` still unregisters one.
+    """
 
     class Reporter:
         __slots__ = ()
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_cmdline_parse(self, pluginmanager: Any, args: Any) -> None:
+            for name, loaded in installed:
+                if pluginmanager.get_plugin(name) is None and not pluginmanager.is_blocked(name):
+                    pluginmanager.register(loaded, name=name)
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_load_initial_conftests(self, early_config: Any) -> None:
@@ -323,7 +367,8 @@ def main() -> None:
     del key
     import pytest
 
-    plugin = make_plugin(audit, pytest, list(setup.pop("canaries", [])))
+    installed = environment_plugins(setup["root"]) if setup.get("plugins") else []
+    plugin = make_plugin(audit, pytest, list(setup.pop("canaries", [])), installed)
     register(plugin_codes())
     if mode == "module":
         sys.path.insert(0, os.getcwd())

@@ -5,7 +5,9 @@ tests`); `plan` turns it into a run of the daemon's own runner
 (`jouled_pytest.py`, shown read-only in the sandbox) with:
 
 - plugin autoloading off (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`): no `pytest11`
-  entry point from a dist-info the patch adds, nor from the environment;
+  entry point from a dist-info the patch adds; with `installed_plugins` (a test
+  environment of the task's own, shown read-only) the runner loads the entry
+  points of that environment's distributions itself, as autoloading would;
 - an explicit configuration (`-c`): the task's pristine pytest configuration,
   found by pytest's own discovery order on the restored tree and shown
   read-only over itself, so no `pytest.toml`, `pytest.ini`, `tox.ini`,
@@ -413,6 +415,7 @@ def plan(
     python_version: tuple[int, int] | None = None,
     framework: tuple[str, ...] = (),
     memory_modules: str = "withhold",
+    installed_plugins: bool = False,
 ) -> Plan | None:
     """Prepare `ro_dir` and the workdir for one pytest run; None when not a pytest command.
 
@@ -424,7 +427,8 @@ def plan(
     whose code a test may run. `python` runs the tests (`python_version`: its
     version, when it is not the daemon's and may be older than 3.11). `framework`:
     the tree's directories that hold pytest itself (pytest-dev/pytest's); a patch
-    that changes a file under them makes the run `reduced`.
+    that changes a file under them makes the run `reduced`. `installed_plugins`:
+    load the pytest plugins `python`'s environment installed (see the module's notes).
     """
     split = split_pytest(test_cmd)
     if split is None:
@@ -468,7 +472,13 @@ def plan(
     safe_path = ["-P"] if python_version is None or python_version >= (3, 11) else []
     argv = [interpreter, *opts, "-s", *safe_path, "-c", boot, mode, *args]
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    key, setup = runners.setup(layout, canaries.files, level=level, memory_modules=memory_modules)
+    key, setup = runners.setup(
+        layout,
+        canaries.files,
+        level=level,
+        memory_modules=memory_modules,
+        plugins=installed_plugins,
+    )
     return Plan(argv, env, key, setup, overlays, canaries, config, level)
 
 

@@ -117,10 +117,12 @@ def run_tree(
     read_only: dict[str, Path] | None = None,
     memory_modules: str = "withhold",
     environment: Path | None = None,
+    installed_plugins: bool = False,
 ) -> tuple[pytest_run.Plan, RunResult, Channel]:
     """Plan and run a pytest command on `tree` the way the evaluator does (`read_only`:
     more of the tree's paths shown read-only over themselves; `environment`: a virtual
-    environment whose python runs the tests, shown read-only)."""
+    environment whose python runs the tests, shown read-only; `installed_plugins`: its
+    pytest plugins load)."""
     ro.mkdir()
     box = Sandbox()
     layout = box.layout(tree, ro)
@@ -136,6 +138,7 @@ def run_tree(
         protected=protected,
         python=str(environment / "bin" / "python") if environment else sys.executable,
         memory_modules=memory_modules,
+        installed_plugins=installed_plugins,
     )
     assert plan is not None
     result = box.run(
