@@ -70,8 +70,16 @@ def build(names: Sequence[str] | None = None) -> typer.Typer:
     for name, module, function in COMMANDS:
         if (names is None or name in names) and name not in registered:
             command = getattr(importlib.import_module(f"jb_client.{module}"), function)
-            app.command(name)(command)
+            app.command(name, short_help=summary(command.__doc__ or ""))(command)
     return app
+
+
+def summary(doc: str) -> str:
+    """A command's line in `--help`: its docstring's first sentence, whole (click would
+    cut it at a fixed length and add "...")."""
+    text = " ".join(doc.split("\n\n")[0].split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -39,7 +39,7 @@ def swebench(
     import dataclasses
     from collections import Counter
 
-    from jouled.contracts.swebench import load_predictions, load_records
+    from jouled.contracts.swebench_records import load_predictions, load_records
     from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
 
     run_id = run_id or os.urandom(6).hex()

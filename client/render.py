@@ -47,18 +47,36 @@ def _table(title: str, **kwargs: Any) -> Table:
 
 
 def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = None) -> None:
+    """One line a task, its id whole (what a reader copies into `fetch` or `submit`), the
+    prompt's first line cut to the width left; an id too long for the terminal beside
+    the other columns folds onto more lines, never cut."""
+    console = console or _console(False)
     table = _table(f"{len(tasks)} tasks")
-    # An id is never cut: a task id folds onto more lines, a digest keeps its 12 characters.
-    table.add_column("task", overflow="fold", min_width=12)
-    for col in ("kind", "digest", "timeout", "hidden"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("prompt")
+    rows = []
     for t in tasks:
         first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
         hidden = str(t.get("hidden_files") or "-")
-        row = (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first[:70])
+        rows.append(
+            (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first)
+        )
+    headers = ("task", "kind", "digest", "timeout", "hidden")
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    # Each column takes its text, a space either side and a rule: 3 more; one rule closes.
+    left = console.width - (sum(widths) + 3 * (len(headers) + 1) + 1)
+    if left >= _PROMPT_MIN:
+        table.add_column("task", no_wrap=True, min_width=widths[0])
+    else:
+        table.add_column("task", overflow="fold", min_width=12)
+    for col, width in zip(headers[1:], widths[1:], strict=True):  # a digest keeps all 12
+        table.add_column(col, no_wrap=True, min_width=width)
+    prompt = max(left, _PROMPT_MIN)
+    table.add_column("prompt", no_wrap=True, overflow="ellipsis", max_width=prompt)
+    for row in rows:
         table.add_row(*row)
-    (console or _console(False)).print(table)
+    console.print(table)
+
+
+_PROMPT_MIN = 8  # the prompt column's least width, where the ids fit on one line
 
 
 def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
@@ -76,21 +94,29 @@ def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
     _console(False).print(t)
 
 
-def receipt_line(document: dict[str, Any]) -> None:
+def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
+    """A receipt as one line, aligned with the others; on a terminal too narrow for it
+    (after `lead` characters already printed), the verdict and tests on one line and
+    the energy, rollout and sequence number indented on the next."""
     from jouled.documents import Receipt
 
     r = Receipt.parse(document)
     grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else fmt.joules(joules / 1000, bool(grade.get("reliable")))
+    colour = "green" if r.resolved else "red"
     status = f"{r.status.value:<10}"
-    mark = f"[green]{status}[/]" if r.resolved else f"[red]{status}[/]"
-    rollout = _rollout(r)
-    _console(False).print(
-        f"{r.task_id:<28} {mark} tests {r.tests['passed']}/{r.tests['expected']}"
-        f"  grade {j} J ({grade.get('source', '?')}){rollout}  seq {r.seq}"
-        + ("  (replayed)" if r.replayed else "")
+    tests = f"tests {r.tests['passed']}/{r.tests['expected']}"
+    rest = f"grade {j} J ({grade.get('source', '?')}){_rollout(r)}  seq {r.seq}" + (
+        "  (replayed)" if r.replayed else ""
     )
+    console = _console(False)
+    line = f"{r.task_id:<28} {status} {tests}  {rest}"
+    if lead + len(line) <= console.width:
+        console.print(f"{r.task_id:<28} [{colour}]{status}[/] {tests}  {rest}")
+    else:
+        console.print(f"{r.task_id} [{colour}]{r.status.value}[/] {tests}")
+        console.print(f"  {rest}")
     audit_lines(r.audit)
 
 
@@ -190,7 +216,12 @@ def frontier_table(
     columns a reader compares, folded into fewer."""
     console = console or _console(False)
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
-        console.print(_frontier_compact(rows))
+        table, legend = _frontier_compact(rows)
+        console.print(table)
+        if legend:  # at the terminal's width, not the table's
+            from rich.text import Text
+
+            console.print(Text("; ".join(legend), style="dim"))
         return
     revised = fmt.revised(rows)
     table = _table(
@@ -221,17 +252,12 @@ def _compact(title: str) -> Table:
     )
 
 
-def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
+def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]:
+    """The compact frontier, and the legend of the marks it shows (only those)."""
     suites = len({r["suite"] for r in rows})
     sources = sorted({r["energy_source"] for r in rows})
     where = f" ({rows[0]['suite']})" if suites == 1 else ""
-    table = _compact(
-        f"frontier{where}, energy: {', '.join(sources) or 'none'}. "
-        "* Pareto, ? no verdict ($ partly claimed), ~ energy not reliable, $ claimed "
-        "((n%) when only n% claimed it); r0, r1... the tasks' revision; flags: t tampered, "
-        "a audit flagged, int:r / int:n successes graded at reduced / no integrity, "
-        "op the agent's op windows (J)"
-    )
+    table = _compact(f"frontier{where}, energy: {', '.join(sources) or 'none'}")
     revised = fmt.revised(rows)
     usd = any(r["usd_total"] for r in rows)
     flags = any(
@@ -267,7 +293,33 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> Table:
                 marks.append("op" + fmt.joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
             cells.append(" ".join(marks))
         table.add_row(*cells)
-    return table
+    return table, _frontier_legend(rows, usd, revised)
+
+
+def _frontier_legend(rows: Sequence[dict[str, Any]], usd: bool, revised: bool) -> list[str]:
+    """What the marks the compact frontier shows mean: those of these rows, no others."""
+
+    def unreliable(r: dict[str, Any]) -> bool:
+        per = r["joules_per_resolved"] is not None and r["reliable_share"] != 1
+        return per or bool(r.get("op_windows") and r.get("op_reliable_share") != 1)
+
+    def partly(r: dict[str, Any]) -> bool:
+        share = r.get("usd_claimed_share")
+        return r.get("usd_total") is not None and share is not None and share < 1
+
+    marks = (
+        (lambda r: r.get("pareto") is True, "* Pareto"),
+        (lambda r: r.get("pareto") is None, "? no verdict ($ partly claimed)"),
+        (unreliable, "~ energy not reliable"),
+        (lambda r: usd, "$ claimed by the solvers"),
+        (partly, "(n%) the share of attempts that claimed"),
+        (lambda r: revised, "r0, r1... the tasks' revision"),
+        (lambda r: r.get("tampered"), "t tampered"),
+        (lambda r: r.get("audit_flagged"), "a audit flagged"),
+        (fmt.weak, "int:r / int:n successes graded at reduced / no integrity"),
+        (lambda r: r.get("op_windows"), "op the agent's op windows (J)"),
+    )
+    return [text for shows, text in marks if any(shows(r) for r in rows)]
 
 
 def bestofk_table(
@@ -276,7 +328,16 @@ def bestofk_table(
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
     console = console or _console(False)
     if not _wide(console, wide, BESTOFK_WIDE_MIN):
+        from rich.text import Text
+
         console.print(_bestofk_compact(rows))
+        console.print(  # at the terminal's width, not the table's
+            Text(
+                "<=k: any of the first k rollouts resolved (asks the oracle); "
+                "pick: the rollout chosen by the visible tests alone",
+                style="dim",
+            )
+        )
         return
     # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.
     table = _table("best-of-k: resolved within the first k rollouts")
@@ -315,9 +376,7 @@ def bestofk_table(
 
 def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
     suites = len({r["suite"] for r in rows})
-    table = _compact(
-        "best-of-k: <=k any of the first k resolved (oracle), pick: chosen by visible tests"
-    )
+    table = _compact("best-of-k")
     usd = any(r["usd_cumulative"] for r in rows)
     tampered = any(r.get("tampered") for r in rows)
     table.add_column("solver model", overflow="fold", min_width=12)
@@ -399,7 +458,7 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
 def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
     """A receipt from one host of a fleet: the host first, then the usual line."""
     _console(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
-    receipt_line(r)
+    receipt_line(r, lead=len(host) + 1)
 
 
 FLEET_WIDE_MIN = 140

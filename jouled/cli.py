@@ -375,7 +375,7 @@ def swebench_prepare(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build each record's environment from its official specification (see docs/swebench.md)."""
-    from jouled.contracts.swebench import load_records
+    from jouled.contracts.swebench_records import load_records
     from jouled.swebench_check import check as check_record
     from jouled.swebench_prepare import prepare, report
     from jouled.swebench_pythons import read_map

@@ -15,6 +15,7 @@ from typing import Any
 
 from jouled import limits
 from jouled.contracts import TaskRegistry, swebench
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import JouledError, PreconditionError, UsageError
 
 log = logging.getLogger("jouled")
@@ -55,7 +56,7 @@ class Registrations:
             )
         registered, skipped, new = [], [], []
         for i, raw in enumerate(records):
-            record = swebench.SweBenchRecord.from_dict(raw, f"record {i}")
+            record = SweBenchRecord.from_dict(raw, f"record {i}")
             iid = record.instance_id
             try:
                 limits.name("instance_id", iid)
@@ -127,7 +128,7 @@ class Registrations:
                 item = json.loads(line)
                 if root is None:
                     raise PreconditionError("no --checkout-root")
-                record = swebench.SweBenchRecord.from_dict(item["record"], f"{path}:{n}")
+                record = SweBenchRecord.from_dict(item["record"], f"{path}:{n}")
                 self._inside(root, record.instance_id)
                 self.registry.register(
                     swebench.to_contract(

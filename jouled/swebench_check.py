@@ -19,6 +19,7 @@ from typing import Any
 
 from jouled.contracts import swebench
 from jouled.contracts.contract import Contract
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import BrokenEnvironmentError, JouledError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
@@ -59,7 +60,7 @@ class Checked:
 
 
 def check(
-    record: swebench.SweBenchRecord,
+    record: SweBenchRecord,
     checkout_root: Path,
     envs: Path,
     *,

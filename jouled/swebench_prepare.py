@@ -45,8 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from jouled import swebench_preinstall, swebench_pythons, swebench_tox
-from jouled.contracts import swebench, swebench_env
+from jouled.contracts import swebench_env
 from jouled.contracts import swebench_harness as harness
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import ConfigError, TaskError
 from jouled.pipeline.bwrap import bwrap
 
@@ -307,7 +308,7 @@ def _pip_version(python: Path) -> tuple[int, ...]:
 
 
 def prepare(
-    record: swebench.SweBenchRecord,
+    record: SweBenchRecord,
     checkout_root: Path,
     envs: Path,
     *,
@@ -435,7 +436,7 @@ def adopt(directory: Path, python: str, *, name: str = "") -> swebench_env.Manif
 
 
 def report(
-    records: list[swebench.SweBenchRecord],
+    records: list[SweBenchRecord],
     checkout_root: Path,
     envs: Path,
     *,
@@ -450,7 +451,7 @@ def report(
     steps that are not checkout edits) are listed: the host must provide them.
     """
     checkout_root, envs = checkout_root.resolve(), envs.resolve()
-    groups: dict[tuple[str, str], list[swebench.SweBenchRecord]] = {}
+    groups: dict[tuple[str, str], list[SweBenchRecord]] = {}
     for record in records:
         groups.setdefault((record.repo, record.version or ""), []).append(record)
     rows = []

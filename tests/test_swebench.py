@@ -19,20 +19,21 @@ from typing import Any
 
 import pytest
 
-from jouled.contracts import swebench
+from jouled.contracts import swebench, swebench_checkout
 from jouled.contracts.contract import Contract
 from jouled.contracts.swebench import (
-    Prediction,
-    SweBenchRecord,
     contract_digest,
-    dataset_id_forms,
-    load_predictions,
-    load_records,
-    match_dataset_ids,
     modules_to_run,
-    read_head,
     to_contract,
     unsupported_reason,
+)
+from jouled.contracts.swebench_checkout import read_head
+from jouled.contracts.swebench_ids import dataset_id_forms, match_dataset_ids
+from jouled.contracts.swebench_records import (
+    Prediction,
+    SweBenchRecord,
+    load_predictions,
+    load_records,
 )
 from jouled.errors import PatchError, TaskError
 from jouled.meter.estimator import EstimatorMeter
@@ -620,7 +621,7 @@ def test_head_is_checked_against_base_commit_without_running_git(
     def no_git(*args: object, **kwargs: object) -> None:
         raise AssertionError("git was run")
 
-    monkeypatch.setattr(swebench.subprocess, "run", no_git)
+    monkeypatch.setattr(swebench_checkout.subprocess, "run", no_git)
     assert read_head(tree) == base
     assert to_contract(record, checkout_root).pristine == tree
     monkeypatch.undo()
@@ -635,7 +636,7 @@ def test_head_is_checked_against_base_commit_without_running_git(
 def test_head_falls_back_to_git_when_the_files_are_not_conclusive(
     record: SweBenchRecord, checkout_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(swebench, "_head_from_files", lambda tree: None)
+    monkeypatch.setattr(swebench_checkout, "_head_from_files", lambda tree: None)
     assert read_head(checkout_root / INSTANCE) == record.base_commit
     # An unborn branch: nothing names a commit, and git says so.
     monkeypatch.undo()

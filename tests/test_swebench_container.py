@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from jouled.contracts import swebench
-from jouled.contracts.swebench import SweBenchRecord, to_contract
+from jouled.contracts.swebench import to_contract
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import SandboxError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering

@@ -27,7 +27,8 @@ from jb_client.api import Client
 
 from jouled.contracts import swebench
 from jouled.contracts import swebench_harness as harness
-from jouled.contracts.swebench import SweBenchRecord, to_contract
+from jouled.contracts.swebench import to_contract
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch

@@ -19,7 +19,8 @@ import pytest
 from jouled import swebench_preinstall, swebench_pythons
 from jouled.contracts import swebench_env
 from jouled.contracts import swebench_harness as harness
-from jouled.contracts.swebench import SweBenchRecord, to_contract
+from jouled.contracts.swebench import to_contract
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import ConfigError, SandboxError, TaskError
 from jouled.pipeline.bwrap import bwrap
 from jouled.swebench_prepare import (

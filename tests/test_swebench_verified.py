@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from jouled.contracts import swebench_harness as harness
-from jouled.contracts.swebench import SweBenchRecord
+from jouled.contracts.swebench_records import SweBenchRecord
 from jouled.errors import ConfigError
 from jouled.swebench_pythons import find
 from tests import swebench_real as real

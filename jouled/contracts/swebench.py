@@ -1,11 +1,11 @@
-"""SWE-bench Verified records and predictions, compiled to contracts.
+"""SWE-bench Verified records compiled to contracts.
 
-A record (one row of the HuggingFace `princeton-nlp/SWE-bench_Verified`
-dataset, exported to a local JSON or JSONL file) becomes a `Contract`:
+A record (`swebench_records`: one row of the HuggingFace
+`princeton-nlp/SWE-bench_Verified` dataset, exported to a local JSON or JSONL
+file) becomes a `Contract`:
 
 - the pristine tree is `checkout_root / instance_id`, a checkout of `repo` at
-  `base_commit` that the operator prepared beforehand
-  (`git clone https://github.com/<repo> <dir> && git -C <dir> checkout <base_commit>`).
+  `base_commit` that the operator prepared beforehand (`swebench_checkout`).
   Nothing here fetches a dataset, a repository or an image. The contract's
   digest covers the checkout's files as they are (`tree_digest`), so an
   uncommitted change or an in-place build is part of what is graded, never
@@ -47,8 +47,8 @@ when the daemon has neither environments nor images configured.
 An instance with no specification is graded the way jouled grades its own
 tasks: pytest on the test modules the test patch touches, node ids compared
 with FAIL_TO_PASS and PASS_TO_PASS as the dataset spells them
-(`match_dataset_ids`), exit status 1 left to the ids. Ids that are not
-pytest node ids cannot be graded that way and are refused.
+(`swebench_ids`), exit status 1 left to the ids. Ids that are not pytest
+node ids cannot be graded that way and are refused.
 
 Differences from the official harness that remain
 -------------------------------------------------
@@ -72,12 +72,9 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -92,7 +89,9 @@ from jouled.contracts.contract import (
     Runtime,
     iter_tree,
 )
-from jouled.documents import SEVERITY, Outcome
+from jouled.contracts.swebench_checkout import prepared_checkout
+from jouled.contracts.swebench_ids import match_dataset_ids
+from jouled.contracts.swebench_records import TEST_LISTS, SweBenchRecord
 from jouled.errors import PatchError, TaskError
 from jouled.patch import Patch, parse_patch
 
@@ -100,17 +99,10 @@ __all__ = [
     "DEFAULT_SUITE",
     "DEFAULT_TIMEOUT_S",
     "Images",
-    "Prediction",
-    "SweBenchRecord",
     "TreeDigests",
     "Unsupported",
     "contract_digest",
-    "dataset_id_forms",
-    "load_predictions",
-    "load_records",
-    "match_dataset_ids",
     "modules_to_run",
-    "read_head",
     "to_contract",
     "tree_digest",
     "unsupported_reason",
@@ -124,23 +116,6 @@ LICENSE = "MIT (dataset); repository license applies to code"
 # with the dataset, not from a solver.
 TRUSTED_PATCH_BYTES = 64 << 20
 
-_REQUIRED_TEXT = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
-_TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-_OPTIONAL_TEXT = (
-    "version",
-    "environment_setup_commit",
-    "created_at",
-    "hints_text",
-    "test_cmd",
-    "log_parser",
-)
-
-# An instance id becomes a directory name and the NAME of a SUITE/NAME task id.
-_INSTANCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
-# SHA-1 object names, or SHA-256 ones for repositories that use them.
-_OBJECT_NAME = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
-
 # Files a test patch may touch that are not test modules to hand to pytest:
 # pytest loads conftest.py itself, and naming a package's __init__.py would
 # collect the package rather than a module.
@@ -148,468 +123,6 @@ _NOT_TEST_MODULES = ("conftest.py", "__init__.py")
 
 # Real repositories (numpy- and BLAS-heavy ones) need more than the 4 GiB default.
 MEMORY_BYTES = 16 << 30
-
-_PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
-
-
-# -- records --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SweBenchRecord:
-    """One SWE-bench instance, with the dataset's own field names."""
-
-    instance_id: str
-    repo: str  # "owner/name" on GitHub
-    base_commit: str
-    problem_statement: str
-    patch: str  # the gold patch
-    test_patch: str
-    FAIL_TO_PASS: tuple[str, ...]
-    PASS_TO_PASS: tuple[str, ...]
-    version: str | None = None
-    environment_setup_commit: str | None = None
-    created_at: str | None = None
-    hints_text: str | None = None
-    # The official test command and log parser, where the record carries them; else
-    # they come from the specification of `repo` at `version`.
-    test_cmd: str | None = None
-    log_parser: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> SweBenchRecord:
-        """Validate one decoded record; `where` names it in errors ("file:line", "record 3")."""
-        if not isinstance(data, dict):
-            raise TaskError(
-                f"{where}: a record must be a JSON object, not {_json_type(data)}",
-                hint="export the dataset with one JSON object per instance",
-            )
-        label = where
-        if isinstance(data.get("instance_id"), str):
-            label = f"{where} ({data['instance_id']})"
-        text = {key: _required_text(data, key, label) for key in _REQUIRED_TEXT}
-        tests = {key: _test_list(data, key, label) for key in _TEST_LISTS}
-        optional = {key: _optional_text(data, key, label) for key in _OPTIONAL_TEXT}
-        if not _INSTANCE_ID.fullmatch(text["instance_id"]):
-            raise TaskError(
-                f"{label}: instance_id {text['instance_id']!r} is not a usable name "
-                "(letters, digits, '.', '_', '+', '-'; no '/')",
-                hint="SWE-bench instance ids look like `astropy__astropy-12907`",
-            )
-        if not _REPO.fullmatch(text["repo"]):
-            raise TaskError(
-                f"{label}: repo {text['repo']!r} is not of the form OWNER/NAME",
-                hint="SWE-bench repos look like `astropy/astropy`",
-            )
-        for key in ("base_commit", "environment_setup_commit"):
-            value = text.get(key) or optional.get(key)
-            if value is not None and not _OBJECT_NAME.fullmatch(value):
-                raise TaskError(
-                    f"{label}: {key} {value!r} is not a full git commit id "
-                    "(40 or 64 hexadecimal digits)",
-                )
-        return cls(
-            instance_id=text["instance_id"],
-            repo=text["repo"],
-            base_commit=text["base_commit"].lower(),
-            problem_statement=text["problem_statement"],
-            patch=text["patch"],
-            test_patch=text["test_patch"],
-            FAIL_TO_PASS=tests["FAIL_TO_PASS"],
-            PASS_TO_PASS=tests["PASS_TO_PASS"],
-            version=optional["version"],
-            environment_setup_commit=optional["environment_setup_commit"],
-            created_at=optional["created_at"],
-            hints_text=optional["hints_text"],
-            test_cmd=optional["test_cmd"],
-            log_parser=optional["log_parser"],
-        )
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _required_text(data: Mapping[str, Any], key: str, where: str) -> str:
-    if key not in data or data[key] is None:
-        raise TaskError(f"{where}: missing field {key}")
-    value = data[key]
-    if not isinstance(value, str):
-        raise TaskError(f"{where}: field {key} must be a string, not {_json_type(value)}")
-    if not value.strip():
-        raise TaskError(f"{where}: field {key} is empty")
-    return value
-
-
-def _optional_text(data: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = data.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    # Dataframe exports turn "3.0" into 3.0 and dates into epoch numbers;
-    # these fields are provenance only, so keep what is there.
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise TaskError(f"{where}: field {key} must be a string, not {_json_type(value)}")
-
-
-def _test_list(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    """A list of test ids; the dataset stores it as a JSON-encoded string."""
-    if key not in data or data[key] is None:
-        raise TaskError(f"{where}: missing field {key}")
-    value = data[key]
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as err:
-            raise TaskError(
-                f"{where}: field {key} is a string but not a JSON-encoded list: {err}",
-                hint='the dataset stores it as a JSON string such as "[\\"tests/test_x.py::t\\"]"',
-            ) from None
-    if not isinstance(value, list):
-        raise TaskError(f"{where}: field {key} must be a list of test ids, not {_json_type(value)}")
-    for index, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip():
-            raise TaskError(
-                f"{where}: field {key}[{index}] must be a non-empty test id string, "
-                f"not {_json_type(item) if not isinstance(item, str) else 'an empty string'}"
-            )
-    return tuple(value)
-
-
-def _read_text(path: Path, what: str) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TaskError(f"{what} file {path} does not exist") from None
-    except IsADirectoryError:
-        raise TaskError(f"{what} file {path} is a directory") from None
-    except OSError as err:
-        raise TaskError(f"cannot read {what} file {path}: {err.strerror}") from err
-    try:
-        # Tolerate a byte order mark: some exporters on Windows write one.
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise TaskError(f"{path}: not UTF-8 text (byte {err.start})") from None
-
-
-def _line_col(text: str, pos: int) -> tuple[int, int]:
-    line = text.count("\n", 0, pos) + 1
-    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
-
-
-def _documents(
-    path: Path, what: str, bad: list[TaskError] | None = None
-) -> Iterator[tuple[str, object]]:
-    """(where, decoded value) for each JSON value in a JSON or JSONL file.
-
-    A file that parses as one JSON value is that value (an array yields its
-    items); otherwise every non-blank line must be one JSON value. With `bad`,
-    a JSONL line that is not JSON is added there and skipped instead of refused.
-    """
-    text = _read_text(path, what)
-    if not text.strip():
-        raise TaskError(f"{path}: the file is empty", hint=f"give a JSON or JSONL file of {what}s")
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError as err:
-        # "Extra data" after a complete first value is what JSONL looks like to json.loads.
-        lines = bad is not None and "\n" in text.strip()
-        if err.msg != "Extra data" and not lines:
-            row, col = _line_col(text, err.pos)
-            raise TaskError(f"{path}:{row}:{col}: not valid JSON: {err.msg}") from None
-    else:
-        if isinstance(whole, list):
-            if not whole:
-                raise TaskError(f"{path}: the JSON array is empty")
-            for index, item in enumerate(whole):
-                yield f"{path}: record {index}", item
-        else:
-            yield str(path), whole
-        return
-    found = False
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as err:
-            refused = TaskError(
-                f"{path}:{lineno}: not valid JSON: {err.msg} (column {err.colno})",
-                hint="JSONL needs exactly one JSON object per line",
-            )
-            if bad is None:
-                raise refused from None
-            bad.append(refused)
-            continue
-        found = True
-        yield f"{path}:{lineno}", value
-    if not found:
-        raise TaskError(f"{path}: no records")
-
-
-def load_records(path: Path) -> list[SweBenchRecord]:
-    """Records from a local JSON array, a single JSON object, or JSONL. Never fetches anything."""
-    records: list[SweBenchRecord] = []
-    seen: dict[str, str] = {}
-    for where, value in _documents(Path(path), "SWE-bench dataset"):
-        record = SweBenchRecord.from_dict(value, where)
-        if record.instance_id in seen:
-            raise TaskError(
-                f"{where}: instance {record.instance_id} appears twice "
-                f"(first at {seen[record.instance_id]})"
-            )
-        seen[record.instance_id] = where
-        records.append(record)
-    return records
-
-
-# -- predictions ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One candidate patch in the SWE-bench predictions format."""
-
-    instance_id: str
-    model_name_or_path: str
-    model_patch: str | None  # None or blank: the model produced no patch
-
-    def to_patch(self) -> Patch | None:
-        """The parsed candidate, None when there is none; a PatchError rejects it."""
-        if self.model_patch is None or not self.model_patch.strip():
-            return None
-        return parse_patch(self.model_patch.encode("utf-8", errors="surrogateescape"))
-
-
-def _prediction(data: object, where: str, key: str | None = None) -> Prediction:
-    if not isinstance(data, dict):
-        raise TaskError(f"{where}: a prediction must be a JSON object, not {_json_type(data)}")
-    if key is not None:
-        # A dict keyed by instance id may leave the id out of the value.
-        data = {"instance_id": key, **data}
-        if data["instance_id"] != key:
-            raise TaskError(
-                f"{where}: keyed {key!r} but its instance_id is {data['instance_id']!r}"
-            )
-    missing = [k for k in _PREDICTION_KEYS if k not in data]
-    if missing:
-        raise TaskError(
-            f"{where}: missing field {', '.join(missing)}",
-            hint="each prediction needs instance_id, model_name_or_path and model_patch",
-        )
-    instance_id, model, patch = (data[k] for k in _PREDICTION_KEYS)
-    if not isinstance(instance_id, str) or not _INSTANCE_ID.fullmatch(instance_id):
-        raise TaskError(f"{where}: instance_id {instance_id!r} is not a SWE-bench instance id")
-    if not isinstance(model, str):
-        raise TaskError(
-            f"{where}: field model_name_or_path must be a string, not {_json_type(model)}"
-        )
-    if patch is not None and not isinstance(patch, str):
-        raise TaskError(
-            f"{where}: field model_patch must be a string or null, not {_json_type(patch)}"
-        )
-    return Prediction(instance_id, model, patch)
-
-
-def load_predictions(path: Path, malformed: list[TaskError] | None = None) -> dict[str, Prediction]:
-    """Predictions by instance id, from a JSON list, JSONL, or a JSON object keyed by id.
-
-    A single prediction object is accepted too. An instance predicted twice is
-    refused rather than silently keeping one of the two. With `malformed`, a
-    prediction that is refused (or a JSONL line that is not JSON) is added there
-    and skipped, and the others load; a file that cannot be read still raises.
-    """
-    found: dict[str, Prediction] = {}
-    origin: dict[str, str] = {}
-
-    def add(build: Callable[[], Prediction], where: str) -> None:
-        try:
-            prediction = build()
-            if prediction.instance_id in found:
-                raise TaskError(
-                    f"{where}: instance {prediction.instance_id} is predicted twice "
-                    f"(first at {origin[prediction.instance_id]})"
-                )
-        except TaskError as err:
-            if malformed is None:
-                raise
-            malformed.append(err)
-            return
-        found[prediction.instance_id] = prediction
-        origin[prediction.instance_id] = where
-
-    for where, value in _documents(Path(path), "predictions", malformed):
-        keyed = (
-            isinstance(value, dict)
-            and bool(value)
-            and "instance_id" not in value
-            and all(isinstance(v, dict) for v in value.values())
-        )
-        if keyed:
-            assert isinstance(value, dict)
-            for key, item in value.items():
-                at = f"{where}: key {key!r}"
-                add(partial(_prediction, item, at, key), at)
-        else:
-            add(partial(_prediction, value, where), where)
-    return found
-
-
-# -- checkouts ------------------------------------------------------------------------
-
-
-def _git_dir(tree: Path) -> Path | None:
-    """The git directory of a checkout: `.git` itself, or where a `.git` file points."""
-    dot = tree / ".git"
-    if dot.is_dir():
-        return dot
-    if dot.is_file():
-        # Worktrees and submodules: `.git` is a file holding "gitdir: <path>".
-        content = dot.read_text(encoding="utf-8", errors="replace").strip()
-        if content.startswith("gitdir:"):
-            target = Path(content[len("gitdir:") :].strip())
-            return target if target.is_absolute() else tree / target
-    return None
-
-
-def _common_dir(git_dir: Path) -> Path:
-    """Where shared refs live: a linked worktree's git dir names it in `commondir`."""
-    pointer = git_dir / "commondir"
-    if pointer.is_file():
-        target = Path(pointer.read_text(encoding="utf-8", errors="replace").strip())
-        return target if target.is_absolute() else git_dir / target
-    return git_dir
-
-
-def _packed_ref(common: Path, ref: str) -> str | None:
-    try:
-        lines = (common / "packed-refs").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        # Comments start with '#'; '^' lines peel the annotated tag above them.
-        if line.startswith(("#", "^")):
-            continue
-        value, _, name = line.partition(" ")
-        if name.strip() == ref:
-            return value.strip()
-    return None
-
-
-def _head_from_files(tree: Path) -> str | None:
-    """HEAD's commit read from the git directory, None whenever that is not certain."""
-    git_dir = _git_dir(tree)
-    if git_dir is None:
-        return None
-    common = _common_dir(git_dir)
-    try:
-        value = (git_dir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-    for _ in range(8):  # symbolic refs may chain; git itself stops at a few levels
-        if _OBJECT_NAME.fullmatch(value):
-            return value.lower()
-        if not value.startswith("ref:"):
-            return None
-        ref = value[len("ref:") :].strip()
-        if not ref.startswith("refs/") or ".." in ref.split("/"):
-            return None
-        loose = next(
-            (d / ref for d in (git_dir, common) if (d / ref).is_file()),
-            None,
-        )
-        if loose is not None:
-            try:
-                value = loose.read_text(encoding="utf-8", errors="replace").strip()
-            except OSError:
-                return None
-            continue
-        packed = _packed_ref(common, ref)
-        if packed is None:
-            # An unborn branch, or a ref backend other than files (reftable).
-            return None
-        value = packed
-    return None
-
-
-def read_head(tree: Path) -> str | None:
-    """The commit a checkout's HEAD names, or None when `tree` is not a git checkout.
-
-    Read from the git directory (loose refs, packed-refs, detached HEAD, linked
-    worktrees) without running git; only when that is not conclusive does it
-    ask `git rev-parse`. Raises TaskError when the checkout's HEAD cannot be
-    determined at all.
-    """
-    if not (tree / ".git").exists():
-        return None
-    head = _head_from_files(tree)
-    if head is not None:
-        return head
-    git = shutil.which("git")
-    if git is None:
-        raise TaskError(
-            f"cannot tell which commit {tree} is checked out at: its git metadata needs "
-            "git to read and git is not installed",
-            hint="install git, or check the commit out detached (`git checkout <commit>`)",
-        )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    try:
-        done = subprocess.run(
-            # The checkout may belong to another user than the daemon's; reading HEAD is safe.
-            [git, "-c", f"safe.directory={tree}", "-C", str(tree), "rev-parse", "--verify", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise TaskError(f"cannot run git rev-parse in {tree}: {err}") from err
-    out = done.stdout.strip()
-    if done.returncode != 0 or not _OBJECT_NAME.fullmatch(out):
-        raise TaskError(
-            f"cannot tell which commit {tree} is checked out at: "
-            f"git rev-parse HEAD failed: {done.stderr.strip() or out or done.returncode}",
-        )
-    return out.lower()
-
-
-def _clone_command(record: SweBenchRecord, tree: Path) -> str:
-    return (
-        f"git clone https://github.com/{record.repo} {tree} && "
-        f"git -C {tree} checkout {record.base_commit}"
-    )
-
-
-def _checkout(record: SweBenchRecord, checkout_root: Path) -> Path:
-    tree = Path(checkout_root) / record.instance_id
-    if not tree.is_dir():
-        state = "is not a directory" if tree.exists() else "does not exist"
-        raise TaskError(
-            f"{record.instance_id}: expected a checkout of {record.repo} at base_commit "
-            f"{record.base_commit} in {tree}, which {state}; prepare it with: "
-            f"{_clone_command(record, tree)}",
-            hint="then build the repository in place and install its dependencies into the "
-            "daemon's interpreter, as the instance's environment requires",
-        )
-    head = read_head(tree)
-    if head is not None and head != record.base_commit:
-        raise TaskError(
-            f"{record.instance_id}: {tree} is checked out at {head}, not at base_commit "
-            f"{record.base_commit}",
-            hint=f"git -C {tree} checkout {record.base_commit}",
-        )
-    return tree
 
 
 # -- contracts ------------------------------------------------------------------------
@@ -649,7 +162,7 @@ def _record_spec(record: SweBenchRecord) -> harness.Spec | None:
 
 
 def _pytest_ids(record: SweBenchRecord) -> str | None:
-    for key in _TEST_LISTS:
+    for key in TEST_LISTS:
         for test_id in getattr(record, key):
             head, sep, rest = test_id.partition("::")
             if not sep or not head.strip() or not rest:
@@ -960,7 +473,7 @@ def to_contract(
             )
         test_cmd, grading, rules = ("python", "-m", "pytest", *modules), GRADING, "strict"
     try:
-        tree = _checkout(record, checkout_root)
+        tree = prepared_checkout(record, checkout_root)
     except TaskError as err:
         raise Unsupported(NO_CHECKOUT, err.message, err.hint) from None
     runtime = plan.runtime
@@ -1024,73 +537,6 @@ def _official_policy(spec: harness.Spec, record: SweBenchRecord) -> GradingPolic
         parse_output=partial(harness.outcomes, spec.parser),
         verdict=partial(harness.official_verdict, spec.parser),
     )
-
-
-# -- test ids as the dataset spells them ----------------------------------------------
-
-# Mouse buttons print as enum members in some matplotlib parameter ids; the
-# dataset records their numeric values.
-_MOUSE_BUTTONS = (("MouseButton.LEFT", "1"), ("MouseButton.RIGHT", "3"))
-_PARAMETRIZED = re.compile(r"(.*?)\[(.*)\]\Z", re.DOTALL)
-
-
-def _severity(outcome: str) -> int:
-    known = outcome in Outcome.__members__.values()
-    return SEVERITY[Outcome(outcome)] if known else SEVERITY[Outcome.ERROR]
-
-
-def _first_word(text: str) -> str:
-    words = text.split()
-    return words[0] if words else text
-
-
-def _short_path_parameter(test_id: str) -> str:
-    """A parameter that is an absolute path, cut to its last component."""
-    match = _PARAMETRIZED.match(test_id)
-    if match is None:
-        return test_id
-    name, param = match.groups()
-    if param.startswith("/") and not param.startswith("//") and "*" not in param:
-        param = "/" + param.rsplit("/", 1)[-1]
-    return f"{name}[{param}]"
-
-
-def dataset_id_forms(node_id: str) -> tuple[str, ...]:
-    """The spellings the official log parsers may have given a pytest node id.
-
-    They read `-rA` lines word by word, so an id is cut at its first
-    whitespace; some repositories' parsers also shorten absolute-path parameters
-    to their last component, and matplotlib's spells mouse buttons as numbers.
-    The node id itself comes first.
-    """
-    buttons = node_id
-    for enum, number in _MOUSE_BUTTONS:
-        buttons = buttons.replace(enum, number)
-    forms = [node_id, _first_word(node_id)]
-    forms.append(_short_path_parameter(forms[-1]))
-    forms.append(_first_word(buttons))
-    return tuple(dict.fromkeys(forms))
-
-
-def match_dataset_ids(outcomes: Mapping[str, str], expected: Iterable[str]) -> dict[str, str]:
-    """Outcomes keyed so that expected ids spelled the dataset's way find their tests.
-
-    Every observed id stays. An expected id that did not run under its own
-    name gets the outcome of the observed ids that the dataset would have
-    recorded under it (the worst of them, when several collapse onto one).
-    """
-    matched = dict(outcomes)
-    wanted = {t for t in expected if t not in outcomes}
-    if not wanted:
-        return matched
-    for node_id, outcome in outcomes.items():
-        for form in dataset_id_forms(node_id)[1:]:
-            if form not in wanted:
-                continue
-            previous = matched.get(form)
-            if previous is None or _severity(outcome) > _severity(previous):
-                matched[form] = outcome
-    return matched
 
 
 # How SWE-bench contracts are graded: ids as the dataset spells them, and the

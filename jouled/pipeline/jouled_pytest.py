@@ -25,22 +25,26 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
+if TYPE_CHECKING:  # at run time these come from the monitor's files, executed first
+    from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
-        _TYPE_DICT,
-        _VALUES,
         EVENT,
+        read_setup,
+        run_could_write,
+    )
+    from jouled.pipeline.jouled_origins import (
+        _TYPE_DICT,
         Origins,
         _attr,
-        _chain,
         _FunctionType,
         function_problems,
         nested_codes,
         observer,
-        read_setup,
-        run_could_write,
+    )
+    from jouled.pipeline.jouled_snapshot import (
+        _VALUES,
+        _chain,
         same,
-        start,
     )
 
 GUARDED_HOOKS = frozenset(

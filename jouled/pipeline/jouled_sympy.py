@@ -29,14 +29,16 @@ import runpy
 import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
+if TYPE_CHECKING:  # at run time these come from the monitor's files, executed first
+    from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
         EVENT,
         exit_status,
+        read_setup,
+    )
+    from jouled.pipeline.jouled_origins import (
         function_problems,
         nested_codes,
-        read_setup,
-        start,
     )
 
 # The modules SymPy's test runner lives in, newest first.

@@ -23,16 +23,18 @@ import runpy
 import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time these come from jouled_monitor.py, executed first
+if TYPE_CHECKING:  # at run time these come from the monitor's files, executed first
+    from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
         EVENT,
-        Origins,
         exit_status,
+        read_setup,
+    )
+    from jouled.pipeline.jouled_origins import (
+        Origins,
         function_problems,
         nested_codes,
         observer,
-        read_setup,
-        start,
     )
 
 # unittest result method -> (outcome, expected failure) recorded for its test

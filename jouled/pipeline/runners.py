@@ -1,11 +1,11 @@
 """What every run through one of the daemon's runners is given: the files, the boot, the setup.
 
 A runner run sees, read-only at the layout's `ro` directory, the integrity
-monitor (`jouled_monitor.py`), the runner (`jouled_pytest.py`,
+monitor (`jouled_monitor.py` and the files it names), the runner (`jouled_pytest.py`,
 `jouled_unittest.py` or `jouled_sympy.py`) and `trusted.json`: the tree's protected files and the
 tree's source files the patch left as they were, with their hashes, which the
 monitor takes as code the patch did not write. Its boot code executes the
-monitor and the runner into one namespace (neither is ever importable) and
+monitor's files and the runner into one namespace (neither is ever importable) and
 calls `main`. The run's key and the canary files travel on fd 3 (`setup`),
 never on a command line or in a file the run can read.
 """
@@ -26,7 +26,10 @@ from pathlib import Path
 from jouled.pipeline.sandbox import Layout
 
 HERE = Path(__file__).parent
-MONITOR = HERE / "jouled_monitor.py"
+# The monitor's files, in the order they run (`jouled_monitor.py` says what each holds).
+MONITOR = tuple(
+    HERE / f"jouled_{name}.py" for name in ("monitor", "origins", "snapshot", "stack", "hook")
+)
 KEY_BYTES = 32
 _CACHE_LIMIT = 64
 _pristine_cache: dict[tuple[str, int], dict[str, str]] = {}
@@ -35,10 +38,10 @@ _cache_lock = threading.Lock()
 
 
 def install(ro_dir: Path, runner: Path, layout: Layout) -> None:
-    """Copy the monitor and `runner` into the run's read-only directory, each with its code
+    """Copy the monitor's files and `runner` into the run's read-only directory, each with its code
     compiled for this interpreter (`NAME.<cache tag>.code`): an environment's interpreter
     of another version compiles the source instead."""
-    for source in (MONITOR, runner):
+    for source in (*MONITOR, runner):
         shutil.copyfile(source, ro_dir / source.name)
         code = _compiled(source, f"{layout.ro}/{source.name}")
         (ro_dir / f"{source.name}.{sys.implementation.cache_tag}.code").write_bytes(code)
@@ -58,12 +61,12 @@ def _compiled(source: Path, filename: str) -> bytes:
 
 
 def boot(layout: Layout, runner: Path) -> str:
-    """`python -c` code that executes the monitor and the runner, then the runner's main.
+    """`python -c` code that executes the monitor's files and the runner, then `main`.
 
     Each file's code is taken from its `.code` twin when that was compiled for this
     interpreter (marshal's format is the interpreter's), else compiled from source.
     """
-    files = [f"{layout.ro}/{MONITOR.name}", f"{layout.ro}/{runner.name}"]
+    files = [f"{layout.ro}/{source.name}" for source in (*MONITOR, runner)]
     return (
         "import sys, os, marshal; sys.path[:] = [p for p in sys.path if p]; "
         "ns = {'__name__': '__jouled__'}; "

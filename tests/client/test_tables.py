@@ -77,6 +77,34 @@ def test_compact_frontier_keeps_the_figures_a_reader_compares() -> None:
     assert "t3 a3" in tampered
 
 
+def legend(buf: io.StringIO) -> str:
+    """The compact frontier's legend (below the table, after a blank line), unwrapped."""
+    blank = [i for i, line in enumerate(lines(buf)) if not line.strip()]
+    return " ".join(" ".join(lines(buf)[blank[-1] + 1 :]).split())
+
+
+def test_the_compact_frontier_explains_the_marks_it_shows_and_no_others() -> None:
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(bodies()), console=c)
+    flagged = legend(buf)
+    assert "t tampered" in flagged and "a audit flagged" in flagged, buf.getvalue()
+    assert max(len(line) for line in lines(buf)) <= 80
+    clean = [result(0, "s/a", "resolved", solver="checked")["body"]]
+    c, buf = console(80)
+    render.frontier_table(frontier_rows(clean), console=c)
+    assert legend(buf).startswith("* Pareto")
+    for mark in ("t tampered", "a audit flagged", "int:", "op the agent", "r0, r1"):
+        assert mark not in buf.getvalue(), mark
+
+
+def test_the_compact_best_of_k_says_what_its_columns_ask_below_the_table() -> None:
+    c, buf = console(80)
+    render.bestofk_table(best_of_k(bodies()), console=c)
+    assert lines(buf)[0].strip() == "best-of-k"
+    said = legend(buf)
+    assert said.startswith("<=k: any of the first k rollouts resolved") and "pick:" in said
+
+
 def test_successes_below_the_monitor_are_flagged_in_both_layouts() -> None:
     docs = [
         result(0, "s/a", "resolved", solver="checked")["body"],
@@ -316,9 +344,32 @@ def test_tasks_table_never_cuts_an_id(width: int) -> None:
     }
     c, buf = console(width)
     render.tasks_table([task], console=c)
-    assert "…" not in buf.getvalue()
+    assert max(len(line) for line in lines(buf)) <= width
     assert long_id in column_text(buf, "task", "kind")
     assert "0123456789ab" in buf.getvalue()  # the digest's 12 characters, whole
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_tasks_whose_ids_fit_take_one_line_each(width: int) -> None:
+    """An id a reader copies stays on one line; the prompt gives way, cut with an ellipsis."""
+    tasks = [
+        {
+            "task_id": f"smoke/a-task-number-{n}",
+            "kind": "local",
+            "digest": "0123456789abcdef" * 4,
+            "timeout_s": 60,
+            "hidden_files": 0,
+            "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
+        }
+        for n in range(3)
+    ]
+    c, buf = console(width)
+    render.tasks_table(tasks, console=c)
+    rows = [line for line in lines(buf) if "smoke/" in line]
+    assert len(rows) == 3 and max(len(line) for line in lines(buf)) <= width
+    for n, row in enumerate(rows):
+        assert f"smoke/a-task-number-{n}" in row and "0123456789ab" in row
+        assert "Fix the" in row and "…" in row
 
 
 @pytest.mark.parametrize("wide", [True, False])

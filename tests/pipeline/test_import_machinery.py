@@ -25,10 +25,13 @@ from jouled.pipeline.runners import MONITOR
 from jouled.swebench_pythons import find
 
 SCRIPT = r"""
-import importlib, importlib.machinery, importlib.util, json, os, py_compile, runpy
+import importlib, importlib.machinery, importlib.util, json, os, py_compile
 import sys, tempfile, zipfile
 
-machinery = runpy.run_path(sys.argv[1])["Machinery"]()
+namespace = {"__name__": "__jouled__"}
+for path in sys.argv[1:]:  # the monitor's files, run into one namespace as the boot code does
+    exec(compile(open(path).read(), path, "exec"), namespace)
+machinery = namespace["Machinery"]()
 answers = {}
 
 def hook(event, args):
@@ -109,7 +112,7 @@ def test_module_code_is_the_import_system_s_only_as_it_was(python: str, tmp_path
     script = tmp_path / "probe.py"
     script.write_text(SCRIPT)
     done = subprocess.run(
-        [python, "-I", str(script), str(MONITOR)], capture_output=True, text=True, check=False
+        [python, "-I", str(script), *map(str, MONITOR)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == EXPECTED

@@ -14,6 +14,7 @@ import pytest
 from jouled.pipeline import pytest_run
 from jouled.pipeline.limits import Limits, RunResult
 from jouled.pipeline.pytest_run import Canaries, Channel, forgery, read_channel, split_pytest
+from jouled.pipeline.runners import MONITOR
 from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import ERROR, FAILED, PASSED, SKIPPED, parse_ra
 from tests.integration.attacks import UNITTEST_SWALLOW
@@ -808,7 +809,15 @@ def test_forgery_truth_table(
     assert (verdict in found and bool(found)) if verdict else found == ""
 
 
-@pytest.mark.parametrize("name", ["jouled_monitor.py", "jouled_pytest.py", "jouled_unittest.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *(path.name for path in MONITOR),
+        "jouled_pytest.py",
+        "jouled_unittest.py",
+        "jouled_sympy.py",
+    ],
+)
 def test_the_runner_imports_on_interpreters_as_old_as_python_36(name: str) -> None:
     """Environments run it with their own interpreter: no syntax, no evaluated annotation
     (a subscripted builtin, a class old pytest releases do not export) newer than 3.6."""

@@ -24,6 +24,7 @@ from jouled.contracts import swebench_harness as harness
 from jouled.pipeline import sympy_run
 from jouled.pipeline.limits import Limits
 from jouled.pipeline.pytest_run import Canaries, Channel, read_channel
+from jouled.pipeline.runners import MONITOR
 from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import FAILED, PASSED
 from tests.swebench_real import DIST
@@ -210,10 +211,10 @@ def test_a_library_that_unhooks_the_runner_is_caught(release: Path, scratch: Pat
 
 
 def runner_namespace() -> dict[str, Any]:
-    """The monitor and the SymPy runner executed into one namespace, as the boot code does
-    (neither started: these are their functions)."""
+    """The monitor's files and the SymPy runner executed into one namespace, as the boot
+    code does (nothing started: these are their functions)."""
     namespace: dict[str, Any] = {"__name__": "__jouled__"}
-    for path in (sympy_run.RUNNER.with_name("jouled_monitor.py"), sympy_run.RUNNER):
+    for path in (*MONITOR, sympy_run.RUNNER):
         exec(compile(path.read_text(), str(path), "exec"), namespace)
     return namespace
 

@@ -1,0 +1,371 @@
+"""Where code comes from, for the integrity monitor: the tree's, the patch's, or neither.
+
+The second of the monitor's files (`jouled_monitor.py` says how they run). `Origins`
+knows the tree, its protected files and the files the patch left as they were,
+and judges code objects, functions, classes and values by the file they come
+from; a test's function is judged layer by layer (`function_problems`) and
+watched as it runs through its observer (`observer`).
+"""
+
+# Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
+# every annotation naming a generic is a string (`jouled_monitor.py`).
+
+import functools as _functools
+import hashlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_monitor import (
+        EVENT,
+        MAX_DYNAMIC,
+        _CodeType,
+        read_setup,
+    )
+
+# -- where code comes from ------------------------------------------------------------------
+
+
+class Origins:
+    """Whether code, functions and other values were made by code the patch can change."""
+
+    def __init__(self, root: str, protected: "frozenset[str]", unchanged: "dict[str, str]") -> None:
+        self.root = root
+        self.protected = protected
+        self.unchanged = unchanged
+        self.canaries: frozenset[str] = frozenset()  # the planted ones, as real paths
+        self.rewritten: set[str] = set()  # test modules checked as pytest rewrote them
+        self._files: dict[str, bool] = {}
+        self.dynamic: dict[int, tuple[Any, str]] = {}
+        self._classes: dict[int, tuple[Any, str]] = {}
+        self.realpath = os.path.realpath
+        self._modules = sys.modules
+        # The interpreter's own directories (read-only in the sandbox, outside the tree):
+        # names under them need no realpath (no link there can lead into the tree).
+        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+        self.installed = tuple(
+            real.rstrip(os.sep) + os.sep
+            for real in (os.path.realpath(p) for p in prefixes if p)
+            if not self.inside(real)
+        )
+
+    def is_protected(self, filename: str) -> bool:
+        return not self.outside(filename) and self.realpath(filename) in self.protected
+
+    def inside(self, path: str) -> bool:
+        return path == self.root or path.startswith(self.root + os.sep)
+
+    def outside(self, filename: str) -> bool:
+        """Whether `filename` is surely outside the tree without resolving it."""
+        return filename.startswith(self.installed)
+
+    def trusted_file(self, filename: str) -> bool:
+        """Code from `filename` is out of the patch's reach: outside the tree, or protected."""
+        cached = self._files.get(filename)
+        if cached is not None:
+            return cached
+        if filename.startswith("<"):
+            verdict = True  # generated code: judged by who made it (`code_from_tree`)
+        elif self.outside(filename):
+            verdict = True
+        else:
+            path = self.realpath(filename)
+            inside = path == self.root or path.startswith(self.root + os.sep)
+            verdict = (not inside) or path in self.protected or path in self.unchanged
+        if len(self._files) < 100000:
+            self._files[filename] = verdict
+        return verdict
+
+    def compiled(self, filename: str, source: Any) -> None:
+        """A tree file the patch left as it was is compiled: is its source still that?"""
+        if filename.startswith("<"):
+            return
+        path = self.realpath(filename)
+        want = self.unchanged.get(path)
+        if want is None:
+            return
+        if type(source) not in (bytes, str):  # an AST (pytest's rewriting): read the file
+            try:
+                with open(path, "rb") as fh:
+                    source = fh.read()
+            except OSError:
+                source = b""
+        data = source.encode() if type(source) is str else source
+        if _SHA256(data).hexdigest() != want:
+            del self.unchanged[path]
+            self._files.pop(filename, None)
+            self._files.pop(path, None)
+
+    def same_source(self, filename: str, source: Any) -> bool:
+        """Whether `source` (bytes or text; anything else never) is the file's content."""
+        if type(source) not in (bytes, str):
+            return False
+        try:
+            with open(filename, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return False
+        if type(source) is bytes:
+            return source == data
+        return source == data.decode("utf-8", "replace") or source.encode() == data
+
+    def same_code(self, code: Any) -> bool:
+        """Whether `code` is what its file compiles to (compared by instructions, names
+        and constants: compiler flags a caller passes on may differ)."""
+        try:
+            with open(code.co_filename, "rb") as fh:
+                fresh = _COMPILE(fh.read(), code.co_filename, "exec", 0, True)
+        except (OSError, SyntaxError, ValueError):
+            return False
+        return _alike(code, fresh)
+
+    def real_file(self, filename: str) -> bool:
+        return not filename.startswith("<")
+
+    def mark_dynamic(self, code: Any, who: str) -> None:
+        """Code the tree compiled itself (exec, eval, FunctionType): its functions are its."""
+        todo = [code]
+        while todo and len(self.dynamic) < MAX_DYNAMIC:
+            current = todo.pop()
+            self.dynamic[id(current)] = (current, who)
+            todo.extend(c for c in current.co_consts if type(c) is _CodeType)
+
+    def code_from_tree(self, code: Any) -> str:
+        filename = code.co_filename
+        if not self.trusted_file(filename):
+            return filename
+        if filename.startswith("<") and self.dynamic:
+            made = self.dynamic.get(id(code))
+            if made is not None and made[0] is code:
+                return f"{filename} (code made by {made[1]})"
+        return ""
+
+    def function_from_tree(self, fn: Any) -> str:
+        """The file of tree code behind a Python function, "" when it has none."""
+        found = self.code_from_tree(_FUNC_CODE(fn))
+        if found:
+            return found
+        closure = _FUNC_CLOSURE(fn)
+        for cell in closure or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:
+                continue
+            if type(inner) is _FunctionType:
+                found = self.code_from_tree(_FUNC_CODE(inner))
+                if found:
+                    return found
+        return ""
+
+    def from_tree(self, value: Any, depth: int = 0) -> str:
+        """Where tree code stands behind `value` (a file name), "" when nothing does.
+
+        Functions by their code (and the functions in their closure), methods
+        by their function, wrappers by what they wrap, classes by their methods
+        and module, other objects by their class. Exact type checks only: no
+        code of the value's own runs here.
+        """
+        kind = type(value)
+        if kind is _FunctionType:
+            return self.function_from_tree(value)
+        if depth > 3:
+            return ""
+        if kind is _MethodType:
+            return self.from_tree(_METHOD_FUNC(value), depth + 1)
+        if kind is classmethod or kind is staticmethod:
+            return self.from_tree(value.__func__, depth + 1)
+        if kind is property:
+            for part in (value.fget, value.fset, value.fdel):
+                found = self.from_tree(part, depth + 1) if part is not None else ""
+                if found:
+                    return found
+            return ""
+        if kind is _Partial:
+            return self.from_tree(value.func, depth + 1)
+        if isinstance(kind, type) and issubclass(kind, type):
+            return self.class_from_tree(value, depth)
+        if kind in _PLAIN:
+            return ""
+        return self.class_from_tree(kind, depth)
+
+    def class_from_tree(self, cls: Any, depth: int = 0) -> str:
+        """A class by its module and methods; remembered (watched classes are snapshotted)."""
+        known = self._classes.get(id(cls))
+        if known is not None and known[0] is cls:
+            return known[1]
+        found = self._class_from_tree(cls, depth)
+        if len(self._classes) < 100000:
+            self._classes[id(cls)] = (cls, found)
+        return found
+
+    def _class_from_tree(self, cls: Any, depth: int = 0) -> str:
+        namespace = _TYPE_DICT(cls)
+        module_name = namespace.get("__module__")
+        if type(module_name) is str:
+            module = self._modules.get(module_name)
+            filename = _module_file(module)
+            if filename and not self.trusted_file(filename):
+                return filename
+        for item in namespace.values():
+            if type(item) in (_FunctionType, classmethod, staticmethod, property):
+                found = self.from_tree(item, depth + 1)
+                if found:
+                    return found
+        return ""
+
+
+_FunctionType = type(read_setup)
+_MethodType = type(Origins(".", frozenset(), {}).trusted_file)
+_SHA256 = hashlib.sha256
+_Partial = type(__import__("functools").partial(int))
+_FUNC_CODE = _FunctionType.__code__.__get__  # type: ignore[attr-defined]
+_FUNC_CLOSURE = _FunctionType.__closure__.__get__  # type: ignore[attr-defined]
+_METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
+_TYPE_DICT: Any = type.__dict__["__dict__"].__get__
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
+_PLAIN |= {type(len), type([].append), type(sys), type(int.__add__), type(str.join)}
+
+
+def _alike(a: Any, b: Any) -> bool:
+    """Two code objects with the same instructions, names and constants, at any depth."""
+    if a.co_code != b.co_code or a.co_names != b.co_names or len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):  # noqa: B905 - Python 3.6 runs this too
+        if type(x) is _CodeType and type(y) is _CodeType:
+            if not _alike(x, y):
+                return False
+        elif type(x) is not type(y) or (type(x) is not _CodeType and x != y):
+            return False
+    return True
+
+
+def _has_code(cls: Any) -> bool:
+    """Whether a class defines behaviour in Python (a function, a property, a method
+    wrapper): classes that define none (exceptions, warnings, the C syntax nodes) are
+    not watched one by one."""
+    return any(
+        type(v) in (_FunctionType, classmethod, staticmethod, property)
+        for v in _TYPE_DICT(cls).values()
+    )
+
+
+def observing(observed: Any, function: Any) -> bool:
+    """Whether an observer made by `observer` still wraps `function` (its closure's cell
+    can be rewritten by code that reaches it)."""
+    if type(observed) is not _FunctionType:
+        return False
+    code = _FUNC_CODE(observed)
+    cells = _FUNC_CLOSURE(observed) or ()
+    names = code.co_freevars
+    if "function" not in names or len(cells) != len(names):
+        return False
+    return cells[names.index("function")].cell_contents is function
+
+
+def _module_file(module: Any) -> str:
+    if type(module) is not type(sys):
+        return ""
+    filename = _MODULE_DICT(module).get("__file__")
+    return filename if type(filename) is str else ""
+
+
+_MODULE_DICT: Any = type(sys).__dict__["__dict__"].__get__  # type: ignore[index]
+
+
+def initializing(name: str) -> bool:
+    """Whether the module of this name is being imported right now (its body running)."""
+    module = sys.modules.get(name)
+    spec = _MODULE_DICT(module).get("__spec__") if type(module) is type(sys) else None
+    return getattr(spec, "_initializing", False) is True
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def nested_codes(function: Any) -> "tuple[Any, ...]":
+    """The code of every function defined inside `function`, at any depth."""
+    found, todo = [], list(function.__code__.co_consts)
+    while todo:
+        const = todo.pop()
+        if type(const) is _CodeType:
+            found.append(const)
+            todo.extend(const.co_consts)
+    return tuple(found)
+
+
+def observer(audit: Any, function: Any, test_id: str) -> Any:
+    """`function` wrapped to tell the monitor (through `audit`) how each call of it ended:
+    the name of what it raised, or "" when it returned."""
+
+    @_functools.wraps(function)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as raised:
+            # The class's own name (a metaclass cannot answer for it); never "" for a raise.
+            named = _TYPE_NAME(type(raised))
+            audit(EVENT, "ran", test_id, named if type(named) is str and named else "an exception")
+            raise
+        audit(EVENT, "ran", test_id, "")
+        return result
+
+    return observed
+
+
+_TYPE_NAME = type.__dict__["__name__"].__get__
+_COMPILE = compile
+_ONLY_AST = 0x400
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """An instance attribute, from `__dict__` or a slot, without running class code of obj's."""
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        namespace = None
+    if isinstance(namespace, dict) and name in namespace:
+        return namespace[name]
+    slot: Any = None
+    for klass in type(obj).__mro__:
+        slot = _TYPE_DICT(klass).get(name)
+        if slot is not None:
+            break
+    if type(slot).__name__ == "member_descriptor":
+        try:
+            return slot.__get__(obj, type(obj))
+        except AttributeError:
+            return None
+    return None
+
+
+def function_problems(function: Any, origins: "Origins") -> "list[str]":
+    """Why a test's function no longer runs the code its file defines; [] when nothing says so.
+
+    Every layer (decorators followed through `__wrapped__`) must be code the
+    patch did not write, and at least one a Python function: an object that
+    merely passes for a test is the tree's stand-in.
+    """
+    problems: list[str] = []
+    seen, python_layers, start = 0, 0, function
+    while function is not None and seen < 100:
+        seen += 1
+        inner = function
+        if type(inner) is _MethodType:
+            inner = _METHOD_FUNC(inner)
+        if type(inner) is _FunctionType:
+            python_layers += 1
+            found = origins.function_from_tree(inner)
+            if found:
+                problems.append(f"the test runs code from {found}, which the patch can change")
+                break
+        elif type(inner) is not _Partial and not hasattr(inner, "__wrapped__"):
+            found = origins.from_tree(inner)
+            if found:
+                problems.append(f"the test is an object from {found}")
+                break
+        function = getattr(function, "__wrapped__", None)
+    if python_layers == 0 and callable(start):
+        problems.append(f"the test is a {type(start).__name__}, not a function of its file")
+    return problems

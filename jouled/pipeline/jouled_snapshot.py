@@ -1,0 +1,367 @@
+"""What may not change while tests run: namespaces kept by the identity of every value.
+
+The third of the monitor's files (`jouled_monitor.py` says how they run). A
+`Snapshot` takes the module globals and class attributes of the test framework
+at arming and compares them at every call reported passed and at the end; a
+test module is held to the names its own source binds.
+"""
+
+# Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
+# every annotation naming a generic is a string (`jouled_monitor.py`).
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_monitor import (
+        SYS_WATCHED,
+        WATCHED,
+        WATCHED_PREFIXES,
+    )
+    from jouled.pipeline.jouled_origins import (
+        _COMPILE,
+        _MODULE_DICT,
+        _ONLY_AST,
+        _TYPE_DICT,
+        Origins,
+        _has_code,
+        _module_file,
+        _top,
+    )
+
+# -- what may not change --------------------------------------------------------------------
+
+
+class Snapshot:
+    """Namespaces outcomes depend on, by the identity of every value they held at arming.
+
+    `check` names what changed to a value tree code made; changes to values
+    made elsewhere (pytest setting its own state) are taken into the snapshot.
+    Protected test modules are held stricter: what their source binds must
+    stay bound, and a value from the tree under a name their source never
+    binds was put there by someone else.
+    """
+
+    def __init__(self, origins: Origins) -> None:
+        self.origins = origins
+        self.entries: list[list[Any]] = []  # [label, namespace, keys, ids, strict]
+        self.seen_modules: dict[str, Any] = {}
+        self.module_count = -1
+        self.classes: dict[tuple[str, str], Any] = {}
+        self.test_modules: dict[str, Any] = {}
+        self.sys_values: list[Any] = []
+        self.last: list[Any] = []
+        self.fresh: list[tuple[str, Any, str]] = []  # test modules not yet compared
+        self.deep = True
+        self.offsets: list[int] = []
+        self.entries_seen = 0
+
+    def add(self, label: str, namespace: Any, strict: bool = False) -> None:
+        self.entries.append([label, namespace, list(namespace), list(namespace.values()), strict])
+
+    def arm(self, problems: "list[str]", deep: bool) -> None:
+        """Take the watched namespaces as they are; `deep`: also judge every value in them
+        (needed only when code of the tree ran before this: a plugin the configuration loads)."""
+        self.deep = deep
+        self.scan_modules(problems)
+        self.deep = True
+        self.sys_values = self._sys_values()
+
+    def _sys_values(self) -> "list[Any]":
+        namespace = _MODULE_DICT(sys)
+        return [namespace.get(name) for name in SYS_WATCHED]
+
+    def scan_modules(self, problems: "list[str]") -> None:
+        """Take in modules loaded since the last scan: watched ones and the test modules."""
+        modules = sys.modules
+        if len(modules) == self.module_count:
+            return
+        self.module_count = len(modules)
+        for name, module in list(modules.items()):
+            if self.seen_modules.get(name) is module or type(module) is not type(sys):
+                continue
+            self.seen_modules[name] = module
+            filename = _module_file(module)
+            if _top(name) in WATCHED:
+                self._take_module(name, module, problems)
+            elif name.startswith(WATCHED_PREFIXES):  # the tree's: it may import patched code
+                self._take_module(name, module, problems, defined_names(filename))
+            elif (
+                filename
+                and not self.origins.outside(filename)
+                and self.origins.realpath(filename) in self.origins.protected
+            ):
+                self._take_test_module(name, module, filename, problems)
+
+    def _loader(self, label: str, namespace: Any, problems: "list[str]") -> None:
+        loader = namespace.get("__loader__")
+        found = self.origins.from_tree(loader) if loader is not None else ""
+        if found:
+            problems.append(f"{label} was loaded by an import hook from {found}")
+
+    def _take_module(
+        self, name: str, module: Any, problems: "list[str]", judged: Any = None
+    ) -> None:
+        """Watch a module; `judged`: the only names whose values are judged (the ones a
+        module of the tree defines itself: what it imports may be the patch's)."""
+        namespace = _MODULE_DICT(module)
+        self._loader(f"module {name}", namespace, problems)
+        own = _module_file(module)
+        items = list(namespace.items())
+        if self.deep:
+            for attr, value in items:
+                found = self.origins.from_tree(value)
+                if judged is not None and attr not in judged:
+                    found = ""
+                if found and found != own:  # what a module's own file defines is its content
+                    problems.append(f"{name}.{attr} holds code from {found}")
+        if name != "builtins":
+            for attr, value in items:
+                if (
+                    isinstance(value, type)
+                    and self.classes.get((name, attr)) is not value
+                    and _TYPE_DICT(value).get("__module__") == name
+                    and _has_code(value)
+                ):
+                    self.classes[(name, attr)] = value
+                    self._take_class(f"{name}.{attr}", value, problems, own=own)
+        self.add(name, namespace)
+
+    def _take_class(
+        self, label: str, cls: Any, problems: "list[str]", strict: bool = False, own: str = ""
+    ) -> None:
+        namespace = _TYPE_DICT(cls)
+        for attr, value in list(namespace.items()) if self.deep or strict else ():
+            found = self.origins.from_tree(value)
+            if found and found != own:
+                problems.append(f"{label}.{attr} holds code from {found}")
+        self.add(label, namespace, strict)
+
+    def _take_test_module(
+        self, name: str, module: Any, filename: str, problems: "list[str]"
+    ) -> None:
+        namespace = _MODULE_DICT(module)
+        self._loader(f"test module {name}", namespace, problems)
+        builtins_ = namespace.get("__builtins__")
+        if builtins_ is not _BUILTINS and builtins_ is not _MODULE_DICT(_BUILTINS):
+            problems.append(f"test module {name} runs with builtins other than Python's")
+        bound, star = source_names(filename)
+        own = {}
+        for attr, value in list(namespace.items()):
+            found = self.origins.from_tree(value)
+            if not found:
+                own[attr] = value
+            elif attr not in bound and not star and not attr.startswith("@"):
+                problems.append(
+                    f"test module {name} holds {attr} from {found}, which its source never binds"
+                )
+            if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
+                self._take_class(f"{name}.{attr}", value, problems, strict=True)
+        self.test_modules[name] = (name, namespace, own)
+        self.fresh.append((name, module, filename))
+
+    def fingerprint(self) -> "list[Any]":
+        """Every watched value and each namespace's size, in a few passes of C code (no
+        `id`: it is audited); names are compared when a namespace changed."""
+        namespaces = [entry[1] for entry in self.entries]
+        sizes = list(map(len, namespaces))
+        self.offsets = list(_accumulate([0, *sizes]))
+        namespaces += [entry[1] for entry in self.test_modules.values()]
+        values = list(_chain(map(_VALUES, namespaces)))
+        values += map(len, namespaces)
+        sys_namespace = _MODULE_DICT(sys)
+        values += [sys_namespace.get(name) for name in SYS_WATCHED]
+        return values
+
+    def check(self, problems: "list[str]", scan: bool = True) -> None:
+        """What changed since the last check; `scan`: take in modules loaded since too
+        (never in the middle of an import, whose module is not whole yet)."""
+        if scan:
+            self.scan_modules(problems)
+        offsets, seen, last = self.offsets, self.entries_seen, self.last
+        now = self.fingerprint()
+        changed = None
+        if len(now) == len(last) and len(self.entries) == seen:
+            # The namespaces whose values moved (their sizes are equal, or `now` would not
+            # be as long): found by position in one pass of C code, so pytest's own
+            # per-test state (the assertion plugin's hooks, set and reset around every
+            # test) costs little.
+            moved = list(_compress(_COUNT(), map(_NOT_IS, now, last)))
+            if not moved:
+                return
+            changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
+        elif 0 < seen < len(self.entries) and self.offsets[: seen + 1] == offsets[: seen + 1]:
+            # Namespaces taken in since the last check (judged as they were taken) after
+            # the others, whose sizes held: those compared by position as above.
+            end = offsets[seen]
+            moved = list(_compress(_COUNT(), map(_NOT_IS, now[:end], last[:end])))
+            changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
+        self._full(problems, changed)
+        # What was compared is what is now: nothing of the tree's runs in a check.
+        self.last = now
+        self.entries_seen = len(self.entries)
+
+    def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> None:
+        entries = self.entries
+        if changed is not None:
+            entries = [entries[i] for i in changed if 0 <= i < len(entries)]
+        for entry in entries:
+            label, namespace, keys, values, strict = entry
+            now_values = list(namespace.values())
+            if same(now_values, values) and len(namespace) == len(keys):
+                continue
+            now_keys = list(namespace)
+            before = dict(zip(keys, values))  # noqa: B905 - Python 3.6 runs this too
+            for attr in now_keys:
+                value = namespace.get(attr)
+                if before.get(attr, _MISSING) is value:
+                    continue
+                found = self.origins.from_tree(value)
+                if found:
+                    problems.append(f"{label}.{attr} was replaced by code from {found}")
+                elif label == "builtins" and isinstance(before.get(attr), type):
+                    # A builtin class (an exception the framework raises or catches) stands
+                    # for itself: whatever claims to have made its replacement.
+                    problems.append(f"builtins.{attr}, a class, was replaced")
+                elif strict and attr in before:
+                    problems.append(f"{label}.{attr} was replaced")
+            if strict:
+                gone = [attr for attr in keys if attr not in namespace]
+                if gone:
+                    problems.append(f"{label}.{gone[0]} was deleted")
+            entry[2], entry[3] = now_keys, now_values
+        for name, namespace, own in self.test_modules.values():
+            for attr, value in own.items():
+                if namespace.get(attr, _MISSING) is not value:
+                    problems.append(f"{name}.{attr}, bound by the test module, was rebound")
+        now = self._sys_values()
+        if not same(now, self.sys_values):
+            current = _MODULE_DICT(sys)
+            for name, was, is_ in zip(SYS_WATCHED, self.sys_values, now):  # noqa: B905
+                if was is not is_:
+                    found = self.origins.from_tree(current.get(name))
+                    if found or name == "modules":
+                        problems.append(
+                            f"sys.{name} was replaced{' by code from ' + found if found else ''}"
+                        )
+            self.sys_values = now
+
+
+_MISSING = object()
+_chain = __import__("itertools").chain.from_iterable
+_IS = __import__("operator").is_
+_NOT_IS = __import__("operator").is_not
+_compress = __import__("itertools").compress
+_COUNT = __import__("itertools").count
+_accumulate = __import__("itertools").accumulate
+_bisect = __import__("bisect").bisect_right
+
+
+def same(now: "list[Any]", before: "list[Any]") -> bool:
+    """Whether two lists hold the very same objects (identity only: no `__eq__` of theirs runs)."""
+    return len(now) == len(before) and all(map(_IS, now, before))
+
+
+_VALUES = __import__("operator").methodcaller("values")
+_BUILTINS = sys.modules["builtins"]
+
+
+def source_names(filename: str) -> "tuple[frozenset[str], bool]":
+    """The names a module's source binds at its top level (or declares global), and
+    whether it star-imports (which binds names the source does not spell).
+
+    Only statements and their binding targets are walked, never expressions at
+    large (a test module's parameter tables can be most of it); function and
+    class bodies only for `global`, and only when the source says `global`.
+    """
+    try:
+        with open(filename, "rb") as fh:
+            source = fh.read()
+        tree = _COMPILE(source, filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset(), True
+    says_global = b"global" in source
+    names: set[str] = set()
+    star = False
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        kind = type(node).__name__
+        if kind in ("Import", "ImportFrom"):
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                names.add((alias.asname or alias.name).partition(".")[0])
+        elif kind in ("FunctionDef", "AsyncFunctionDef", "ClassDef"):
+            names.add(node.name)
+            if says_global:
+                todo.extend(_globals_in(node))
+        elif kind == "Global":
+            names.update(node.names)
+        elif kind == "Name":
+            names.add(node.id)
+        elif kind in ("Tuple", "List", "Starred"):
+            todo.extend(_children(node))
+        elif kind in ("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor"):
+            targets = node.targets if kind == "Assign" else [node.target]
+            todo.extend(targets)
+            todo.extend(getattr(node, "body", []) + getattr(node, "orelse", []))
+        elif kind in ("With", "AsyncWith"):
+            todo.extend(i.optional_vars for i in node.items if i.optional_vars is not None)
+            todo.extend(node.body)
+        elif kind in ("If", "While", "Try", "TryStar"):
+            todo.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                if handler.name:
+                    names.add(handler.name)
+                todo.extend(handler.body)
+        elif kind == "Expr" and type(node.value).__name__ == "NamedExpr":
+            todo.append(node.value.target)
+        elif kind == "Match":
+            star = True  # pattern captures bind names in too many shapes to follow
+    return frozenset(names), star
+
+
+def defined_names(filename: str) -> "frozenset[str]":
+    """The functions and classes a module's source defines at its top level (or under a
+    top-level `if` or `try`)."""
+    try:
+        with open(filename, "rb") as fh:
+            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError, TypeError):
+        return frozenset()
+    names: set[str] = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        kind = type(node).__name__
+        if kind in ("FunctionDef", "AsyncFunctionDef", "ClassDef"):
+            names.add(node.name)
+        elif kind in ("If", "Try", "TryStar"):
+            todo.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+    return frozenset(names)
+
+
+def _children(node: Any) -> "list[Any]":
+    """The syntax nodes directly under `node`."""
+    found: list[Any] = []
+    for field in getattr(node, "_fields", ()):
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            found.extend(v for v in value if hasattr(v, "_fields"))
+        elif hasattr(value, "_fields"):
+            found.append(value)
+    return found
+
+
+def _globals_in(node: Any) -> "list[Any]":
+    """The `global` statements anywhere inside a function or class body."""
+    found, todo = [], [node]
+    while todo:
+        current = todo.pop()
+        if type(current).__name__ == "Global":
+            found.append(current)
+        todo.extend(_children(current))
+    return found

@@ -1,0 +1,302 @@
+"""The import system as it was, and who is asking: the frames above an event.
+
+The fourth of the monitor's files (`jouled_monitor.py` says how they run).
+`Machinery` tells the import system's own making of a module's code from code
+run under its name; `Stack` reads the frames above an event to name the file
+that asked, whether the patch's code is on the way, and whether an import is
+reading bytecode it cannot trust.
+"""
+
+# Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
+# every annotation naming a generic is a string (`jouled_monitor.py`).
+
+import _thread
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_monitor import (
+        BYTECODE_READERS,
+        MEMORY_PACKAGES,
+        run_could_write,
+    )
+    from jouled.pipeline.jouled_origins import (
+        _FUNC_CODE,
+        _MODULE_DICT,
+        _TYPE_DICT,
+        Origins,
+        _FunctionType,
+    )
+    from jouled.pipeline.jouled_snapshot import (
+        _BUILTINS,
+        same,
+    )
+
+
+class Machinery:
+    """The import system's own code that makes a module's code from its file, as it was
+    before any code of the tree ran: its two frozen modules' namespaces, the modules they
+    read and unmarshal with, `compile`, and the classes of its loaders for source and
+    bytecode files. None of it is audited as it changes (module and class attributes are
+    written without an event), so each is compared by identity where it is relied on."""
+
+    MODULES = (
+        "_frozen_importlib",
+        "_frozen_importlib_external",
+        "zipimport",
+        "marshal",
+        "_imp",
+        "_io",
+    )
+    BUILTINS = ("compile", "exec")
+    LOADERS = ("SourceFileLoader", "SourcelessFileLoader", "zipimporter")
+
+    def __init__(self) -> None:
+        modules = sys.modules
+        bootstrap = modules.get("_frozen_importlib")
+        external = modules.get("_frozen_importlib_external")
+        call = getattr(bootstrap, "_call_with_frames_removed", None)
+        self.call = _FUNC_CODE(call) if type(call) is _FunctionType else None
+        basics = getattr(external, "_LoaderBasics", None)
+        self.exec_module = _FUNC_CODE(_TYPE_DICT(basics)["exec_module"]) if basics else None
+        zipimporter = getattr(modules.get("zipimport"), "zipimporter", None)
+        legacy = _TYPE_DICT(zipimporter).get("load_module") if type(zipimporter) is type else None
+        # Python 3.8 and 3.9 import from a zip file through the importer's own `load_module`
+        self.zip_load = _FUNC_CODE(legacy) if type(legacy) is _FunctionType else None
+        self.namespaces: list[tuple[Any, list[str], list[Any], int]] = []
+        for name in self.MODULES:
+            module = modules.get(name)
+            if type(module) is type(sys):
+                # Dunder names change as `importlib` adopts the frozen modules; nothing
+                # of the import system reads them.
+                self._take(_MODULE_DICT(module), [k for k in _MODULE_DICT(module) if k[:2] != "__"])
+        self._take(_MODULE_DICT(_BUILTINS), list(self.BUILTINS), sized=False)
+        self.loaders: dict[Any, str] = {}
+        found = [getattr(external, name, None) for name in self.LOADERS[:2]] + [zipimporter]
+        for name, cls in zip(self.LOADERS, found):  # noqa: B905 - Python 3.8 runs this too
+            if type(cls) is not type:
+                continue
+            self.loaders[cls] = name
+            for klass in type.__dict__["__mro__"].__get__(cls)[:-1]:  # not `object`
+                namespace = _TYPE_DICT(klass)
+                if all(entry[0] is not namespace for entry in self.namespaces):
+                    self._take(namespace, list(namespace))
+
+    def _take(self, namespace: Any, keys: "list[str]", sized: bool = True) -> None:
+        values = list(map(namespace.get, keys))
+        self.namespaces.append((namespace, keys, values, len(namespace) if sized else -1))
+
+    def intact(self) -> bool:
+        for namespace, keys, values, size in self.namespaces:
+            if size >= 0 and len(namespace) != size:
+                return False
+            if not same(list(map(namespace.get, keys)), values):
+                return False
+        return True
+
+    def imports(self, frame: Any, code: Any) -> bool:
+        """Whether `exec` (called from `frame`) runs a module's code for the import
+        system's own loader of a source or bytecode file, everything that made that code
+        from its file as it was: the code is the file's (its source's compiling or its
+        bytecode's reading was judged as it happened)."""
+        if frame is None or self.call is None:
+            return False
+        if frame.f_code is self.call:
+            caller = frame.f_back
+            if caller is None or caller.f_code is not self.exec_module:
+                return False
+        elif self.zip_load is not None and frame.f_code is self.zip_load:
+            caller = frame
+        else:
+            return False
+        loader = caller.f_locals.get("self")
+        kind = self.loaders.get(type(loader))
+        if kind is None:
+            return False
+        attrs = object.__getattribute__(loader, "__dict__")
+        if type(attrs) is not dict or any(map(callable, attrs.values())):
+            return False  # a method of its own set on the loader
+        path = attrs.get("path")
+        if kind == "SourceFileLoader" and (type(path) is not str or code.co_filename != path):
+            return False
+        return self.intact()
+
+
+class Stack:
+    """Who is asking: the frames above an event, read as the monitor reads them.
+
+    Made once by `start`, whose closures call its methods bound; `main_code` is
+    the runner's `main`, under which every report must be made.
+    """
+
+    __slots__ = ("machinery", "main_code", "main_thread", "modules", "origins", "read_only_dirs")
+
+    def __init__(self, origins: "Origins", machinery: "Machinery", main_code: Any) -> None:
+        self.origins = origins
+        self.machinery = machinery
+        self.main_code = main_code
+        self.main_thread = _thread.get_ident()  # the monitor starts in the main thread
+        self.modules = sys.modules
+        self.read_only_dirs: set[str] = set()
+
+    def caller(self, frame: Any) -> "tuple[str, bool]":
+        """(file, whether it is the tree's) of the first frame outside the import system."""
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen "):
+            frame = frame.f_back
+        if frame is None:
+            return "<none>", False
+        code = frame.f_code
+        found = self.origins.code_from_tree(code)
+        return (found or code.co_filename), bool(found)
+
+    def patch_on_stack(self, frame: Any, within_import: bool = False) -> str:
+        """The first file of the patch's on the stack from `frame` up, or ""; with
+        `within_import`, only up to the module being imported, if one is (its importer
+        asked for the module, not for what the module's own code does)."""
+        depth = 0
+        while frame is not None and depth < 400:
+            code = frame.f_code
+            if within_import and code is self.machinery.call:
+                return ""
+            found = self.origins.code_from_tree(code)
+            if found:
+                return found
+            frame = frame.f_back
+            depth += 1
+        return ""
+
+    def caller_file(self, frame: Any) -> str:
+        return self.caller(frame)[0]
+
+    def who_did(self, frame: Any) -> "tuple[str, bool]":
+        """`caller`, where a thread other than the main one counts as the tree's: it may
+        run the patch's errand on a library function, none of its frames on the stack."""
+        who, tree = self.caller(frame)
+        if not tree and self.elsewhere():
+            return f"a thread of the run (in {who})", True
+        return who, tree
+
+    def read_only_dir(self, path: str) -> bool:
+        """Whether `path` lies in a directory on a read-only mount (remembered: the run
+        cannot mount anything, so such a directory stays read-only)."""
+        directory = os.path.dirname(path)
+        if directory in self.read_only_dirs:
+            return True
+        try:
+            if os.statvfs(directory).f_flag & os.ST_RDONLY:
+                self.read_only_dirs.add(directory)
+                return True
+        except OSError:
+            pass
+        return False
+
+    def elsewhere(self) -> str:
+        """A thread other than the main one: whatever runs there may be the patch's,
+        started on a library function (none of its frames on that thread's stack)."""
+        if _thread.get_ident() != self.main_thread:
+            return "a thread of the run (anything may have started it)"
+        return ""
+
+    def library_import(self, frame: Any) -> bool:
+        """Whether the first frame outside the import system is the top-level code of a
+        module the patch did not write, being imported (its arguments are its own)."""
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen "):
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_name != "<module>":
+            return False
+        module = self.modules.get(frame.f_globals.get("__name__"))
+        if getattr(module, "__dict__", None) is not frame.f_globals:
+            return False  # a module's code run again, on globals of somebody's choosing
+        return not self.origins.code_from_tree(frame.f_code)
+
+    def bytecode_problem(self, frame: Any) -> str:
+        """Why the bytecode an import is reading cannot be trusted: a file the run could
+        write, or a loader the patch made or fitted (its own `get_data` feeds any bytes)."""
+        depth = 0
+        while frame is not None and depth < 8:
+            code = frame.f_code
+            if not code.co_filename.startswith("<frozen "):
+                return ""
+            if code.co_name not in BYTECODE_READERS:
+                frame = frame.f_back
+                depth += 1
+                continue
+            outer = frame.f_back
+            if (
+                code.co_name == "_compile_bytecode"
+                and outer is not None
+                and outer.f_code.co_name == "get_code"  # whose locals name the same file
+            ):
+                frame = outer
+                depth += 1
+                continue
+            local = frame.f_locals
+            path = local.get("bytecode_path")
+            if type(path) is not str and code.co_name == "get_code":
+                path = local.get("path")  # the loader of bytecode files names its file so
+            loader = local.get("self")
+            if loader is not None and code.co_name != "_compile_bytecode":
+                found = self.origins.from_tree(loader)
+                if not found:
+                    attrs = getattr(loader, "__dict__", None)
+                    for value in list(attrs.values()) if type(attrs) is dict else ():
+                        found = self.origins.from_tree(value)
+                        if found:
+                            break
+                if found:
+                    return f"an import read bytecode through a loader from {found}"
+                if type(path) is not str:
+                    path = getattr(loader, "archive", None)
+            if type(path) is str and not self.read_only_dir(path) and run_could_write(path):
+                return f"bytecode from {path}, a file the run could write, was loaded"
+            if loader is not None and code.co_name != "_compile_bytecode":
+                return ""  # the loader and its file both judged
+            frame = frame.f_back
+            depth += 1
+        return ""
+
+    def stack_problem(self, frame: Any) -> str:
+        """Code from the tree between the plugin and the runner's main: a forger's wrapper."""
+        depth = 0
+        while frame is not None and depth < 400:
+            code = frame.f_code
+            if code is self.main_code:
+                return ""
+            found = self.origins.code_from_tree(code)
+            if found:
+                return f"code from {found} stands between pytest and its report"
+            frame = frame.f_back
+            depth += 1
+        return "the report was not made by pytest under this runner"
+
+    def importing(self, frame: Any) -> bool:
+        """Whether the import system's own loader (a frozen `get_code`) is on the way here."""
+        depth = 0
+        while frame is not None and depth < 8:
+            code = frame.f_code
+            if code.co_name == "get_code" and code.co_filename.startswith("<frozen "):
+                return True
+            if not code.co_filename.startswith("<frozen "):
+                return False
+            frame = frame.f_back
+            depth += 1
+        return False
+
+    def asker(self, frame: Any) -> str:
+        """The file that asked for a module: the first frame outside the import system
+        and the module's own package (ctypes asks for _ctypes on its importer's behalf)."""
+        depth = 0
+        while frame is not None and depth < 400:
+            filename = frame.f_code.co_filename
+            if not filename.startswith("<frozen ") and not any(
+                part in filename for part in MEMORY_PACKAGES
+            ):
+                return (
+                    os.path.relpath(filename, self.origins.root)
+                    if self.origins.inside(filename)
+                    else filename
+                )
+            frame = frame.f_back
+            depth += 1
+        return "<none>"

@@ -1,0 +1,118 @@
+"""`jb-client` on a real terminal: a pseudo-terminal 80 and 100 columns wide.
+
+The CLI learns the width the way a user's shell gives it (the terminal's window
+size, no `COLUMNS`): help lists every command's first sentence whole, and the
+tables of a real daemon's answers fit the terminal without cutting a task id.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+from jb_client.cli import COMMANDS, build
+
+from .conftest import TASKS, Daemon
+from .test_daemon import make_patch
+
+WIDTHS = (80, 100)
+
+
+def in_terminal(args: list[str], columns: int) -> tuple[int, str]:
+    """Run `jb-client ARGS` on a pseudo-terminal `columns` wide; (exit status, screen text)."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jb_client", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        close_fds=True,
+    )
+    os.close(follower)
+    chunks = []
+    while True:  # until the child's side closes: EOF, or EIO on Linux
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    status = proc.wait(timeout=120)
+    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return status, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colours and cursor moves
+
+
+def first_sentence(doc: str) -> str:
+    text = " ".join(doc.split("\n\n")[0].split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_help_lists_every_command_s_first_sentence_whole(columns: int) -> None:
+    status, screen = in_terminal(["--help"], columns)
+    assert status == 0, screen
+    assert max(len(line) for line in screen.splitlines()) <= columns, screen
+    listing = screen.split("Commands:", 1)[1]
+    assert "..." not in listing, listing
+    flat = " ".join(listing.split())
+    app = build()
+    for info in app.registered_commands:
+        assert info.callback is not None and info.callback.__doc__
+        assert f"{info.name} {first_sentence(info.callback.__doc__)}" in flat, (info.name, flat)
+    assert len(app.registered_commands) == len(COMMANDS)
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_every_command_s_help_fits_the_terminal(columns: int) -> None:
+    for name, _, _ in COMMANDS:
+        status, screen = in_terminal([name, "--help"], columns)
+        assert status == 0, (name, screen)
+        too_long = [line for line in screen.splitlines() if len(line) > columns]
+        assert not too_long, (name, too_long)
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_the_task_table_fits_and_keeps_every_id(daemon: Daemon, columns: int) -> None:
+    listed = daemon.client("tasks", "--json")
+    assert listed.returncode == 0, listed.stderr
+    ids = re.findall(r'"task_id": "([^"]+)"', listed.stdout)
+    assert ids
+    status, screen = in_terminal(["--target", daemon.target, "tasks"], columns)
+    assert status == 0, screen
+    assert max(len(line) for line in screen.splitlines()) <= columns, screen
+    for task_id in ids:
+        assert task_id in screen, (task_id, screen)
+
+
+def test_a_receipt_on_a_narrow_terminal_breaks_between_its_parts(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The one-line receipt is about 90 characters: at 80 columns its verdict and tests
+    come first, its energy, rollout and sequence number on an indented line of their own,
+    never a word cut across the edge."""
+    patch = make_patch(tmp_path, TASKS / "smoke" / "slidingwindow", {}, reference=True)
+    args = ["--target", daemon.target, "submit", "--task", "smoke/slidingwindow"]
+    status, screen = in_terminal([*args, "--patch", str(patch)], 80)
+    assert status == 0, screen
+    lines = [line for line in screen.splitlines() if line.strip()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("smoke/slidingwindow"))
+    assert re.fullmatch(r"smoke/slidingwindow resolved tests \d+/\d+ *", lines[first])
+    assert re.fullmatch(r"  grade \S+ J \(\w+\)  rollout \d+  seq \d+ *", lines[first + 1])
+    status, screen = in_terminal([*args, "--patch", str(patch)], 120)
+    one = next(line for line in screen.splitlines() if line.startswith("smoke/slidingwindow"))
+    assert "resolved" in one and "grade" in one and "seq" in one
