@@ -42,7 +42,7 @@ browser:
 # tools/swebench_oracle.py). Fetched once into .cache/swebench/; where they cannot
 # be fetched, those tests skip and say so.
 SWE_CACHE    := .cache/swebench
-SWE_STAMP    := $(SWE_CACHE)/.fetched-8
+SWE_STAMP    := $(SWE_CACHE)/.fetched-9
 SWE_SDISTS   := django==5.0.14 flask==2.3.3 pytest==8.0.2 MarkupSafe==2.1.1 sympy==1.12
 SWE_WHEELS   := asgiref==3.8.1 sqlparse==0.5.3 click==8.1.3 itsdangerous==2.1.2 Jinja2==3.1.2 \
                 Werkzeug==2.3.7 blinker==1.9.0 setuptools==70.0.0 wheel==0.45.1 flit_core==3.9.0 \
@@ -56,9 +56,13 @@ SWE_ORACLE   := swebench==4.1.0
 # (tests/pipeline/test_real_numpy.py); a wheel for this interpreter where one exists
 REAL_NUMPY   := "numpy>=1.26,<2.4"
 # The releases the real Verified instances' checkouts are rebuilt from (tests/swebench_verified.py),
-# one download each: two versions of one name cannot share a pip call
+# one download each: two versions of one name cannot share a pip call. pip reads an sdist's
+# metadata by running its build, so only the sdist itself is taken as source (its build
+# dependencies as wheels: from source, astropy's would compile NumPy), and under setuptools<70
+# (astropy 5.2's setup imports setuptools.dep_util, which later releases removed)
 SWE_VERIFIED := flask==2.2.3 pytest==7.1.2 sphinx==3.4.3 sympy==1.2 sympy==1.1.1 \
-                django==3.2a1 django==4.0a1 django==4.1a1 django==4.2a1
+                django==3.2a1 django==4.0a1 django==4.1a1 django==4.2a1 astropy==5.2
+SWE_BUILD_PINS := setuptools<70
 
 swebench-fixtures: install
 	@test -f $(SWE_STAMP) || { \
@@ -71,9 +75,10 @@ swebench-fixtures: install
 	    --only-binary :all: -d $(SWE_CACHE)/dist $(SWE_PINNED) && \
 	  $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps \
 	    -d $(SWE_CACHE) $(SWE_ORACLE) && \
-	  ( for req in $(SWE_VERIFIED); do $(BIN)/python -m pip download --quiet \
-	    --disable-pip-version-check --no-deps --no-binary :all: -d $(SWE_CACHE)/dist $$req \
-	    || exit 1; done ) && \
+	  printf '%s\n' '$(SWE_BUILD_PINS)' > $(SWE_CACHE)/build-constraints.txt && \
+	  ( for req in $(SWE_VERIFIED); do PIP_BUILD_CONSTRAINT=$(SWE_CACHE)/build-constraints.txt \
+	    $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps \
+	    --no-binary $${req%%==*} -d $(SWE_CACHE)/dist $$req || exit 1; done ) && \
 	  $(BIN)/python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
 	    $(SWE_CACHE)/swebench-4.1.0-py3-none-any.whl $(SWE_CACHE)/oracle && \
 	  ( $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps \

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from jouled.config import Config
+from jouled.config import MEMORY_MODULE_POLICIES, Config
 from jouled.documents.bodies import KeyRotationBody
 from jouled.errors import JouledError, UsageError
 
@@ -364,6 +364,14 @@ def swebench_prepare(
             help="Then grade each prepared record's gold and empty patch once: gradable or not.",
         ),
     ] = False,
+    memory_modules: Annotated[
+        str,
+        typer.Option(
+            help="With --check: grade as `jouled serve --memory-modules` will (withhold or "
+            "allow ctypes and cffi; an instance whose tests import them is gradable only "
+            "under allow, its runs signed reduced)."
+        ),
+    ] = "withhold",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build each record's environment from its official specification (see docs/swebench.md)."""
@@ -377,6 +385,11 @@ def swebench_prepare(
         mapping = read_map(pythons.absolute()) if pythons is not None else None
     except JouledError as err:
         raise _fail(err, 2) from None
+    if memory_modules not in MEMORY_MODULE_POLICIES:
+        why = (
+            f"--memory-modules {memory_modules!r} is not one of {', '.join(MEMORY_MODULE_POLICIES)}"
+        )
+        raise _fail(UsageError(why), 2)
     wanted = set(instance or ())
     if show_report:
         chosen = [r for r in records if not wanted or r.instance_id in wanted]
@@ -418,7 +431,7 @@ def swebench_prepare(
             for need in done.host_requirements:
                 typer.echo(f"     host requirement (not run): {need}")
         if check and done.ok:
-            checked = check_record(record, checkout_root, envs)
+            checked = check_record(record, checkout_root, envs, memory_modules=memory_modules)
             result["check"] = checked.to_json()
             if not as_json:
                 verdict = "gradable" if checked.gradable else f"NOT gradable ({checked.code})"

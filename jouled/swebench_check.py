@@ -60,9 +60,15 @@ class Checked:
 
 
 def check(
-    record: SweBenchRecord, checkout_root: Path, envs: Path, *, timeout_s: int = 1800
+    record: SweBenchRecord,
+    checkout_root: Path,
+    envs: Path,
+    *,
+    timeout_s: int = 1800,
+    memory_modules: str = "withhold",
 ) -> Checked:
-    """Grade gold and the empty patch for `record` in its prepared environment."""
+    """Grade gold and the empty patch for `record` in its prepared environment, under the
+    memory-module policy the daemon will grade with (`jouled serve --memory-modules`)."""
     iid = record.instance_id
     try:
         contract = swebench.to_contract(
@@ -76,7 +82,7 @@ def check(
     statuses: dict[str, str] = {}
     verdicts: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="jouled-check-") as work:
-        evaluator = Evaluator(metering, _Baselines(), Path(work))
+        evaluator = Evaluator(metering, _Baselines(), Path(work), memory_modules=memory_modules)
         for name, text in (("gold", record.patch), ("empty", "")):
             patch = parse_patch(text.encode()) if text else None
             try:

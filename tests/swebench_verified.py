@@ -13,7 +13,9 @@ Each instance is one file, `tests/fixtures/swebench_verified/<instance_id>.json.
   tree of `base_commit`, and that commit's raw object;
 - `removed` (where there are any): the sdist's files the tree lacks (its
   `*.egg-info/`, modules removed since the release), named instead of diffed: a
-  deletion's diff would carry each whole file.
+  deletion's diff would carry each whole file;
+- `memory_modules` (where its tests import ctypes or cffi): `allow`, the policy the
+  instance is graded under (`jouled serve --memory-modules`).
 
 `build_checkout` unpacks the sdist, removes the `removed` files, applies the
 delta, checks that the result hashes to the commit's tree, and writes the commit

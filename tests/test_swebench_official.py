@@ -206,12 +206,14 @@ def grade_all(
     instance: tuple[SweBenchRecord, str, Path, Path],
     tmp_path: Path,
     extra: dict[str, str] | None = None,
+    memory_modules: str = "withhold",
 ) -> Graded:
     record, wrong, checkouts, envs = instance
     contract = to_contract(record, checkouts, environments=envs, timeout_s=600)
     assert contract.runtime is not None and contract.runtime.python.startswith(str(envs))
     store = MemoryBaselines()
-    ev = Evaluator(Metering(EstimatorMeter(), None, "exclusive"), store, tmp_path / "work")
+    metering = Metering(EstimatorMeter(), None, "exclusive")
+    ev = Evaluator(metering, store, tmp_path / "work", memory_modules=memory_modules)
     graded: Graded = {}
     extra_items = tuple((extra or {}).items())
     for name, patch in (("gold", record.patch), ("empty", ""), ("wrong", wrong), *extra_items):

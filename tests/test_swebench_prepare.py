@@ -299,3 +299,32 @@ def test_the_report_says_per_version_what_builds_here_and_builds_nothing(
     assert "no official specification" in rows[("acme/calc", "0.1")]["reason"]
     assert doc["instances"] == 4 and doc["buildable_instances"] == 1
     assert not envs.exists()  # nothing was built
+
+
+def test_check_takes_the_memory_module_policy_the_daemon_grades_with(
+    record: tuple[SweBenchRecord, Path], tmp_path: Path
+) -> None:
+    """`prepare --check --memory-modules` names a policy `jouled serve` knows, or nothing is
+    prepared; the check then grades under it (tests/test_swebench_verified.py: astropy)."""
+    rec, root = record
+    dataset = tmp_path / "dataset.json"
+    fields = {k: v for k, v in dataclasses.asdict(rec).items() if v is not None}
+    dataset.write_text(json.dumps([fields]))
+    paths = [
+        "--dataset",
+        str(dataset),
+        "--checkout-root",
+        str(root),
+        "--envs",
+        str(tmp_path / "envs"),
+    ]
+    check = ["--check", "--memory-modules", "sometimes"]
+    done = subprocess.run(
+        [sys.executable, "-m", "jouled", "swebench", "prepare", *paths, *check],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--memory-modules 'sometimes' is not one of withhold, allow" in done.stderr
+    assert not (tmp_path / "envs").exists()

@@ -196,20 +196,29 @@ def instance(request: pytest.FixtureRequest, workspace: tuple[Path, Path]) -> In
 def test_real_instances_are_graded_as_the_official_harness_grades_them(
     instance: Instance, tmp_path: Path
 ) -> None:
-    """Gold resolved, empty and wrong unresolved, each verdict the official one on its log."""
-    graded = grade_all(instance, tmp_path)
-    check_against_the_oracle(instance[0], graded, tmp_path)
-    gold = graded["gold"][0]["verdict"]
+    """Gold resolved, empty and wrong unresolved, each verdict the official one on its log.
+
+    An instance whose tests import ctypes (astropy: `astropy.table` imports `astropy.io.fits`,
+    whose compressed-image module imports ctypes) is graded as `jouled serve --memory-modules
+    allow` grades it, its runs signed `reduced`."""
     record = instance[0]
+    memory = _fixture(record.instance_id).get("memory_modules", "withhold")
+    graded = grade_all(instance, tmp_path, memory_modules=memory)
+    check_against_the_oracle(record, graded, tmp_path)
+    gold = graded["gold"][0]["verdict"]
     assert gold["tests"]["FAIL_TO_PASS"] == {"success": len(record.FAIL_TO_PASS), "failure": 0}
     assert gold["tests"]["PASS_TO_PASS"] == {"success": len(record.PASS_TO_PASS), "failure": 0}
     if record.repo == "pytest-dev/pytest":  # pytest's own suite, through the daemon's runner
         integrity = graded["gold"][0]["integrity"]
         assert integrity["report"] == "channel" and integrity["canaries"] >= 1, integrity
         assert integrity["level"] == "reduced" and not integrity.get("forged"), integrity
+    if memory == "allow":  # the memory modules loaded: the process's memory was open
+        for name in ("gold", "empty", "wrong"):
+            integrity = graded[name][0]["integrity"]
+            assert integrity["level"] == "reduced" and not integrity.get("forged"), integrity
 
 
-def _check(dataset: Path, checkouts: Path, envs: Path, env: dict[str, str]) -> Any:
+def _check(dataset: Path, checkouts: Path, envs: Path, env: dict[str, str], *flags: str) -> Any:
     done = subprocess.run(
         [
             sys.executable,
@@ -225,6 +234,7 @@ def _check(dataset: Path, checkouts: Path, envs: Path, env: dict[str, str]) -> A
             str(envs),
             "--check",
             "--json",
+            *flags,
         ],
         capture_output=True,
         text=True,
@@ -238,10 +248,20 @@ def _check(dataset: Path, checkouts: Path, envs: Path, env: dict[str, str]) -> A
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_prepare_check_reports_a_real_instance_gradable(instance: Instance) -> None:
-    """`prepare --check` on the prepared environment: gold resolved, empty unresolved."""
+    """`prepare --check` on the prepared environment: gold resolved, empty unresolved. An
+    instance whose tests import ctypes is gradable only as the daemon grades it with
+    `--memory-modules allow`; withheld, its baseline shows no test ran, and says why."""
     record, _, checkouts, envs = instance
     dataset = envs.parent / f"{record.instance_id}.json"
-    rc, results = _check(dataset, checkouts, envs, dict(os.environ))
+    memory = _fixture(record.instance_id).get("memory_modules", "withhold")
+    if memory == "allow":
+        rc, results = _check(dataset, checkouts, envs, dict(os.environ))
+        assert rc == 3, results
+        (result,) = results
+        check = result["check"]
+        assert check["gradable"] is False and check["code"] == "broken-environment", check
+        assert "withheld _ctypes" in check["reason"], check
+    rc, results = _check(dataset, checkouts, envs, dict(os.environ), "--memory-modules", memory)
     assert rc == 0, results
     (result,) = results
     assert result["check"] == {

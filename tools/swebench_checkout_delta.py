@@ -126,6 +126,12 @@ def main() -> None:
         help="the distribution name of a repository versioned by setuptools-scm: the fixture "
         "then names the version it has at base_commit in the full repository",
     )
+    parser.add_argument(
+        "--memory-modules",
+        choices=("withhold", "allow"),
+        help="allow where the instance's tests import ctypes or cffi (astropy's do): the tests "
+        "then grade it as `jouled serve --memory-modules allow` does",
+    )
     args = parser.parse_args()
     record = json.loads(args.record.read_text())
     kept = {k: record[k] for k in KEPT_FIELDS if k in record}
@@ -141,6 +147,8 @@ def main() -> None:
         fixture["removed"] = removed
     if args.constraints:
         fixture["constraints"] = args.constraints.replace(";", "\n") + "\n"
+    if args.memory_modules:
+        fixture["memory_modules"] = args.memory_modules
     if args.scm_dist:
         name = args.scm_dist.upper().replace("-", "_").replace(".", "_")
         version = scm_version(args.repo_git, record["base_commit"])
