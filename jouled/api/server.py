@@ -10,6 +10,7 @@ from __future__ import annotations
 import grp
 import json
 import logging
+import os
 import queue
 import signal
 import threading
@@ -562,18 +563,32 @@ class Server:
         log.info("stopped")
 
     def serve_forever(self) -> None:
-        """Run until SIGTERM or SIGINT, then stop gracefully."""
+        """Run until SIGTERM or SIGINT, then stop gracefully.
+
+        The kernel hands a process's signal to any one of its threads, gRPC's
+        included, while Python runs handlers in the main thread alone: a main
+        thread asleep on a lock would never run them. It sleeps reading a pipe
+        instead, which the interpreter writes a byte to (`signal.set_wakeup_fd`)
+        whichever thread the signal reached.
+        """
         stop = threading.Event()
 
         def on_signal(signum: int, frame: object) -> None:
             log.info("received %s", signal.Signals(signum).name)
             stop.set()
 
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.start()
-            stop.wait()
+            while not stop.is_set():
+                os.read(wake_r, 64)  # the handler has run once this returns to Python
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            signal.set_wakeup_fd(previous_fd)
+            os.close(wake_r)
+            os.close(wake_w)
             self.stop()
