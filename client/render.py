@@ -219,10 +219,8 @@ def frontier_table(
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
         table, legend = _frontier_compact(rows)
         console.print(table)
-        if legend:  # at the terminal's width, not the table's
-            from rich.text import Text
-
-            console.print(Text("; ".join(legend), style="dim"))
+        if legend:
+            _legend(console, "; ".join(legend))
         return
     revised = fmt.revised(rows)
     table = make_table(
@@ -243,6 +241,14 @@ def frontier_table(
     for r in rows:
         table.add_row(*(fmt.frontier_cell(col, r) for col in columns))
     _print_whole(console, table)
+
+
+def _legend(console: Console, text: str) -> None:
+    """What a compact table's marks mean, below it at the terminal's width (a title or
+    caption would wrap at the table's)."""
+    from rich.text import Text
+
+    console.print(Text(text, style="dim"))
 
 
 def compact_table(title: str) -> Table:
@@ -329,15 +335,11 @@ def bestofk_table(
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
     console = console or terminal(False)
     if not _wide(console, wide, BESTOFK_WIDE_MIN):
-        from rich.text import Text
-
         console.print(_bestofk_compact(rows))
-        console.print(  # at the terminal's width, not the table's
-            Text(
-                "<=k: any of the first k rollouts resolved (asks the oracle); "
-                "pick: the rollout chosen by the visible tests alone",
-                style="dim",
-            )
+        _legend(
+            console,
+            "<=k: any of the first k rollouts resolved (asks the oracle); "
+            "pick: the rollout chosen by the visible tests alone",
         )
         return
     # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.

@@ -18,7 +18,7 @@ import termios
 from pathlib import Path
 
 import pytest
-from jb_client.cli import COMMANDS, build
+from jb_client.cli import COMMANDS, build, summary
 
 from .conftest import TASKS, Daemon
 from .test_daemon import make_patch
@@ -56,12 +56,6 @@ def in_terminal(args: list[str], columns: int) -> tuple[int, str]:
     return status, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colours and cursor moves
 
 
-def first_sentence(doc: str) -> str:
-    text = " ".join(doc.split("\n\n")[0].split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
-
-
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_help_lists_every_command_s_first_sentence_whole(columns: int) -> None:
     status, screen = in_terminal(["--help"], columns)
@@ -73,7 +67,7 @@ def test_help_lists_every_command_s_first_sentence_whole(columns: int) -> None:
     app = build()
     for info in app.registered_commands:
         assert info.callback is not None and info.callback.__doc__
-        assert f"{info.name} {first_sentence(info.callback.__doc__)}" in flat, (info.name, flat)
+        assert f"{info.name} {summary(info.callback.__doc__)}" in flat, (info.name, flat)
     assert len(app.registered_commands) == len(COMMANDS)
 
 
