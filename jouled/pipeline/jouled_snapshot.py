@@ -55,9 +55,16 @@ class Snapshot:
         self.deep = True
         self.offsets: list[int] = []
         self.entries_seen = 0
+        # The namespaces compared and views of their values, made again only after one was
+        # taken in (`taken` counts those) rather than at every check.
+        self.taken = 0
+        self.views_made = -1
+        self.namespaces: list[Any] = []
+        self.views: list[Any] = []
 
     def add(self, label: str, namespace: Any, strict: bool = False) -> None:
         self.entries.append([label, namespace, list(namespace), list(namespace.values()), strict])
+        self.taken += 1
 
     def arm(self, problems: "list[str]", deep: bool) -> None:
         """Take the watched namespaces as they are; `deep`: also judge every value in them
@@ -158,17 +165,21 @@ class Snapshot:
             if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
                 self._take_class(f"{name}.{attr}", value, problems, strict=True)
         self.test_modules[name] = (name, namespace, own)
+        self.taken += 1
         self.fresh.append((name, module, filename))
 
     def fingerprint(self) -> "list[Any]":
         """Every watched value and each namespace's size, in a few passes of C code (no
         `id`: it is audited); names are compared when a namespace changed."""
-        namespaces = [entry[1] for entry in self.entries]
-        sizes = list(map(len, namespaces))
-        self.offsets = list(_accumulate([0, *sizes]))
-        namespaces += [entry[1] for entry in self.test_modules.values()]
-        values = list(_chain(map(_VALUES, namespaces)))
-        values += map(len, namespaces)
+        if self.views_made != self.taken:
+            self.namespaces = [entry[1] for entry in self.entries]
+            self.namespaces += [entry[1] for entry in self.test_modules.values()]
+            self.views = list(map(_VALUES, self.namespaces))
+            self.views_made = self.taken
+        sizes = list(map(len, self.namespaces))
+        self.offsets = list(_accumulate([0, *sizes[: len(self.entries)]]))
+        values = list(_chain(self.views))
+        values += sizes
         sys_namespace = _MODULE_DICT(sys)
         values += [sys_namespace.get(name) for name in SYS_WATCHED]
         return values
