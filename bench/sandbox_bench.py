@@ -231,9 +231,19 @@ def main() -> int:
         f"run, both test columns above included): {seal:+.1f} ms per attempt, "
         f"{100 * seal / med['bare tests']:+.1f}% of the bare test run."
     )
+    # Each round runs both columns back to back, so the median of the rounds' own
+    # differences sheds the drift a shared machine adds between rounds.
+    paired = sorted(
+        a - b for a, b in zip(times["bwrap tests"], times["unmonitored tests"], strict=True)
+    )
+    paired_med = statistics.median(paired)
+    q = len(paired) // 4
     print(
         f"\nThe integrity monitor: {monitor:+.1f} ms per attempt, "
-        f"{100 * monitor / med['bare tests']:+.1f}% of the bare test run."
+        f"{100 * monitor / med['bare tests']:+.1f}% of the bare test run (difference of the "
+        f"columns' medians); the median of the {len(paired)} rounds' own differences: "
+        f"{paired_med:+.1f} ms ({paired[q]:+.1f} to {paired[-1 - q]:+.1f}), "
+        f"{100 * paired_med / med['bare tests']:+.1f}% of the bare test run."
     )
     print(
         f"\nbwrap over bare: {over_bare:+.1f} ms per attempt "
