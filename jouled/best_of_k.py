@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from jouled.documents.answers import BestOfKRow
 from jouled.frontier import USD_SOURCE, pass_at_k
 from jouled.frontier_attempts import (
     ERROR,
@@ -22,6 +23,7 @@ from jouled.frontier_attempts import (
 
 
 def _best_of_k_row(key: RowKey, by_task: Mapping[str, Sequence[Attempt]], k: int) -> dict[str, Any]:
+    """The row as docs/protocol.md describes it (`BestOfKRow`), as its JSON object."""
     # "Within k" follows rollout indices, so repeated (task, rollout) samples
     # both fall inside the same k; pass@k instead treats every sample as a draw.
     first_k = [a for samples in by_task.values() for a in samples if a.rollout < k]
@@ -32,31 +34,31 @@ def _best_of_k_row(key: RowKey, by_task: Mapping[str, Sequence[Attempt]], k: int
     estimable = [by_task[t] for t in sorted(by_task) if len(by_task[t]) >= k]
     estimates = [pass_at_k(len(s), sum(a.resolved for a in s), k) for s in estimable]
     tasks = len(by_task)
-    return {
-        "suite": key[0],
-        "solver": key[1],
-        "model": key[2],
-        "revision": key[3],
-        "digest_set": digest_set_id((t, s[0].task_digest) for t, s in by_task.items()),
-        "k": k,
-        "tasks": tasks,
-        "attempts": len(first_k),
-        "resolved_within_k": len(solved),
-        "resolution_within_k": len(solved) / tasks,
+    return BestOfKRow(
+        suite=key[0],
+        solver=key[1],
+        model=key[2],
+        revision=key[3],
+        digest_set=digest_set_id((t, s[0].task_digest) for t, s in by_task.items()),
+        k=k,
+        tasks=tasks,
+        attempts=len(first_k),
+        resolved_within_k=len(solved),
+        resolution_within_k=len(solved) / tasks,
         # Without the oracle: the rollout chosen by `select_visible`, per task.
-        "selected_resolved": selected,
-        "selected_resolution": selected / tasks,
-        "joules_cumulative": sum(a.energy.gross_mj for a in first_k) / 1000,
-        "invalid_windows": sum(a.energy.invalid_windows for a in first_k),
-        "tampered": sum(a.status == TAMPERED for a in first_k),
+        selected_resolved=selected,
+        selected_resolution=selected / tasks,
+        joules_cumulative=sum(a.energy.gross_mj for a in first_k) / 1000,
+        invalid_windows=sum(a.energy.invalid_windows for a in first_k),
+        tampered=sum(a.status == TAMPERED for a in first_k),
         # Null when none of the first k claimed: unknown, never $0 (as the frontier's usd_total).
-        "usd_cumulative": sum(a.usd_micros for a in first_k) / 1_000_000
+        usd_cumulative=sum(a.usd_micros for a in first_k) / 1_000_000
         if any(a.usd_micros for a in first_k)
         else None,
-        "usd_source": USD_SOURCE,
-        "pass_at_k": statistics.fmean(estimates) if estimates else None,
-        "pass_at_k_tasks": len(estimable),
-    }
+        usd_source=USD_SOURCE,
+        pass_at_k=statistics.fmean(estimates) if estimates else None,
+        pass_at_k_tasks=len(estimable),
+    ).to_dict()
 
 
 def best_of_k(

@@ -20,6 +20,7 @@ from jouled.best_of_k import best_of_k
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
+from jouled.documents.answers import PublicKey, PublicKeys
 from jouled.documents.bodies import AbortBody
 from jouled.documents.sent import ExportRecord
 from jouled.errors import (
@@ -659,13 +660,13 @@ class Daemon:
         keys_ = [("current", self.ledger.signer)]
         if self.ledger.retired is not None:
             keys_.append(("retired", self.ledger.retired))
-        return {
-            "origin": self.ledger.origin,
-            "keys": [
-                {"keyid": s.keyid, "status": status, "pem": public_pem(s.public).decode("ascii")}
+        return PublicKeys(
+            origin=self.ledger.origin,
+            keys=[
+                PublicKey(keyid=s.keyid, status=status, pem=public_pem(s.public).decode("ascii"))
                 for status, s in keys_
             ],
-        }
+        ).to_dict()
 
     def close(self) -> None:
         self.ops.close_all()

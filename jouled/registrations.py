@@ -16,6 +16,7 @@ from typing import Any
 from jouled import limits
 from jouled.contracts import TaskRegistry, swebench
 from jouled.contracts.swebench_records import SweBenchRecord
+from jouled.documents.answers import Registration, SkippedRecord
 from jouled.errors import JouledError, PreconditionError, UsageError
 
 log = logging.getLogger("jouled")
@@ -54,7 +55,9 @@ class Registrations:
                 f"{limits.SWEBENCH_RECORDS_MAX}",
                 hint="register them in batches",
             )
-        registered, skipped, new = [], [], []
+        registered: list[str] = []
+        skipped: list[SkippedRecord] = []
+        new: list[dict[str, Any]] = []
         for i, raw in enumerate(records):
             record = SweBenchRecord.from_dict(raw, f"record {i}")
             iid = record.instance_id
@@ -76,13 +79,13 @@ class Registrations:
             except JouledError as err:
                 code = err.code if isinstance(err, swebench.Unsupported) else "refused"
                 skipped.append(
-                    {"instance_id": iid[: limits.NAME_MAX], "reason": err.message, "code": code}
+                    SkippedRecord(instance_id=iid[: limits.NAME_MAX], reason=err.message, code=code)
                 )
                 continue
             registered.append(contract.task_id)
         if new:
             self._save(new)
-        return {"registered": registered, "skipped": skipped}
+        return Registration(registered=registered, skipped=skipped).to_dict()
 
     def _checkout_root(self) -> Path:
         root = self.root

@@ -37,6 +37,7 @@ from jouled.auth import OPERATOR, Identity
 from jouled.config import Config
 from jouled.contracts import Contract
 from jouled.daemon import Daemon
+from jouled.documents.answers import Checkpoint
 from jouled.documents.sent import OpReceipt, Receipt
 from jouled.errors import ConfigError, JouledError, Kind, UsageError
 from jouled.opwindows import DISCONNECT
@@ -337,12 +338,12 @@ class Servicer(pb_grpc.JouledServicer):
     def Checkpoint(self, request: pb.CheckpointRequest, context: Any) -> pb.Document:
         cp = self.daemon.ledger.checkpoint()
         return _doc(
-            {
-                "size": cp.size,
-                "root": cp.root.hex(),
-                "origin": cp.origin,
-                "note": self.daemon.ledger.checkpoint_note(),
-            }
+            Checkpoint(
+                size=cp.size,
+                root=cp.root.hex(),
+                origin=cp.origin,
+                note=self.daemon.ledger.checkpoint_note(),
+            ).to_dict()
         )
 
     @_unary

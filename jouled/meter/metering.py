@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from jouled.documents.answers import MeterStatus
 from jouled.meter.base import Calibration, Meter, Snapshot
 from jouled.meter.window import PhaseEnergy, phase_energy
 
@@ -62,10 +63,13 @@ class Metering:
     def status(self) -> dict[str, Any]:
         """The meter, the attribution policy and the calibration in force (with its age)."""
         cal = self.calibration
-        return {
-            **self.meter.describe(),
-            "policy": self.policy,
-            "calibration": None
+        described = dict(self.meter.describe())  # what the meter says of itself beyond these
+        return MeterStatus(
+            source=str(described.pop("source")),
+            measured=bool(described.pop("measured")),
+            domains=described.pop("domains"),
+            policy=self.policy,
+            calibration=None
             if cal is None
             else {
                 **cal.body(),
@@ -74,7 +78,8 @@ class Metering:
                 "age_s": cal.age_s(),
                 "idle_w": {name: d.idle_mw / 1000 for name, d in sorted(cal.domains.items())},
             },
-        }
+            extra=described,
+        ).to_dict()
 
     @contextmanager
     def phase(
