@@ -181,10 +181,10 @@ def run(
                         receipts.append(r)
                         if not as_json:
                             render.receipt_line(r)
-            rows = c.frontier(suite).to_dict()["rows"]
+            rows = c.frontier(suite).rows
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"run_id": run_id, "receipts": receipts, "frontier": rows})
+        emit({"run_id": run_id, "receipts": receipts, "frontier": [r.to_dict() for r in rows]})
     else:
         render.frontier_table(rows)

@@ -99,7 +99,7 @@ def fleet_run(
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({**result.to_json(), "frontier": merged})
+        emit({**result.to_json(), "frontier": merged.to_dict()})
     else:
         render_fleet.fleet_frontier_table(merged)
 
@@ -136,7 +136,7 @@ def fleet_frontier(
             emit({"ok": False, "error": err.message})
         fail(err)
     if as_json:
-        emit(merged)
+        emit(merged.to_dict())
     else:
         render_fleet.fleet_frontier_table(merged)
 
@@ -149,14 +149,14 @@ def fleet_export(out: Path, as_json: bool) -> None:
     except JouledError as err:
         fail(err)
     if as_json:
-        emit(manifest)
+        emit(manifest.to_dict())
         return
-    for h in manifest["hosts"]:
+    for h in manifest.hosts:
         render.err.print(
-            f"{h['host']}: {h['entries']} entries -> {out / h['file']} (key "
-            f"{h['keyids'][0][:16]}, checkpoint size {h['checkpoint']['size']})",
+            f"{h.host}: {h.entries} entries -> {out / str(h.file)} (key "
+            f"{h.keyids[0][:16]}, checkpoint size {h.checkpoint.size})",
             highlight=False,
         )
-    for u in manifest["unreachable"]:
-        render.err.print(f"[yellow]{u['host']} not exported:[/] {u['reason']}", highlight=False)
+    for u in manifest.unreachable:
+        render.err.print(f"[yellow]{u.host} not exported:[/] {u.reason}", highlight=False)
     render.err.print(f"manifest -> {out / fleet.MANIFEST}")

@@ -63,16 +63,18 @@ def frontier(
         return fleet_frontier(suite, axis, export, as_json, merge_digests)
     try:
         if export is not None:
+            from jouled.documents.sent import FrontierRow
             from jouled.ledger.snapshot import export_frontier
 
             if not export.is_file():
                 read_file(export)  # says why it cannot be read
-            rows = export_frontier(export).rows(
+            computed = export_frontier(export).rows(
                 suite=suite or None, axis=axis, merge_digests=merge_digests
             )
+            rows = [FrontierRow.parse(r) for r in computed]
         else:
             with connect() as c:
-                rows = c.frontier(suite, axis, merge_digests=merge_digests).to_dict()["rows"]
+                rows = c.frontier(suite, axis, merge_digests=merge_digests).rows
         if plot_to is not None:
             from jb_client import plot
 
@@ -81,7 +83,7 @@ def frontier(
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"rows": rows})
+        emit({"rows": [r.to_dict() for r in rows]})
     else:
         render.frontier_table(rows, wide=wide)
 
@@ -190,9 +192,9 @@ def keys(as_json: Json = False) -> None:
 
 def bestofk(suite: Suite = "", wide: Wide = None, as_json: Json = False) -> None:
     """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
-    rows = ask(lambda c: c.best_of_k(suite)).to_dict()["rows"]
+    rows = ask(lambda c: c.best_of_k(suite)).rows
     if as_json:
-        emit({"rows": rows})
+        emit({"rows": [r.to_dict() for r in rows]})
     else:
         render.bestofk_table(rows, wide=wide)
 

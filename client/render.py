@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from jb_client import cells as fmt
-from jb_client.columns import FRONTIER, verdict
+from jb_client.columns import FRONTIER, revision, verdict
 from jb_client.meter_text import ZONE_COLUMNS, meter_lines, zone_rows
 
 if TYPE_CHECKING:
@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 
 if TYPE_CHECKING:
+    from jb_client.documents import BestOfKRow
     from rich.console import Console
 
-    from jouled.documents.sent import Receipt
+    from jouled.documents.sent import FrontierRow, Receipt
 
     out: Console
     err: Console
@@ -211,7 +212,7 @@ def _print_whole(console: Console, table: Table) -> None:
 
 
 def frontier_table(
-    rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
+    rows: Sequence[FrontierRow], *, wide: bool | None = None, console: Console | None = None
 ) -> None:
     """The frontier: every column when the terminal is wide enough (or `wide`), else the
     columns a reader compares, folded into fewer."""
@@ -259,18 +260,15 @@ def compact_table(title: str) -> Table:
     )
 
 
-def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]:
+def _frontier_compact(rows: Sequence[FrontierRow]) -> tuple[Table, list[str]]:
     """The compact frontier, and the legend of the marks it shows (only those)."""
-    suites = len({r["suite"] for r in rows})
-    sources = sorted({r["energy_source"] for r in rows})
-    where = f" ({rows[0]['suite']})" if suites == 1 else ""
+    suites = len({r.suite for r in rows})
+    sources = sorted({r.energy_source for r in rows})
+    where = f" ({rows[0].suite})" if suites == 1 else ""
     table = compact_table(f"frontier{where}, energy: {', '.join(sources) or 'none'}")
     revised = fmt.revised(rows)
-    usd = any(r["usd_total"] for r in rows)
-    flags = any(
-        r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") or fmt.weak(r)
-        for r in rows
-    )
+    usd = any(r.usd_total for r in rows)
+    flags = any(r.tampered or r.audit_flagged or r.op_windows or fmt.weak(r) for r in rows)
     table.add_column("", no_wrap=True)
     table.add_column("solver model", overflow="fold", min_width=12)
     for col in ("res/att", "resolved", "95% CI", "J/res", "wall s"):
@@ -280,57 +278,57 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]
     if flags:
         table.add_column("flags", no_wrap=True)
     for r in rows:
-        reliable = r["reliable_share"] == 1
+        reliable = r.reliable_share == 1
         cells: list[Any] = [
             verdict(r),
-            fmt.name_cell(r, suites, revised),
-            f"{r['resolved']}/{r['attempts']}",
-            fmt.pct(r["resolution"]),
+            fmt.name_cell(r, suites, revision(r) if revised else ""),
+            f"{r.resolved}/{r.attempts}",
+            fmt.pct(r.resolution),
             fmt.ci(r),
-            fmt.joules(r["joules_per_resolved"], reliable),
-            "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
+            fmt.joules(r.joules_per_resolved, reliable),
+            "-" if r.wall_median_s is None else f"{r.wall_median_s:.2f}",
         ]
         if usd:
             cells.append(fmt.usd(r))
         if flags:
-            marks = [f"t{r['tampered']}"] if r.get("tampered") else []
-            marks += [f"a{r['audit_flagged']}"] if r.get("audit_flagged") else []
-            marks += [f"int:{r['integrity'][0]}"] if fmt.weak(r) else []
-            if r.get("op_windows"):
-                marks.append("op" + fmt.joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
+            marks = [f"t{r.tampered}"] if r.tampered else []
+            marks += [f"a{r.audit_flagged}"] if r.audit_flagged else []
+            marks += [f"int:{r.integrity[0]}"] if r.integrity is not None and fmt.weak(r) else []
+            if r.op_windows:
+                marks.append("op" + fmt.joules(r.op_joules, r.op_reliable_share == 1))
             cells.append(" ".join(marks))
         table.add_row(*cells)
     return table, _frontier_legend(rows, usd, revised)
 
 
-def _frontier_legend(rows: Sequence[dict[str, Any]], usd: bool, revised: bool) -> list[str]:
+def _frontier_legend(rows: Sequence[FrontierRow], usd: bool, revised: bool) -> list[str]:
     """What the marks the compact frontier shows mean: those of these rows, no others."""
 
-    def unreliable(r: dict[str, Any]) -> bool:
-        per = r["joules_per_resolved"] is not None and r["reliable_share"] != 1
-        return per or bool(r.get("op_windows") and r.get("op_reliable_share") != 1)
+    def unreliable(r: FrontierRow) -> bool:
+        per = r.joules_per_resolved is not None and r.reliable_share != 1
+        return per or bool(r.op_windows and r.op_reliable_share != 1)
 
-    def partly(r: dict[str, Any]) -> bool:
-        share = r.get("usd_claimed_share")
-        return r.get("usd_total") is not None and share is not None and share < 1
+    def partly(r: FrontierRow) -> bool:
+        share = r.usd_claimed_share
+        return r.usd_total is not None and share is not None and share < 1
 
-    marks = (
-        (lambda r: r.get("pareto") is True, "* Pareto"),
-        (lambda r: r.get("pareto") is None, "? no verdict ($ partly claimed)"),
+    marks: tuple[tuple[Callable[[FrontierRow], object], str], ...] = (
+        (lambda r: r.pareto is True, "* Pareto"),
+        (lambda r: r.pareto is None, "? no verdict ($ partly claimed)"),
         (unreliable, "~ energy not reliable"),
         (lambda r: usd, "$ claimed by the solvers"),
         (partly, "(n%) the share of attempts that claimed"),
         (lambda r: revised, "r0, r1... the tasks' revision"),
-        (lambda r: r.get("tampered"), "t tampered"),
-        (lambda r: r.get("audit_flagged"), "a audit flagged"),
+        (lambda r: r.tampered, "t tampered"),
+        (lambda r: r.audit_flagged, "a audit flagged"),
         (fmt.weak, "int:r / int:n successes graded at reduced / no integrity"),
-        (lambda r: r.get("op_windows"), "op the agent's op windows (J)"),
+        (lambda r: r.op_windows, "op the agent's op windows (J)"),
     )
     return [text for shows, text in marks if any(shows(r) for r in rows)]
 
 
 def bestofk_table(
-    rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
+    rows: Sequence[BestOfKRow], *, wide: bool | None = None, console: Console | None = None
 ) -> None:
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
     console = console or terminal(False)
@@ -361,27 +359,27 @@ def bestofk_table(
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r["suite"],
-            r["solver"],
-            r["model"] or "-",
-            str(r["k"]),
-            str(r["tasks"]),
-            str(r["resolved_within_k"]),
-            fmt.pct(r["resolution_within_k"]),
-            fmt.pct(r.get("selected_resolution")),
-            fmt.joules(r["joules_cumulative"]),
+            r.suite,
+            r.solver,
+            r.model or "-",
+            str(r.k),
+            str(r.tasks),
+            str(r.resolved_within_k),
+            fmt.pct(r.resolution_within_k),
+            fmt.pct(r.selected_resolution),
+            fmt.joules(r.joules_cumulative),
             fmt.usd_cumulative(r),
-            fmt.pct(r["pass_at_k"]),
-            str(r.get("tampered", 0)),
+            fmt.pct(r.pass_at_k),
+            str(r.tampered),
         )
     _print_whole(console, table)
 
 
-def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
-    suites = len({r["suite"] for r in rows})
+def _bestofk_compact(rows: Sequence[BestOfKRow]) -> Table:
+    suites = len({r.suite for r in rows})
     table = compact_table("best-of-k")
-    usd = any(r["usd_cumulative"] for r in rows)
-    tampered = any(r.get("tampered") for r in rows)
+    usd = any(r.usd_cumulative for r in rows)
+    tampered = any(r.tampered for r in rows)
     table.add_column("solver model", overflow="fold", min_width=12)
     for col in ("k", "<=k", "pick", "pass@k", "J cum."):
         table.add_column(col, justify="right", no_wrap=True)
@@ -391,21 +389,21 @@ def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_column("tampered", justify="right", no_wrap=True)
     previous = None
     for r in rows:
-        key = (r["suite"], r["solver"], r["model"])
+        key = (r.suite, r.solver, r.model)
         # The name once per group: the k rows below it read as its curve.
         cells: list[Any] = ["" if key == previous else fmt.name_cell(r, suites)]
         previous = key
         cells += [
-            str(r["k"]),
-            f"{r['resolved_within_k']}/{r['tasks']}",
-            f"{r.get('selected_resolved', '-')}/{r['tasks']}",
-            fmt.pct(r["pass_at_k"]),
-            fmt.joules(r["joules_cumulative"]),
+            str(r.k),
+            f"{r.resolved_within_k}/{r.tasks}",
+            f"{r.selected_resolved}/{r.tasks}",
+            fmt.pct(r.pass_at_k),
+            fmt.joules(r.joules_cumulative),
         ]
         if usd:
             cells.append(fmt.usd_cumulative(r))
         if tampered:
-            cells.append(str(r.get("tampered", 0)))
+            cells.append(str(r.tampered))
         table.add_row(*cells)
     return table
 

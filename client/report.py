@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from jb_client import plot
 from jb_client.api import checkpoint_history_path
 from jb_client.columns import FRONTIER, Column
+from jb_client.documents import BestOfKRow
 from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
 from jouled.best_of_k import best_of_k
-from jouled.documents.sent import ExportRecord
+from jouled.documents.sent import ExportRecord, FrontierRow
 from jouled.errors import DocumentError, UsageError
 from jouled.frontier_attempts import suite_of
 
@@ -57,8 +58,8 @@ class ReportData:
     source: str
     suite: str
     axis: str
-    frontier: list[dict[str, Any]]
-    best_of_k: list[dict[str, Any]]
+    frontier: list[FrontierRow]
+    best_of_k: list[BestOfKRow]
     results: list[Entry]
     ops: list[Entry] = field(default_factory=list)
     calibrations: list[Entry] = field(default_factory=list)
@@ -109,8 +110,8 @@ def from_entries(
     source: str,
     suite: str = "",
     axis: str = "joules",
-    rows: list[dict[str, Any]] | None = None,
-    best: list[dict[str, Any]] | None = None,
+    rows: list[FrontierRow] | None = None,
+    best: list[BestOfKRow] | None = None,
     meter: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
     export_name: str = "ledger.jsonl",
@@ -121,11 +122,12 @@ def from_entries(
     ops = [e for e in entries if e.kind == "op" and _in_suite(e.body, suite)]
     bodies = [e.body for e in results]
     if rows is None:
-        rows = frontier.frontier_rows(
+        computed = frontier.frontier_rows(
             bodies, suite=suite or None, axis=axis, ops=[e.body for e in ops]
         )
+        rows = [FrontierRow.parse(r) for r in computed]
     if best is None:
-        best = best_of_k(bodies, suite=suite or None)
+        best = [BestOfKRow.parse(r) for r in best_of_k(bodies, suite=suite or None)]
     return ReportData(
         source=source,
         suite=suite,
@@ -174,8 +176,8 @@ def from_daemon(client: Client, *, suite: str = "", axis: str = "joules") -> Rep
         source=f"daemon at {client.target}",
         suite=suite,
         axis=axis,
-        rows=client.frontier(suite, axis).to_dict()["rows"],
-        best=client.best_of_k(suite).to_dict()["rows"],
+        rows=client.frontier(suite, axis).rows,
+        best=client.best_of_k(suite).rows,
         meter=client.meter().to_dict(),
         checkpoint=checkpoint,
     )
@@ -211,13 +213,13 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") ->
     return "".join(out)
 
 
-def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _frontier_table(rows: Sequence[FrontierRow]) -> str:
     columns = [c for c in FRONTIER if c.report]
     body = [[_cell(col, r) for col in columns] for r in rows]
     return _table([c.head for c in columns], body, "num")
 
 
-def _cell(col: Column, r: Mapping[str, Any]) -> str:
+def _cell(col: Column, r: FrontierRow) -> str:
     """One frontier cell as the report shows it (HTML, escaped)."""
     value = col.value(r)
     if col.kind == "pct":
@@ -236,18 +238,18 @@ def _cell(col: Column, r: Mapping[str, Any]) -> str:
     return esc(value)
 
 
-def _usd(r: Mapping[str, Any]) -> str:
+def _usd(r: FrontierRow) -> str:
     """Claimed dollars: "-" when nothing was claimed, the share when only some was."""
-    total, share = r.get("usd_total"), r.get("usd_claimed_share")
+    total, share = r.usd_total, r.usd_claimed_share
     if total is None:
         return "-"
     text = f"{float(total):.4f}"
     return text if share is None or float(share) >= 1 else f"{text} ({_pct(share)})"
 
 
-def _usd_cumulative(r: Mapping[str, Any]) -> str:
+def _usd_cumulative(r: BestOfKRow) -> str:
     """Best-of-k's claimed dollars: "-" when nothing was claimed, as the frontier's $."""
-    total = r.get("usd_cumulative")
+    total = r.usd_cumulative
     return "-" if total is None else f"{float(total):.4f}"
 
 
@@ -255,7 +257,7 @@ def _flag(n: Any) -> str:
     return f'<span class="bad">{esc(n)}</span>' if n else esc(n)
 
 
-def _bestofk_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _bestofk_table(rows: Sequence[BestOfKRow]) -> str:
     head = (
         "suite",
         "solver",
@@ -272,18 +274,18 @@ def _bestofk_table(rows: Sequence[Mapping[str, Any]]) -> str:
     )
     body = [
         (
-            esc(r["suite"]),
-            esc(r["solver"]),
-            esc(r.get("model") or "-"),
-            esc(r["k"]),
-            esc(r["tasks"]),
-            esc(r["resolved_within_k"]),
-            _pct(r["resolution_within_k"]),
-            f"{esc(r.get('selected_resolved', '-'))} ({_pct(r.get('selected_resolution'))})",
-            _pct(r.get("pass_at_k")),
-            _j(round(1000 * float(r["joules_cumulative"]))),
+            esc(r.suite),
+            esc(r.solver),
+            esc(r.model or "-"),
+            esc(r.k),
+            esc(r.tasks),
+            esc(r.resolved_within_k),
+            _pct(r.resolution_within_k),
+            f"{esc(r.selected_resolved)} ({_pct(r.selected_resolution)})",
+            _pct(r.pass_at_k),
+            _j(round(1000 * float(r.joules_cumulative))),
             _usd_cumulative(r),
-            _flag(r.get("tampered", 0)),
+            _flag(r.tampered),
         )
         for r in rows
     ]
@@ -483,7 +485,9 @@ def _checkpoint_section(data: ReportData) -> str:
     )
 
 
-def _figure(draw: Any, rows: Sequence[Mapping[str, Any]], prefix: str, *args: Any) -> str:
+def _figure(
+    draw: Any, rows: Sequence[FrontierRow] | Sequence[BestOfKRow], prefix: str, *args: Any
+) -> str:
     if not rows:
         return "<p>Nothing to draw yet.</p>"
     if not plot.available():

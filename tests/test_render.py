@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from jb_client import render
 
-from jouled.best_of_k import best_of_k
-from jouled.frontier import frontier_rows
+from tests.client.ledger import bestofk, frontier
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +40,7 @@ FLAG = {"code": "process-exit", "path": "pkg/a.py", "line": 4, "detail": "os._ex
 def test_frontier_table_shows_tampered_and_audit_flagged(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    rows = frontier_rows(
+    rows = frontier(
         [
             body("s/a", "resolved"),
             body("s/b", "tampered", [FLAG]),
@@ -60,7 +59,7 @@ def test_frontier_table_shows_tampered_and_audit_flagged(
 
 
 def test_bestofk_table_shows_tampered(capsys: pytest.CaptureFixture[str]) -> None:
-    render.bestofk_table(best_of_k([body("s/a", "tampered")]))
+    render.bestofk_table(bestofk([body("s/a", "tampered")]))
     out = capsys.readouterr().out
     assert "tampered" in out
     row = next(line for line in out.splitlines() if "agent" in line)
