@@ -23,7 +23,7 @@ from jb_client.cli_common import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from jb_client.documents import Receipt
 
 from jb_client.cli_fleet import fleet_run, is_fleet
 
@@ -118,14 +118,14 @@ def submit(
                 claimed=claimed,
                 idempotency_key=idempotency_key,
                 progress=progress,
-            ).to_dict()
+            )
     except JouledError as err:
         fail(err)
     if as_json:
-        emit(receipt)
+        emit(receipt.to_dict())
     else:
         render.receipt_line(receipt)
-        if not receipt["resolved"]:
+        if not receipt.resolved:
             render.failure_lines(receipt)
 
 
@@ -152,7 +152,7 @@ def run(
         return fleet_run(suite, solvers, rollouts, run_id, model, as_json)
     run_id = run_id or os.urandom(6).hex()
     names = [s.strip() for s in solvers.split(",") if s.strip()]
-    receipts = []
+    receipts: list[Receipt] = []
     try:
         with connect() as c:
             found = [t.to_dict() for t in c.tasks(suite)]
@@ -177,7 +177,7 @@ def run(
                             rollout=rollout,
                             idempotency_key=key,
                             model=model,
-                        ).to_dict()
+                        )
                         receipts.append(r)
                         if not as_json:
                             render.receipt_line(r)
@@ -185,6 +185,12 @@ def run(
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"run_id": run_id, "receipts": receipts, "frontier": [r.to_dict() for r in rows]})
+        emit(
+            {
+                "run_id": run_id,
+                "receipts": [r.to_dict() for r in receipts],
+                "frontier": [r.to_dict() for r in rows],
+            }
+        )
     else:
         render.frontier_table(rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jb_client.cli_common import (
     emit,
@@ -16,6 +16,7 @@ from jb_client.cli_common import (
 if TYPE_CHECKING:
     from jb_client import fleet, render_fleet
     from jb_client.api import Client
+    from jb_client.documents import Receipt
 else:
     from jb_client.later import Later
 
@@ -71,7 +72,7 @@ def fleet_run(
             f"{host}: {unit.solver} r{unit.rollout} {unit.task_id}", highlight=False, markup=False
         )
 
-    def done(host: str, unit: fleet.Unit, receipt: dict[str, Any]) -> None:
+    def done(host: str, unit: fleet.Unit, receipt: Receipt) -> None:
         if not as_json:
             render_fleet.fleet_receipt_line(host, receipt)
 

@@ -75,12 +75,12 @@ def meter_run(
                 status = 127
     except JouledError as err:
         fail(err)
-    assert window.receipt is not None
-    receipt = window.receipt.to_dict()
+    receipt = window.receipt
+    assert receipt is not None
     if receipt_file is not None:
-        receipt_file.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+        receipt_file.write_text(json.dumps(receipt.to_dict(), indent=2, sort_keys=True) + "\n")
     if as_json:
-        emit(receipt)
+        emit(receipt.to_dict())
     else:
         render.op_receipt_line(receipt)
     raise typer.Exit(status if status >= 0 else 128 - status)

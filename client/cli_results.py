@@ -172,9 +172,9 @@ def receipt(
     if not key and seq is None:
         render.err.print("[red]error:[/] give --key or --seq")
         raise typer.Exit(EXIT_USAGE)
-    r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq)).to_dict()
+    r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
     if as_json:
-        emit(r)
+        emit(r.to_dict())
     else:
         render.receipt_line(r)
 

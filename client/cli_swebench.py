@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from jb_client.cli_common import (
@@ -16,9 +17,31 @@ from jb_client.cli_common import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from jb_client.documents import Receipt, SkippedRecord
+
+    from jouled.contracts.swebench_records import Prediction, SweBenchRecord
 
 from jouled.errors import JouledError, Kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coverage:
+    """One prediction of a run: graded (its status, the official verdict) or why not
+    (`code`, `reason`)."""
+
+    instance_id: str
+    graded: bool
+    status: str | None = None
+    resolved: bool = False
+    seq: int | None = None
+    official: str | None = None  # the contract's own verdict (SWE-bench's official one)
+    strict_agrees: bool | None = None  # whether jouled's stricter grading agrees with it
+    code: str | None = ""
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, str | bool | int | None]:
+        """The row as `jb-client swebench --json` lists it under `instances`."""
+        return asdict(self)
 
 
 def swebench(
@@ -39,14 +62,16 @@ def swebench(
     import dataclasses
     from collections import Counter
 
+    from jb_client.documents import SkippedRecord
+
     from jouled.contracts.swebench_records import load_predictions, load_records
     from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
 
     run_id = run_id or os.urandom(6).hex()
-    receipts: list[dict[str, Any]] = []
+    receipts: list[Receipt] = []
     empty: list[str] = []
     malformed: list[dict[str, str]] = []
-    declined: dict[str, dict[str, str]] = {}  # refused at submission, by instance
+    declined: list[SkippedRecord] = []  # refused at submission
 
     def skip(instance_id: str, reason: str) -> None:
         malformed.append({"instance_id": instance_id, "reason": reason})
@@ -67,12 +92,12 @@ def swebench(
                 f"not in {dataset}: {', '.join(missing[:5])}"
             )
         with connect() as c:
-            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite).to_dict()
-            for s in reg["skipped"]:
-                render.err.print(f"[yellow]skipped[/] {s['instance_id']}: {s['reason']}")
-            for n, task_id in enumerate(reg["registered"], 1):
+            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
+            for s in reg.skipped:
+                render.err.print(f"[yellow]skipped[/] {s.instance_id}: {s.reason}")
+            for n, task_id in enumerate(reg.registered, 1):
                 pred = preds[task_id.split("/", 1)[1]]
-                render.err.print(f"[{n}/{len(reg['registered'])}] {task_id}", highlight=False)
+                render.err.print(f"[{n}/{len(reg.registered)}] {task_id}", highlight=False)
                 try:
                     if pred.to_patch() is None:
                         # Graded all the same: the daemon signs it unresolved, as the
@@ -85,14 +110,18 @@ def swebench(
                         model=pred.model_name_or_path,
                         run_id=run_id,
                         idempotency_key=f"{run_id}:{task_id}",
-                    ).to_dict()
+                    )
                 except PatchError as err:
                     skip(pred.instance_id, err.message)
                     continue
                 except JouledError as err:
                     if err.code == BrokenEnvironmentError.code:
                         # Nothing signed: the environment, not the patch, failed its baseline.
-                        declined[pred.instance_id] = {"code": err.code, "reason": err.message}
+                        declined.append(
+                            SkippedRecord(
+                                instance_id=pred.instance_id, code=err.code, reason=err.message
+                            )
+                        )
                         render.err.print(
                             f"[yellow]not graded[/] {pred.instance_id}: {err.code}",
                             highlight=False,
@@ -107,31 +136,30 @@ def swebench(
                     render.receipt_line(r)
     except JouledError as err:
         fail(err)
-    resolved = sum(r["resolved"] for r in receipts)
+    resolved = sum(r.resolved for r in receipts)
     total = len(receipts)
-    skipped = [*reg["skipped"], *({"instance_id": k, **v} for k, v in declined.items())]
-    instances = _swebench_coverage(preds, records, skipped, malformed, receipts)
-    not_graded = [i for i in instances if not i["graded"]]
+    instances = _swebench_coverage(preds, records, [*reg.skipped, *declined], malformed, receipts)
+    not_graded = [i for i in instances if not i.graded]
     summary = {
         "run_id": run_id,
         "resolved": resolved,
         "submitted": len(receipts),
         "empty_patch": empty,
         "malformed": malformed,
-        "skipped": reg["skipped"],
+        "skipped": [s.to_dict() for s in reg.skipped],
         "total": total,
         # Every prediction, graded or not: the denominator that leaves nothing out.
         "predictions": len(instances),
         "not_graded": len(not_graded),
-        "not_graded_by_reason": dict(Counter(i["code"] for i in not_graded)),
-        "instances": instances,
-        "receipts": receipts,
+        "not_graded_by_reason": dict(Counter(i.code for i in not_graded)),
+        "instances": [i.to_dict() for i in instances],
+        "receipts": [r.to_dict() for r in receipts],
     }
     if as_json:
         emit(summary)
     else:
         render.swebench_coverage(instances)
-        by_reason = Counter(i["code"] for i in not_graded).most_common()
+        by_reason = Counter(i.code for i in not_graded).most_common()
         reasons = ", ".join(f"{n} {code}" for code, n in by_reason)
         render.out.print(
             f"resolved {resolved}/{len(instances)} predictions (run {run_id}); "
@@ -142,37 +170,52 @@ def swebench(
 
 
 def _swebench_coverage(
-    preds: dict[str, Any],
-    records: list[Any],
-    skipped: list[dict[str, Any]],
+    preds: dict[str, Prediction],
+    records: list[SweBenchRecord],
+    skipped: list[SkippedRecord],
     malformed: list[dict[str, str]],
-    receipts: list[dict[str, Any]],
-) -> list[dict[str, Any]]:
+    receipts: list[Receipt],
+) -> list[Coverage]:
     """One row per prediction: graded (its status, the official verdict) or why not."""
-    graded = {r["task_id"].split("/", 1)[1]: r for r in receipts}
-    refused = {s["instance_id"]: s for s in skipped}
+    graded = {r.task_id.split("/", 1)[1]: r for r in receipts}
+    refused = {s.instance_id: s for s in skipped}
     bad = {m["instance_id"]: m for m in malformed if m["instance_id"]}
     known = {r.instance_id for r in records}
     rows = []
     for iid in sorted(set(preds) | set(bad)):
-        row: dict[str, Any] = {"instance_id": iid, "graded": iid in graded}
         if iid in graded:
             r = graded[iid]
-            verdict = r.get("verdict") or {}
-            row |= {"status": r["status"], "resolved": r["resolved"], "seq": r["seq"]}
+            verdict = r.verdict or {}
             strict = verdict.get("strict") or {}
-            row |= {"official": verdict.get("status"), "strict_agrees": strict.get("agrees")}
-            row |= {"code": "", "reason": ""}
+            row = Coverage(
+                instance_id=iid,
+                graded=True,
+                status=r.status.value,
+                resolved=r.resolved,
+                seq=r.seq,
+                official=verdict.get("status"),
+                strict_agrees=strict.get("agrees"),
+            )
         elif iid not in known:
-            row |= {"code": "not-in-dataset", "reason": "no record for this instance"}
+            row = Coverage(
+                instance_id=iid,
+                graded=False,
+                code="not-in-dataset",
+                reason="no record for this instance",
+            )
         elif iid in refused:
-            row |= {"code": refused[iid].get("code", "refused"), "reason": refused[iid]["reason"]}
+            s = refused[iid]
+            # A record the daemon skipped without naming a code was refused.
+            code = "refused" if "code" in s.absent else s.code
+            row = Coverage(instance_id=iid, graded=False, code=code, reason=s.reason)
         elif iid in bad:
-            row |= {"code": "malformed-prediction", "reason": bad[iid]["reason"]}
+            row = Coverage(
+                instance_id=iid,
+                graded=False,
+                code="malformed-prediction",
+                reason=bad[iid]["reason"],
+            )
         else:
-            row |= {"code": "not-submitted", "reason": "not graded"}
-        if not row["graded"]:
-            row |= {"status": None, "resolved": False, "seq": None, "official": None}
-            row |= {"strict_agrees": None}
+            row = Coverage(instance_id=iid, graded=False, code="not-submitted", reason="not graded")
         rows.append(row)
     return rows

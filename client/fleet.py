@@ -37,6 +37,7 @@ from jb_client.documents import (
     FleetHost,
     FleetRow,
     HostCheckpoint,
+    Receipt,
     Unreachable,
 )
 from jb_client.errors import ClientError
@@ -194,20 +195,20 @@ def units_of(
 @dataclass
 class FleetRun:
     run_id: str
-    receipts: dict[str, dict[str, Any]] = field(default_factory=dict)  # by unit key
+    receipts: dict[str, Receipt] = field(default_factory=dict)  # by unit key, naming its host
     gone: dict[str, str] = field(default_factory=dict)  # host -> why it left
     retried: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
-            "receipts": list(self.receipts.values()),
+            "receipts": [r.to_dict() for r in self.receipts.values()],
             "hosts_gone": [{"host": h, "reason": r} for h, r in sorted(self.gone.items())],
             "retried": self.retried,
         }
 
 
-OnReceipt = Callable[[str, Unit, dict[str, Any]], None]
+OnReceipt = Callable[[str, Unit, Receipt], None]
 OnStart = Callable[[str, Unit], None]
 
 
@@ -233,9 +234,9 @@ class _Spread:
                     return self.queues[host].popleft()
                 self.cond.wait()
 
-    def done(self, host: str, unit: Unit, receipt: dict[str, Any]) -> None:
+    def done(self, host: str, unit: Unit, receipt: Receipt) -> None:
         with self.cond:
-            self.result.receipts[unit.key] = {**receipt, "host": host}
+            self.result.receipts[unit.key] = receipt
             self.pending -= 1
             self.cond.notify_all()
 
@@ -335,15 +336,16 @@ def run_suite(
                             rollout=unit.rollout,
                             idempotency_key=unit.key,
                             model=model,
-                        ).to_dict()
+                        )
                     except ClientError as err:
                         if err.kind != Kind.UNAVAILABLE:
                             raise
                         spread.lose(host.name, unit, err.message)
                         return
+                    receipt.set("host", host.name)  # beside the daemon's fields, in its JSON
                     spread.done(host.name, unit, receipt)
                     if on_receipt is not None:
-                        on_receipt(host.name, unit, {**receipt, "host": host.name})
+                        on_receipt(host.name, unit, receipt)
         except JouledError as err:
             spread.fail(err if host.name in err.message else _on(host, err))
 
@@ -367,12 +369,14 @@ def _not_yet_run(
                 if u.key in result.receipts:
                     continue
                 try:
-                    receipt = c.receipt(idempotency_key=u.key).to_dict()
+                    receipt = c.receipt(idempotency_key=u.key)
                 except ClientError as err:
                     if err.kind != Kind.NOT_FOUND:
                         raise _on(host, err) from None
                     continue
-                result.receipts[u.key] = {**receipt, "host": host.name, "replayed": True}
+                receipt.set("host", host.name)
+                receipt.replayed = True
+                result.receipts[u.key] = receipt
     return [u for u in units if u.key not in result.receipts]
 
 

@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 
 
 if TYPE_CHECKING:
+    from jb_client.cli_swebench import Coverage
     from jb_client.documents import BestOfKRow
     from rich.console import Console
 
-    from jouled.documents.sent import FrontierRow, Receipt
+    from jouled.documents.sent import FrontierRow, OpReceipt, Receipt
 
     out: Console
     err: Console
@@ -81,28 +82,25 @@ def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = No
 _PROMPT_MIN = 8  # the prompt column's least width, where the ids fit on one line
 
 
-def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
+def swebench_coverage(rows: Sequence[Coverage]) -> None:
     """Per prediction: graded (status, the official verdict) or why it was not."""
     t = make_table("SWE-bench predictions")
     for col in ("instance", "graded", "status", "official", "why not"):
         t.add_column(col)
     for r in rows:
-        graded = "yes" if r["graded"] else "[yellow]no[/]"
-        why = f"{r['code']}: {r['reason']}" if r.get("code") else ""
-        official = r.get("official") or "-"
-        if r.get("strict_agrees") is False:  # jouled's stricter grading came out otherwise
+        graded = "yes" if r.graded else "[yellow]no[/]"
+        why = f"{r.code}: {r.reason}" if r.code else ""
+        official = r.official or "-"
+        if r.strict_agrees is False:  # jouled's stricter grading came out otherwise
             official += " (strict differs)"
-        t.add_row(r["instance_id"], graded, r.get("status") or "-", official, why)
+        t.add_row(r.instance_id, graded, r.status or "-", official, why)
     terminal(False).print(t)
 
 
-def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
+def receipt_line(r: Receipt, lead: int = 0) -> None:
     """A receipt as one line, aligned with the others; on a terminal too narrow for it
     (after `lead` characters already printed), the verdict and tests on one line and
     the energy, rollout and sequence number indented on the next."""
-    from jouled.documents.sent import Receipt
-
-    r = Receipt.parse(document)
     grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else fmt.joules(joules / 1000, bool(grade.get("reliable")))
@@ -119,7 +117,7 @@ def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
     else:
         console.print(f"{r.task_id} [{colour}]{r.status.value}[/] {tests}")
         console.print(f"  {rest}")
-    audit_lines(r.audit)
+    audit_lines(r)
 
 
 def _rollout(r: Receipt) -> str:
@@ -136,11 +134,8 @@ def _rollout(r: Receipt) -> str:
     return f"  rollout {rollout}" if isinstance(rollout, int) else ""
 
 
-def op_receipt_line(document: dict[str, Any]) -> None:
+def op_receipt_line(r: OpReceipt) -> None:
     """An op window's receipt, on stderr: the metered command owns stdout."""
-    from jouled.documents.sent import OpReceipt
-
-    r = OpReceipt.parse(document)
     e = r.energy
     gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
     reliable = bool(e.get("reliable"))
@@ -154,8 +149,9 @@ def op_receipt_line(document: dict[str, Any]) -> None:
     )
 
 
-def audit_lines(flags: Sequence[dict[str, Any]], shown: int = 10) -> None:
+def audit_lines(r: Receipt, shown: int = 10) -> None:
     """A patch's audit flags under its receipt: evidence for a reader, not the verdict."""
+    flags = r.audit
     if not flags:
         return
     console = terminal(False)
@@ -525,11 +521,8 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         console.print(f"... {len(rows) - shown} more (see --json)", highlight=False)
 
 
-def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
+def failure_lines(r: Receipt, ids_shown: int = 20, tail_lines: int = 20) -> None:
     """Under an unresolved receipt: the failing and missing test ids, the output's tail."""
-    from jouled.documents.sent import Receipt
-
-    r = Receipt.parse(document)
     console = terminal(False)
     counted = (
         (r.tests_failed, r.tests["failed"], "failed"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jb_client import cells as fmt
 from jb_client.columns import verdict
@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from jouled.documents.sent import Receipt
 
-def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
+
+def fleet_receipt_line(host: str, r: Receipt) -> None:
     """A receipt from one host of a fleet: the host first, then the usual line."""
     terminal(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
     receipt_line(r, lead=len(host) + 1)

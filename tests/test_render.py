@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from jb_client import render
+from jb_client.documents import Receipt
 
 from tests.client.ledger import bestofk, frontier
 
@@ -66,29 +67,37 @@ def test_bestofk_table_shows_tampered(capsys: pytest.CaptureFixture[str]) -> Non
     assert [c.strip() for c in row.split("│") if c.strip()][-1] == "1"
 
 
-def receipt(audit: list[dict[str, Any]]) -> dict[str, Any]:
+def receipt(audit: list[dict[str, Any]]) -> Receipt:
     """A receipt document (docs/ledger.md, Receipts) whose entry and proof are placeholders."""
-    return {
-        "seq": 7,
-        "task_id": "s/a",
-        "patch_sha256": "0" * 64,
-        "status": "unresolved",
-        "resolved": False,
-        "tests": {"expected": 2, "passed": 0, "failed": 2, "missing": 0},
-        "energy": {},
-        "solver": "someone/agent",
-        "audit": audit,
-        "leaf_hash": "1" * 64,
-        "entry": {
+    return Receipt.parse(
+        {
             "seq": 7,
-            "payload": "",
-            "payloadType": "application/vnd.jouled.event.v1+json",
-            "signatures": [],
+            "task_id": "s/a",
+            "patch_sha256": "0" * 64,
+            "status": "unresolved",
+            "resolved": False,
+            "tests": {"expected": 2, "passed": 0, "failed": 2, "missing": 0},
+            "energy": {},
+            "solver": "someone/agent",
+            "audit": audit,
             "leaf_hash": "1" * 64,
-        },
-        "proof": {"seq": 7, "leaf_hash": "1" * 64, "tree_size": 8, "root": "2" * 64, "hashes": []},
-        "checkpoint": "",
-    }
+            "entry": {
+                "seq": 7,
+                "payload": "",
+                "payloadType": "application/vnd.jouled.event.v1+json",
+                "signatures": [],
+                "leaf_hash": "1" * 64,
+            },
+            "proof": {
+                "seq": 7,
+                "leaf_hash": "1" * 64,
+                "tree_size": 8,
+                "root": "2" * 64,
+                "hashes": [],
+            },
+            "checkpoint": "",
+        }
+    )
 
 
 def test_receipt_lists_audit_flags(capsys: pytest.CaptureFixture[str]) -> None:
