@@ -33,9 +33,9 @@ from jouled.limits import ROLLOUT_MAX
 
 def tasks(suite: Suite = "", as_json: Json = False) -> None:
     """List the tasks the daemon grades."""
-    found = [t.to_dict() for t in ask(lambda c: c.tasks(suite))]
+    found = ask(lambda c: c.tasks(suite))
     if as_json:
-        emit({"tasks": found})
+        emit({"tasks": [t.to_dict() for t in found]})
     else:
         render.tasks_table(found)
 
@@ -53,15 +53,15 @@ def fetch(
     """Fetch a task's prompt and pristine buggy tree to work on."""
     try:
         with connect() as c:
-            meta = c.task(task).to_dict()
+            meta = c.task(task)
             written = c.fetch(task, out, force=force)
-        (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
+        (out / "PROMPT.md").write_text(meta.prompt + "\n", encoding="utf-8")
     except OSError as err:
         fail(UsageError(f"cannot write {out / 'PROMPT.md'}: {err.strerror}"))
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"task": meta, "files": written, "out": str(out)})
+        emit({"task": meta.to_dict(), "files": written, "out": str(out)})
     else:
         render.err.print(f"{task}: {len(written)} files in {out} (prompt in PROMPT.md)")
 
@@ -155,7 +155,7 @@ def run(
     receipts: list[Receipt] = []
     try:
         with connect() as c:
-            found = [t.to_dict() for t in c.tasks(suite)]
+            found = c.tasks(suite)
             if not found:
                 render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
                 raise typer.Exit(EXIT_USAGE)
@@ -166,12 +166,12 @@ def run(
                     for t in found:
                         n += 1
                         render.err.print(
-                            f"[{n}/{total}] {solver} r{rollout} {t['task_id']}", highlight=False
+                            f"[{n}/{total}] {solver} r{rollout} {t.task_id}", highlight=False
                         )
                         # The key makes a re-run of the same run id resume, not duplicate.
-                        key = f"{run_id}:{solver}:{model}:{rollout}:{t['task_id']}"
+                        key = f"{run_id}:{solver}:{model}:{rollout}:{t.task_id}"
                         r = c.run_solver(
-                            t["task_id"],
+                            t.task_id,
                             solver,
                             run_id=run_id,
                             rollout=rollout,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from jb_client.cli_swebench import Coverage
     from jb_client.documents import BestOfKRow
+    from jb_client.taskinfo import TaskInfo
     from rich.console import Console
 
     from jouled.documents.sent import FrontierRow, OpReceipt, Receipt
@@ -49,7 +50,7 @@ def make_table(title: str, **kwargs: Any) -> Table:
     return Table(title=title, **kwargs)
 
 
-def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = None) -> None:
+def tasks_table(tasks: Sequence[TaskInfo], *, console: Console | None = None) -> None:
     """One line a task, its id whole (what a reader copies into `fetch` or `submit`), the
     prompt's first line cut to the width left; an id too long for the terminal beside
     the other columns folds onto more lines, never cut."""
@@ -57,11 +58,9 @@ def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = No
     table = make_table(f"{len(tasks)} tasks")
     rows = []
     for t in tasks:
-        first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
-        hidden = str(t.get("hidden_files") or "-")
-        rows.append(
-            (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first)
-        )
+        first = t.prompt.strip().splitlines()[0] if t.prompt.strip() else ""
+        hidden = str(t.hidden_files or "-")
+        rows.append((t.task_id, t.kind, t.digest[:12], f"{t.timeout_s}s", hidden, first))
     headers = ("task", "kind", "digest", "timeout", "hidden")
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
     # Each column takes its text, a space either side and a rule: 3 more; one rule closes.

@@ -9,7 +9,7 @@ import pytest
 from jb_client import render
 from jb_client.documents import Receipt
 
-from tests.client.ledger import bestofk, frontier
+from tests.client.ledger import bestofk, frontier, task
 
 
 @pytest.fixture(autouse=True)
@@ -122,8 +122,10 @@ def test_truncated_audit_is_marked(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_tasks_table_shows_the_hidden_count(capsys: pytest.CaptureFixture[str]) -> None:
-    task = {"task_id": "s/a", "kind": "local", "digest": "ab" * 32, "timeout_s": 60}
-    render.tasks_table([{**task, "prompt": "fix it", "hidden_files": 2}])
+    t = task(
+        task_id="s/a", kind="local", digest="ab" * 32, timeout_s=60, prompt="fix it", hidden_files=2
+    )
+    render.tasks_table([t])
     out = capsys.readouterr().out
     assert "hidden" in out
     row = next(line for line in out.splitlines() if "s/a" in line)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jb_client.documents import BestOfKRow, FrontierRow
+from jb_client.taskinfo import TaskInfo
 
 from jouled.best_of_k import best_of_k
 from jouled.frontier import frontier_rows
@@ -140,3 +141,18 @@ def frontier(results: Iterable[Mapping[str, Any]], **options: Any) -> list[Front
 def bestofk(results: Iterable[Mapping[str, Any]], **options: Any) -> list[BestOfKRow]:
     """Best-of-k of result bodies (`best_of_k`), a `BestOfKRow` each."""
     return [BestOfKRow.parse(r) for r in best_of_k(results, **options)]
+
+
+def task(**fields: Any) -> TaskInfo:
+    """A task as ListTasks answers it, with `fields`; the ones not given are empty."""
+    empty: dict[str, Any] = {
+        "suite": "",
+        "name": "",
+        "test_cmd": [],
+        "test_files": [],
+        "fail_to_pass": [],
+        "pass_to_pass": [],
+        "source": "",
+        "license": "",
+    }
+    return TaskInfo(**{**empty, **fields})

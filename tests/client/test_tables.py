@@ -10,7 +10,7 @@ from jb_client import meter_text, render, render_fleet
 from jb_client.documents import FleetFrontier
 from rich.console import Console
 
-from tests.client.ledger import bestofk, frontier, hostile_ledger, result
+from tests.client.ledger import bestofk, frontier, hostile_ledger, result, task
 
 
 def bodies() -> list[dict[str, Any]]:
@@ -334,16 +334,16 @@ def test_wide_bestofk_on_a_narrow_terminal_keeps_every_column_readable() -> None
 @pytest.mark.parametrize("width", [80, 100])
 def test_tasks_table_never_cuts_an_id(width: int) -> None:
     long_id = "a-suite-with-a-long-name/a-task-whose-id-runs-on-and-on-past-the-column"
-    task = {
-        "task_id": long_id,
-        "kind": "python",
-        "digest": "0123456789abcdef" * 4,
-        "timeout_s": 600,
-        "hidden_files": 3,
-        "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
-    }
+    t = task(
+        task_id=long_id,
+        kind="python",
+        digest="0123456789abcdef" * 4,
+        timeout_s=600,
+        hidden_files=3,
+        prompt="Fix the parser so that it accepts nested brackets. " * 4,
+    )
     c, buf = console(width)
-    render.tasks_table([task], console=c)
+    render.tasks_table([t], console=c)
     assert max(len(line) for line in lines(buf)) <= width
     assert long_id in column_text(buf, "task", "kind")
     assert "0123456789ab" in buf.getvalue()  # the digest's 12 characters, whole
@@ -353,14 +353,14 @@ def test_tasks_table_never_cuts_an_id(width: int) -> None:
 def test_tasks_whose_ids_fit_take_one_line_each(width: int) -> None:
     """An id a reader copies stays on one line; the prompt gives way, cut with an ellipsis."""
     tasks = [
-        {
-            "task_id": f"smoke/a-task-number-{n}",
-            "kind": "local",
-            "digest": "0123456789abcdef" * 4,
-            "timeout_s": 60,
-            "hidden_files": 0,
-            "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
-        }
+        task(
+            task_id=f"smoke/a-task-number-{n}",
+            kind="local",
+            digest="0123456789abcdef" * 4,
+            timeout_s=60,
+            hidden_files=0,
+            prompt="Fix the parser so that it accepts nested brackets. " * 4,
+        )
         for n in range(3)
     ]
     c, buf = console(width)
