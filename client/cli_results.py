@@ -154,11 +154,11 @@ def logs(
     Each text is checked against the hash its result signs; one that is absent or
     changed is shown as missing, never as the signed text.
     """
-    doc = ask(lambda c: c.logs(seq)).to_dict()
+    logs_doc = ask(lambda c: c.logs(seq))
     if as_json:
-        emit(doc)
+        emit(logs_doc.to_dict())
     else:
-        render.logs_report(doc)
+        render.logs_report(logs_doc)
 
 
 def receipt(
@@ -181,13 +181,13 @@ def receipt(
 
 def keys(as_json: Json = False) -> None:
     """The daemon's public signing keys and key ids (pin them out of band to verify)."""
-    doc = ask(lambda c: c.public_keys()).to_dict()
+    found = ask(lambda c: c.public_keys())
     if as_json:
-        emit(doc)
+        emit(found.to_dict())
     else:
-        for k in doc["keys"]:
-            render.out.print(f"{k['status']:8} {k['keyid']}", highlight=False)
-            sys.stdout.write(k["pem"])
+        for k in found.keys:
+            render.out.print(f"{k.status:8} {k.keyid}", highlight=False)
+            sys.stdout.write(k.pem)
 
 
 def bestofk(suite: Suite = "", wide: Wide = None, as_json: Json = False) -> None:

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from jb_client.cli_swebench import Coverage
-    from jb_client.documents import BestOfKRow
+    from jb_client.documents import BestOfKRow, Logs, MeterStatus
     from jb_client.taskinfo import TaskInfo
     from rich.console import Console
 
+    from jouled.documents.base import Document
     from jouled.documents.sent import FrontierRow, OpReceipt, Receipt
 
     out: Console
@@ -403,7 +404,7 @@ def _bestofk_compact(rows: Sequence[BestOfKRow]) -> Table:
     return table
 
 
-def meter_table(status: dict[str, Any], *, console: Console | None = None) -> None:
+def meter_table(status: MeterStatus, *, console: Console | None = None) -> None:
     """The meter's status as one line per fact, then one row per metered zone
     (`ZONE_COLUMNS`): nested figures are spelled out, never printed as dicts, no
     host path is shown (`--json` has them), and long values fold to the
@@ -427,12 +428,13 @@ def meter_table(status: dict[str, Any], *, console: Console | None = None) -> No
         console.print(zones)
 
 
-def kv(title: str, data: dict[str, Any]) -> None:
-    """A two-column table; nested fields get a row each, named by their path."""
+def kv(title: str, doc: Document, **shown: object) -> None:
+    """A document as a two-column table; nested fields get a row each, named by their
+    path. `shown` puts another value in a field's row (a list's length, say)."""
     table = make_table(title, show_header=False)
     table.add_column("key")
     table.add_column("value")
-    for k, v in _flat(data):
+    for k, v in _flat({**doc.to_dict(), **shown}):
         table.add_row(k, v)
     terminal(False).print(table)
 
@@ -548,15 +550,15 @@ def failure_lines(r: Receipt, ids_shown: int = 20, tail_lines: int = 20) -> None
             console.print(f"    {line}", highlight=False, markup=False)
 
 
-def logs_report(doc: dict[str, Any]) -> None:
+def logs_report(logs: Logs) -> None:
     """A result's captured runs and test ids: each run's signed hash, status and text."""
     console = terminal(False)
     console.print(
-        f"seq {doc['seq']} {doc['task_id']} {doc['status']} (attempt {doc['attempt_id']})",
+        f"seq {logs.seq} {logs.task_id} {logs.status} (attempt {logs.attempt_id})",
         highlight=False,
     )
-    for key, label in (("tests_failed", "failed"), ("tests_missing", "missing")):
-        item = doc.get(key) or {}
+    for ids, label in ((logs.tests_failed, "failed"), (logs.tests_missing, "missing")):
+        item = ids or {}
         if not item.get("count"):
             continue
         note = " [red]missing: not the signed list[/]" if item.get("status") == "missing" else ""
@@ -565,9 +567,9 @@ def logs_report(doc: dict[str, Any]) -> None:
             console.print(test_id, highlight=False, markup=False)
         if item.get("clipped"):
             console.print("... clipped: the answer's size bound was reached", highlight=False)
-    if doc.get("withheld"):
-        console.print(f"withheld: {doc['withheld']}", highlight=False, markup=False)
-    for phase, run in doc.get("runs", {}).items():
+    if logs.withheld:
+        console.print(f"withheld: {logs.withheld}", highlight=False, markup=False)
+    for phase, run in logs.runs.items():
         status = run["status"]
         if status == "withheld":
             console.print(f"== {phase}: withheld", highlight=False)

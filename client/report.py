@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from jb_client import plot
 from jb_client.api import checkpoint_history_path
 from jb_client.columns import FRONTIER, Column
-from jb_client.documents import BestOfKRow
+from jb_client.documents import BestOfKRow, MeterStatus
 from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
@@ -64,7 +64,7 @@ class ReportData:
     ops: list[Entry] = field(default_factory=list)
     calibrations: list[Entry] = field(default_factory=list)
     entries: int = 0
-    meter: dict[str, Any] | None = None
+    meter: MeterStatus | None = None
     checkpoint: dict[str, Any] | None = None
     export_name: str = "ledger.jsonl"
 
@@ -112,7 +112,7 @@ def from_entries(
     axis: str = "joules",
     rows: list[FrontierRow] | None = None,
     best: list[BestOfKRow] | None = None,
-    meter: dict[str, Any] | None = None,
+    meter: MeterStatus | None = None,
     checkpoint: dict[str, Any] | None = None,
     export_name: str = "ledger.jsonl",
 ) -> ReportData:
@@ -178,7 +178,7 @@ def from_daemon(client: Client, *, suite: str = "", axis: str = "joules") -> Rep
         axis=axis,
         rows=client.frontier(suite, axis).rows,
         best=client.best_of_k(suite).rows,
-        meter=client.meter().to_dict(),
+        meter=client.meter(),
         checkpoint=checkpoint,
     )
 

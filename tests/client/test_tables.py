@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from jb_client import meter_text, render, render_fleet
-from jb_client.documents import FleetFrontier
+from jb_client.documents import Calibration, FleetFrontier, MeterStatus
 from rich.console import Console
 
 from tests.client.ledger import bestofk, frontier, hostile_ledger, result, task
@@ -202,7 +202,7 @@ METER = {
 
 def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
     c, buf = console(80)
-    render.meter_table(METER, console=c)
+    render.meter_table(MeterStatus.parse(METER), console=c)
     text = buf.getvalue()
     assert max(len(line) for line in lines(buf)) <= 80
     assert "idle package-0" in text and "4.100 W ± 0.120 W" in text
@@ -212,12 +212,16 @@ def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
 
 def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixture[str]) -> None:
     render.terminal.cache_clear()
-    calibration = {
-        "seq": 3,
-        "source": "rapl",
-        "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
-        "warnings": [],
-    }
+    calibration = Calibration.parse(
+        {
+            "seq": 3,
+            "time": "2026-01-01T00:00:10.000Z",
+            "source": "rapl",
+            "seconds": 10,
+            "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
+            "warnings": [],
+        }
+    )
     render.kv("calibration (ledger entry 3)", calibration)
     out = capsys.readouterr().out
     render.terminal.cache_clear()
@@ -227,10 +231,10 @@ def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixtur
 
 def test_meter_prints_a_zone_table_without_host_paths() -> None:
     c, buf = console(80)
-    render.meter_table(METER, console=c)
+    render.meter_table(MeterStatus.parse(METER), console=c)
     assert max(len(line) for line in lines(buf)) <= 80
     c, buf = console(160)
-    render.meter_table(METER, console=c)
+    render.meter_table(MeterStatus.parse(METER), console=c)
     text = buf.getvalue()
     assert "/sys" not in text and "{" not in text
     for column in meter_text.ZONE_COLUMNS:
@@ -244,7 +248,7 @@ def test_meter_prints_a_zone_table_without_host_paths() -> None:
 
 
 def test_the_reports_meter_lines_carry_the_zones_without_host_paths() -> None:
-    lines = dict(meter_text.meter_lines(METER))
+    lines = dict(meter_text.meter_lines(MeterStatus.parse(METER)))
     assert "zone package-0 (intel-rapl:0)" in lines
     assert "range 262,143.3 J" in lines["zone package-0 (intel-rapl:0)"]
     assert not any("/sys" in v for v in lines.values())
