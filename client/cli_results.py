@@ -235,7 +235,7 @@ def report(
         "entries": data.entries,
         "results": len(data.results),
         "frontier_rows": len(data.frontier),
-        "checkpoint_size": (data.checkpoint or {}).get("size"),
+        "checkpoint_size": data.checkpoint_size,
     }
     if as_json:
         emit(summary)

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from jb_client import plot
 from jb_client.api import checkpoint_history_path
 from jb_client.columns import FRONTIER, Column
-from jb_client.documents import BestOfKRow, MeterStatus
+from jb_client.documents import BestOfKRow, Checkpoint, MeterStatus
 from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
 from jouled.best_of_k import best_of_k
+from jouled.documents.bodies import Payload
 from jouled.documents.sent import ExportRecord, FrontierRow
 from jouled.errors import DocumentError, UsageError
 from jouled.frontier_attempts import suite_of
@@ -41,14 +42,6 @@ if TYPE_CHECKING:
     from jb_client.api import Client
 
 PHASES = ("baseline", "seed", "apply", "solve", "grade")
-
-
-@dataclass(frozen=True)
-class Entry:
-    seq: int
-    kind: str
-    time: str
-    body: dict[str, Any]
 
 
 @dataclass
@@ -60,19 +53,24 @@ class ReportData:
     axis: str
     frontier: list[FrontierRow]
     best_of_k: list[BestOfKRow]
-    results: list[Entry]
-    ops: list[Entry] = field(default_factory=list)
-    calibrations: list[Entry] = field(default_factory=list)
+    results: list[Payload]
+    ops: list[Payload] = field(default_factory=list)
+    calibrations: list[Payload] = field(default_factory=list)
     entries: int = 0
     meter: MeterStatus | None = None
-    checkpoint: dict[str, Any] | None = None
+    # A str: the newest note, which does not read as a checkpoint (shown as it is).
+    checkpoint: Checkpoint | str | None = None
     export_name: str = "ledger.jsonl"
+
+    @property
+    def checkpoint_size(self) -> int | None:
+        return self.checkpoint.size if isinstance(self.checkpoint, Checkpoint) else None
 
 
 # -- reading ---------------------------------------------------------------------------
 
 
-def parse_lines(lines: Iterable[str], where: str = "export") -> list[Entry]:
+def parse_lines(lines: Iterable[str], where: str = "export") -> list[Payload]:
     """The entries of export lines (payloads read, signatures not checked)."""
     entries = []
     for n, line in enumerate(lines, 1):
@@ -86,18 +84,19 @@ def parse_lines(lines: Iterable[str], where: str = "export") -> list[Entry]:
                 f"{err.message if isinstance(err, DocumentError) else err}",
                 hint="give a file written by `jb-client export`",
             ) from None
-        entries.append(Entry(payload.seq, payload.kind.value, payload.time, payload.body))
+        entries.append(payload)
     return entries
 
 
-def parse_note(note: str) -> dict[str, Any]:
-    """Origin, size and root (hex) of a signed checkpoint note, with the note itself."""
+def parse_note(note: str) -> Checkpoint | str:
+    """The checkpoint a signed note names (origin, size, root in hex, and the note), or
+    the note itself where it does not read as one."""
     lines = note.split("\n")
     try:
         origin, size, root = lines[0], int(lines[1]), base64.b64decode(lines[2]).hex()
     except (IndexError, ValueError, binascii.Error):
-        return {"note": note}
-    return {"origin": origin, "size": size, "root": root, "note": note}
+        return note
+    return Checkpoint(origin=origin, size=size, root=root, note=note)
 
 
 def _in_suite(body: Mapping[str, Any], suite: str) -> bool:
@@ -105,7 +104,7 @@ def _in_suite(body: Mapping[str, Any], suite: str) -> bool:
 
 
 def from_entries(
-    entries: Sequence[Entry],
+    entries: Sequence[Payload],
     *,
     source: str,
     suite: str = "",
@@ -113,7 +112,7 @@ def from_entries(
     rows: list[FrontierRow] | None = None,
     best: list[BestOfKRow] | None = None,
     meter: MeterStatus | None = None,
-    checkpoint: dict[str, Any] | None = None,
+    checkpoint: Checkpoint | str | None = None,
     export_name: str = "ledger.jsonl",
 ) -> ReportData:
     """A report over ledger entries; the frontier and best-of-k are computed from them
@@ -150,7 +149,7 @@ def from_export(path: Path, *, suite: str = "", axis: str = "joules") -> ReportD
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read {path}: {err}") from None
     entries = parse_lines(text.splitlines(), str(path))
-    checkpoint = None
+    checkpoint: Checkpoint | str | None = None
     history = checkpoint_history_path(path)
     if history.is_file():
         notes = [json.loads(line)["note"] for line in history.read_text().splitlines() if line]
@@ -170,7 +169,7 @@ def from_daemon(client: Client, *, suite: str = "", axis: str = "joules") -> Rep
     """Frontier, best-of-k, meter status and checkpoint from the daemon; the per-attempt
     rows from its export stream."""
     lines = [value for kind, value in client.export_stream() if kind == "entry"]
-    checkpoint = client.checkpoint().to_dict()
+    checkpoint = client.checkpoint()
     return from_entries(
         parse_lines(lines, "the daemon's export"),
         source=f"daemon at {client.target}",
@@ -331,7 +330,7 @@ def _window(w: Any) -> str:
     return f'<span title="{esc(reasons)}">{esc(text)}</span>' if reasons else esc(text)
 
 
-def _results_table(results: Sequence[Entry]) -> str:
+def _results_table(results: Sequence[Payload]) -> str:
     phases = [p for p in PHASES if any(p in (e.body.get("energy") or {}) for e in results)]
     head = [
         "seq",
@@ -377,7 +376,7 @@ def _results_table(results: Sequence[Entry]) -> str:
     return _table(head, body, "results")
 
 
-def _ops_table(ops: Sequence[Entry]) -> str:
+def _ops_table(ops: Sequence[Payload]) -> str:
     head = ("seq", "label", "task", "agent", "run", "rollout", "J marginal", "wall s", "end")
     body = []
     for e in ops:
@@ -445,7 +444,7 @@ def _calibration_section(data: ReportData) -> str:
     return "".join(parts)
 
 
-def _provenance_section(results: Sequence[Entry]) -> str:
+def _provenance_section(results: Sequence[Payload]) -> str:
     keys = ("jouled", "python", "pytest", "host", "kernel", "cpu", "meter", "sandbox")
     seen: Counter[tuple[str, ...]] = Counter()
     for e in results:
@@ -473,9 +472,11 @@ def _checkpoint_section(data: ReportData) -> str:
     )
     if cp is None:
         head = "<p>No checkpoint came with this data.</p>"
+    elif isinstance(cp, str):
+        head = _kv([]) + f"<pre class=note>{esc(cp)}</pre>"
     else:
-        facts = [(k, str(cp[k])) for k in ("origin", "size", "root") if k in cp]
-        head = _kv(facts) + f"<pre class=note>{esc(cp.get('note', ''))}</pre>"
+        facts = [("origin", cp.origin), ("size", str(cp.size)), ("root", cp.root)]
+        head = _kv(facts) + f"<pre class=note>{esc(cp.note)}</pre>"
     return (
         head + "<p>This page reads the entries' payloads; it checks no signature. To check "
         "that the ledger is the one this checkpoint signs (every signature, the chain, the "
