@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,31 +16,9 @@ from jb_client.cli_common import (
 )
 
 if TYPE_CHECKING:
-    from jb_client.documents import Receipt, SkippedRecord
-
-    from jouled.contracts.swebench_records import Prediction, SweBenchRecord
+    from jb_client.documents import Receipt
 
 from jouled.errors import JouledError, Kind
-
-
-@dataclass(frozen=True, kw_only=True)
-class Coverage:
-    """One prediction of a run: graded (its status, the official verdict) or why not
-    (`code`, `reason`)."""
-
-    instance_id: str
-    graded: bool
-    status: str | None = None
-    resolved: bool = False
-    seq: int | None = None
-    official: str | None = None  # the contract's own verdict (SWE-bench's official one)
-    strict_agrees: bool | None = None  # whether jouled's stricter grading agrees with it
-    code: str | None = ""
-    reason: str = ""
-
-    def to_dict(self) -> dict[str, str | bool | int | None]:
-        """The row as `jb-client swebench --json` lists it under `instances`."""
-        return asdict(self)
 
 
 def swebench(
@@ -63,6 +40,7 @@ def swebench(
     from collections import Counter
 
     from jb_client.documents import SkippedRecord
+    from jb_client.swebench_coverage import coverage
 
     from jouled.contracts.swebench_records import load_predictions, load_records
     from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
@@ -138,7 +116,7 @@ def swebench(
         fail(err)
     resolved = sum(r.resolved for r in receipts)
     total = len(receipts)
-    instances = _swebench_coverage(preds, records, [*reg.skipped, *declined], malformed, receipts)
+    instances = coverage(preds, records, [*reg.skipped, *declined], malformed, receipts)
     not_graded = [i for i in instances if not i.graded]
     summary = {
         "run_id": run_id,
@@ -167,55 +145,3 @@ def swebench(
             + (f" ({reasons}), counted unresolved" if not_graded else "")
             + f"; {len(empty)} empty patches"
         )
-
-
-def _swebench_coverage(
-    preds: dict[str, Prediction],
-    records: list[SweBenchRecord],
-    skipped: list[SkippedRecord],
-    malformed: list[dict[str, str]],
-    receipts: list[Receipt],
-) -> list[Coverage]:
-    """One row per prediction: graded (its status, the official verdict) or why not."""
-    graded = {r.task_id.split("/", 1)[1]: r for r in receipts}
-    refused = {s.instance_id: s for s in skipped}
-    bad = {m["instance_id"]: m for m in malformed if m["instance_id"]}
-    known = {r.instance_id for r in records}
-    rows = []
-    for iid in sorted(set(preds) | set(bad)):
-        if iid in graded:
-            r = graded[iid]
-            verdict = r.verdict or {}
-            strict = verdict.get("strict") or {}
-            row = Coverage(
-                instance_id=iid,
-                graded=True,
-                status=r.status.value,
-                resolved=r.resolved,
-                seq=r.seq,
-                official=verdict.get("status"),
-                strict_agrees=strict.get("agrees"),
-            )
-        elif iid not in known:
-            row = Coverage(
-                instance_id=iid,
-                graded=False,
-                code="not-in-dataset",
-                reason="no record for this instance",
-            )
-        elif iid in refused:
-            s = refused[iid]
-            # A record the daemon skipped without naming a code was refused.
-            code = "refused" if "code" in s.absent else s.code
-            row = Coverage(instance_id=iid, graded=False, code=code, reason=s.reason)
-        elif iid in bad:
-            row = Coverage(
-                instance_id=iid,
-                graded=False,
-                code="malformed-prediction",
-                reason=bad[iid]["reason"],
-            )
-        else:
-            row = Coverage(instance_id=iid, graded=False, code="not-submitted", reason="not graded")
-        rows.append(row)
-    return rows

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 
 if TYPE_CHECKING:
-    from jb_client.cli_swebench import Coverage
     from jb_client.documents import BestOfKRow, Logs, MeterStatus
+    from jb_client.swebench_coverage import Coverage
     from jb_client.taskinfo import TaskInfo
     from rich.console import Console
 
