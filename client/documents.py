@@ -3,7 +3,8 @@
 They are `jouled.documents`' classes where the daemon already has one (`Receipt`,
 `OpReceipt`, `FrontierRow`, `CalibrationBody`), and small ones of the same kind
 for the other answers (`TaskInfo`, built from the protobuf message, is in
-`jb_client.taskinfo`). Every field is read and checked when the answer arrives;
+`jb_client.taskinfo`); `FleetFrontier` and `FleetExport` are what `jb_client.fleet`
+returns for a fleet. Every field is read and checked when the answer arrives;
 `to_dict()` gives back exactly the JSON object the daemon sent (the one
 `jb-client ... --json` prints), unknown fields included. Energy figures are in
 joules, as floats, through `Energy` (`receipt.joules["grade"].gross_j`); the raw
