@@ -3,13 +3,16 @@ names (`render` lays the tables out)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jb_client.columns import Column, revision
+from jb_client.columns import Column
 
 if TYPE_CHECKING:
+    from jb_client.documents import BestOfKRow, FleetRow
     from rich.text import Text
+
+    from jouled.documents.sent import FrontierRow
 
 
 def joules(value: float | None, reliable: bool = True) -> str:
@@ -21,30 +24,30 @@ def joules(value: float | None, reliable: bool = True) -> str:
     return text if reliable else f"~{text}"
 
 
-def usd(r: dict[str, Any]) -> str:
+def usd(r: FrontierRow) -> str:
     """Claimed dollars, with the share of attempts that claimed them when not all did."""
-    total, share = r.get("usd_total"), r.get("usd_claimed_share")
+    total, share = r.usd_total, r.usd_claimed_share
     if total is None:
         return "-"  # nothing claimed: unknown, never $0
     text = f"{float(total):.4f}"
     return text if share is None or share >= 1 else f"{text} ({pct(share)})"
 
 
-def usd_cumulative(r: dict[str, Any]) -> str:
+def usd_cumulative(r: BestOfKRow) -> str:
     """Best-of-k's claimed dollars: "-" when none of the first k claimed, as in `_usd`."""
-    total = r.get("usd_cumulative")
+    total = r.usd_cumulative
     return "-" if total is None else f"{float(total):.4f}"
 
 
-def revised(rows: Sequence[dict[str, Any]]) -> bool:
-    return any(r.get("revision", 0) != 0 for r in rows)
+def revised(rows: Sequence[FrontierRow]) -> bool:
+    return any(r.revision != 0 for r in rows)
 
 
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def frontier_cell(col: Column, r: Mapping[str, Any]) -> str:
+def frontier_cell(col: Column, r: FrontierRow) -> str:
     """One frontier cell as the terminal shows it."""
     value = col.value(r)
     if col.kind == "pct":
@@ -60,26 +63,28 @@ def frontier_cell(col: Column, r: Mapping[str, Any]) -> str:
     return str(value)
 
 
-def name_cell(r: dict[str, Any], suites: int, revised: bool = False) -> Text:
+def name_cell(r: FrontierRow | BestOfKRow | FleetRow, suites: int, revision: str = "") -> Text:
+    """Suite (when there are several), solver and model; then `revision`, when given
+    (`columns.revision`: the tasks' revision the row graded)."""
     from rich.text import Text
 
     # Text, not markup: names come from results.
-    cell = Text(f"{r['suite']}/" if suites > 1 else "", style="dim")
-    cell.append(str(r["solver"]))
-    if r.get("model"):
-        cell.append(f" {r['model']}", style="dim")
-    if revised:
-        cell.append(f" {revision(r)}", style="dim")
+    cell = Text(f"{r.suite}/" if suites > 1 else "", style="dim")
+    cell.append(str(r.solver))
+    if r.model:
+        cell.append(f" {r.model}", style="dim")
+    if revision:
+        cell.append(f" {revision}", style="dim")
     return cell
 
 
-def ci(r: dict[str, Any]) -> str:
-    return f"{100 * r['ci_low']:.0f}-{100 * r['ci_high']:.0f}"
+def ci(r: FrontierRow) -> str:
+    return f"{100 * r.ci_low:.0f}-{100 * r.ci_high:.0f}"
 
 
-def weak(r: dict[str, Any]) -> bool:
+def weak(r: FrontierRow) -> bool:
     """Whether the row's successes were graded below the integrity monitor."""
-    return r.get("integrity") not in (None, "monitor")
+    return r.integrity not in (None, "monitor")
 
 
 def num(value: float | None, unit: str = "") -> str:

@@ -23,7 +23,7 @@ from jb_client.cli_common import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from jb_client.documents import Receipt
 
 from jb_client.cli_fleet import fleet_run, is_fleet
 
@@ -33,9 +33,9 @@ from jouled.limits import ROLLOUT_MAX
 
 def tasks(suite: Suite = "", as_json: Json = False) -> None:
     """List the tasks the daemon grades."""
-    found = [t.to_dict() for t in ask(lambda c: c.tasks(suite))]
+    found = ask(lambda c: c.tasks(suite))
     if as_json:
-        emit({"tasks": found})
+        emit({"tasks": [t.to_dict() for t in found]})
     else:
         render.tasks_table(found)
 
@@ -53,15 +53,15 @@ def fetch(
     """Fetch a task's prompt and pristine buggy tree to work on."""
     try:
         with connect() as c:
-            meta = c.task(task).to_dict()
+            meta = c.task(task)
             written = c.fetch(task, out, force=force)
-        (out / "PROMPT.md").write_text(meta["prompt"] + "\n", encoding="utf-8")
+        (out / "PROMPT.md").write_text(meta.prompt + "\n", encoding="utf-8")
     except OSError as err:
         fail(UsageError(f"cannot write {out / 'PROMPT.md'}: {err.strerror}"))
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"task": meta, "files": written, "out": str(out)})
+        emit({"task": meta.to_dict(), "files": written, "out": str(out)})
     else:
         render.err.print(f"{task}: {len(written)} files in {out} (prompt in PROMPT.md)")
 
@@ -118,14 +118,14 @@ def submit(
                 claimed=claimed,
                 idempotency_key=idempotency_key,
                 progress=progress,
-            ).to_dict()
+            )
     except JouledError as err:
         fail(err)
     if as_json:
-        emit(receipt)
+        emit(receipt.to_dict())
     else:
         render.receipt_line(receipt)
-        if not receipt["resolved"]:
+        if not receipt.resolved:
             render.failure_lines(receipt)
 
 
@@ -152,10 +152,10 @@ def run(
         return fleet_run(suite, solvers, rollouts, run_id, model, as_json)
     run_id = run_id or os.urandom(6).hex()
     names = [s.strip() for s in solvers.split(",") if s.strip()]
-    receipts = []
+    receipts: list[Receipt] = []
     try:
         with connect() as c:
-            found = [t.to_dict() for t in c.tasks(suite)]
+            found = c.tasks(suite)
             if not found:
                 render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
                 raise typer.Exit(EXIT_USAGE)
@@ -166,25 +166,31 @@ def run(
                     for t in found:
                         n += 1
                         render.err.print(
-                            f"[{n}/{total}] {solver} r{rollout} {t['task_id']}", highlight=False
+                            f"[{n}/{total}] {solver} r{rollout} {t.task_id}", highlight=False
                         )
                         # The key makes a re-run of the same run id resume, not duplicate.
-                        key = f"{run_id}:{solver}:{model}:{rollout}:{t['task_id']}"
+                        key = f"{run_id}:{solver}:{model}:{rollout}:{t.task_id}"
                         r = c.run_solver(
-                            t["task_id"],
+                            t.task_id,
                             solver,
                             run_id=run_id,
                             rollout=rollout,
                             idempotency_key=key,
                             model=model,
-                        ).to_dict()
+                        )
                         receipts.append(r)
                         if not as_json:
                             render.receipt_line(r)
-            rows = c.frontier(suite).to_dict()["rows"]
+            rows = c.frontier(suite).rows
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"run_id": run_id, "receipts": receipts, "frontier": rows})
+        emit(
+            {
+                "run_id": run_id,
+                "receipts": [r.to_dict() for r in receipts],
+                "frontier": [r.to_dict() for r in rows],
+            }
+        )
     else:
         render.frontier_table(rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jb_client.cli_common import (
     emit,
@@ -16,6 +16,7 @@ from jb_client.cli_common import (
 if TYPE_CHECKING:
     from jb_client import fleet, render_fleet
     from jb_client.api import Client
+    from jb_client.documents import Receipt
 else:
     from jb_client.later import Later
 
@@ -71,7 +72,7 @@ def fleet_run(
             f"{host}: {unit.solver} r{unit.rollout} {unit.task_id}", highlight=False, markup=False
         )
 
-    def done(host: str, unit: fleet.Unit, receipt: dict[str, Any]) -> None:
+    def done(host: str, unit: fleet.Unit, receipt: Receipt) -> None:
         if not as_json:
             render_fleet.fleet_receipt_line(host, receipt)
 
@@ -99,7 +100,7 @@ def fleet_run(
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({**result.to_json(), "frontier": merged})
+        emit({**result.to_json(), "frontier": merged.to_dict()})
     else:
         render_fleet.fleet_frontier_table(merged)
 
@@ -136,7 +137,7 @@ def fleet_frontier(
             emit({"ok": False, "error": err.message})
         fail(err)
     if as_json:
-        emit(merged)
+        emit(merged.to_dict())
     else:
         render_fleet.fleet_frontier_table(merged)
 
@@ -149,14 +150,14 @@ def fleet_export(out: Path, as_json: bool) -> None:
     except JouledError as err:
         fail(err)
     if as_json:
-        emit(manifest)
+        emit(manifest.to_dict())
         return
-    for h in manifest["hosts"]:
+    for h in manifest.hosts:
         render.err.print(
-            f"{h['host']}: {h['entries']} entries -> {out / h['file']} (key "
-            f"{h['keyids'][0][:16]}, checkpoint size {h['checkpoint']['size']})",
+            f"{h.host}: {h.entries} entries -> {out / str(h.file)} (key "
+            f"{h.keyids[0][:16]}, checkpoint size {h.checkpoint.size})",
             highlight=False,
         )
-    for u in manifest["unreachable"]:
-        render.err.print(f"[yellow]{u['host']} not exported:[/] {u['reason']}", highlight=False)
+    for u in manifest.unreachable:
+        render.err.print(f"[yellow]{u.host} not exported:[/] {u.reason}", highlight=False)
     render.err.print(f"manifest -> {out / fleet.MANIFEST}")

@@ -40,14 +40,14 @@ def export(
     """
     if is_fleet():
         return fleet_export(out, as_json)
-    summary = ask(lambda c: c.export(out)).to_dict()
+    summary = ask(lambda c: c.export(out))
     if as_json:
-        emit(summary)
+        emit(summary.to_dict())
     else:
         render.err.print(
-            f"{summary['entries']} entries -> {out}; {summary['checkpoints']} "
-            f"checkpoints -> {summary['checkpoint_history']}; Parquet snapshot -> "
-            f"{summary['parquet']}"
+            f"{summary.entries} entries -> {out}; {summary.checkpoints} "
+            f"checkpoints -> {summary.checkpoint_history}; Parquet snapshot -> "
+            f"{summary.parquet}"
         )
 
 
@@ -153,11 +153,11 @@ def audit(
 
 def checkpoint_cmd(as_json: Json = False) -> None:
     """The daemon's latest signed checkpoint (size, root, note)."""
-    cp = ask(lambda c: c.checkpoint()).to_dict()
+    cp = ask(lambda c: c.checkpoint())
     if as_json:
-        emit(cp)
+        emit(cp.to_dict())
     else:
-        sys.stdout.write(cp["note"])
+        sys.stdout.write(cp.note)
 
 
 def proof(
@@ -168,11 +168,11 @@ def proof(
     as_json: Json = False,
 ) -> None:
     """An inclusion proof of one entry in the ledger's Merkle tree."""
-    p = ask(lambda c: c.proof(seq, tree_size)).to_dict()
+    p = ask(lambda c: c.proof(seq, tree_size))
     if as_json:
-        emit(p)
+        emit(p.to_dict())
     else:
-        render.kv(f"inclusion proof of entry {seq}", {**p, "hashes": len(p["hashes"])})
+        render.kv(f"inclusion proof of entry {seq}", p, hashes=len(p.hashes))
 
 
 def consistency(
@@ -185,10 +185,8 @@ def consistency(
     as_json: Json = False,
 ) -> None:
     """A consistency proof: the ledger of size --new extends the one of size --old."""
-    p = ask(lambda c: c.consistency(old, new)).to_dict()
+    p = ask(lambda c: c.consistency(old, new))
     if as_json:
-        emit(p)
+        emit(p.to_dict())
     else:
-        render.kv(
-            f"consistency {p['old_size']} -> {p['new_size']}", {**p, "hashes": len(p["hashes"])}
-        )
+        render.kv(f"consistency {p.old_size} -> {p.new_size}", p, hashes=len(p.hashes))

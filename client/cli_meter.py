@@ -26,9 +26,9 @@ from jouled.limits import ROLLOUT_MAX
 
 def meter(as_json: Json = False) -> None:
     """Energy sources, domains, idle calibration, floors and attribution policy."""
-    status = ask(lambda c: c.meter()).to_dict()
+    status = ask(lambda c: c.meter())
     if as_json:
-        emit(status)
+        emit(status.to_dict())
     else:
         render.meter_table(status)
 
@@ -38,11 +38,11 @@ def calibrate(
     as_json: Json = False,
 ) -> None:
     """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""
-    cal = ask(lambda c: c.calibrate(seconds)).to_dict()
+    cal = ask(lambda c: c.calibrate(seconds))
     if as_json:
-        emit(cal)
+        emit(cal.to_dict())
     else:
-        render.kv(f"calibration (ledger entry {cal['seq']})", cal)
+        render.kv(f"calibration (ledger entry {cal.seq})", cal)
 
 
 def meter_run(
@@ -75,12 +75,12 @@ def meter_run(
                 status = 127
     except JouledError as err:
         fail(err)
-    assert window.receipt is not None
-    receipt = window.receipt.to_dict()
+    receipt = window.receipt
+    assert receipt is not None
     if receipt_file is not None:
-        receipt_file.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+        receipt_file.write_text(json.dumps(receipt.to_dict(), indent=2, sort_keys=True) + "\n")
     if as_json:
-        emit(receipt)
+        emit(receipt.to_dict())
     else:
         render.op_receipt_line(receipt)
     raise typer.Exit(status if status >= 0 else 128 - status)

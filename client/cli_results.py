@@ -63,16 +63,18 @@ def frontier(
         return fleet_frontier(suite, axis, export, as_json, merge_digests)
     try:
         if export is not None:
+            from jouled.documents.sent import FrontierRow
             from jouled.ledger.snapshot import export_frontier
 
             if not export.is_file():
                 read_file(export)  # says why it cannot be read
-            rows = export_frontier(export).rows(
+            computed = export_frontier(export).rows(
                 suite=suite or None, axis=axis, merge_digests=merge_digests
             )
+            rows = [FrontierRow.parse(r) for r in computed]
         else:
             with connect() as c:
-                rows = c.frontier(suite, axis, merge_digests=merge_digests).to_dict()["rows"]
+                rows = c.frontier(suite, axis, merge_digests=merge_digests).rows
         if plot_to is not None:
             from jb_client import plot
 
@@ -81,7 +83,7 @@ def frontier(
     except JouledError as err:
         fail(err)
     if as_json:
-        emit({"rows": rows})
+        emit({"rows": [r.to_dict() for r in rows]})
     else:
         render.frontier_table(rows, wide=wide)
 
@@ -152,11 +154,11 @@ def logs(
     Each text is checked against the hash its result signs; one that is absent or
     changed is shown as missing, never as the signed text.
     """
-    doc = ask(lambda c: c.logs(seq)).to_dict()
+    logs_doc = ask(lambda c: c.logs(seq))
     if as_json:
-        emit(doc)
+        emit(logs_doc.to_dict())
     else:
-        render.logs_report(doc)
+        render.logs_report(logs_doc)
 
 
 def receipt(
@@ -170,29 +172,29 @@ def receipt(
     if not key and seq is None:
         render.err.print("[red]error:[/] give --key or --seq")
         raise typer.Exit(EXIT_USAGE)
-    r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq)).to_dict()
+    r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
     if as_json:
-        emit(r)
+        emit(r.to_dict())
     else:
         render.receipt_line(r)
 
 
 def keys(as_json: Json = False) -> None:
     """The daemon's public signing keys and key ids (pin them out of band to verify)."""
-    doc = ask(lambda c: c.public_keys()).to_dict()
+    found = ask(lambda c: c.public_keys())
     if as_json:
-        emit(doc)
+        emit(found.to_dict())
     else:
-        for k in doc["keys"]:
-            render.out.print(f"{k['status']:8} {k['keyid']}", highlight=False)
-            sys.stdout.write(k["pem"])
+        for k in found.keys:
+            render.out.print(f"{k.status:8} {k.keyid}", highlight=False)
+            sys.stdout.write(k.pem)
 
 
 def bestofk(suite: Suite = "", wide: Wide = None, as_json: Json = False) -> None:
     """Tasks resolved within the first k rollouts against cumulative cost, with pass@k."""
-    rows = ask(lambda c: c.best_of_k(suite)).to_dict()["rows"]
+    rows = ask(lambda c: c.best_of_k(suite)).rows
     if as_json:
-        emit({"rows": rows})
+        emit({"rows": [r.to_dict() for r in rows]})
     else:
         render.bestofk_table(rows, wide=wide)
 
@@ -233,7 +235,7 @@ def report(
         "entries": data.entries,
         "results": len(data.results),
         "frontier_rows": len(data.frontier),
-        "checkpoint_size": (data.checkpoint or {}).get("size"),
+        "checkpoint_size": data.checkpoint_size,
     }
     if as_json:
         emit(summary)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from jb_client.cli_common import (
@@ -16,7 +16,7 @@ from jb_client.cli_common import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from jb_client.documents import Receipt
 
 from jouled.errors import JouledError, Kind
 
@@ -39,14 +39,17 @@ def swebench(
     import dataclasses
     from collections import Counter
 
+    from jb_client.documents import SkippedRecord
+    from jb_client.swebench_coverage import coverage
+
     from jouled.contracts.swebench_records import load_predictions, load_records
     from jouled.errors import BrokenEnvironmentError, PatchError, TaskError
 
     run_id = run_id or os.urandom(6).hex()
-    receipts: list[dict[str, Any]] = []
+    receipts: list[Receipt] = []
     empty: list[str] = []
     malformed: list[dict[str, str]] = []
-    declined: dict[str, dict[str, str]] = {}  # refused at submission, by instance
+    declined: list[SkippedRecord] = []  # refused at submission
 
     def skip(instance_id: str, reason: str) -> None:
         malformed.append({"instance_id": instance_id, "reason": reason})
@@ -67,12 +70,12 @@ def swebench(
                 f"not in {dataset}: {', '.join(missing[:5])}"
             )
         with connect() as c:
-            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite).to_dict()
-            for s in reg["skipped"]:
-                render.err.print(f"[yellow]skipped[/] {s['instance_id']}: {s['reason']}")
-            for n, task_id in enumerate(reg["registered"], 1):
+            reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
+            for s in reg.skipped:
+                render.err.print(f"[yellow]skipped[/] {s.instance_id}: {s.reason}")
+            for n, task_id in enumerate(reg.registered, 1):
                 pred = preds[task_id.split("/", 1)[1]]
-                render.err.print(f"[{n}/{len(reg['registered'])}] {task_id}", highlight=False)
+                render.err.print(f"[{n}/{len(reg.registered)}] {task_id}", highlight=False)
                 try:
                     if pred.to_patch() is None:
                         # Graded all the same: the daemon signs it unresolved, as the
@@ -85,14 +88,18 @@ def swebench(
                         model=pred.model_name_or_path,
                         run_id=run_id,
                         idempotency_key=f"{run_id}:{task_id}",
-                    ).to_dict()
+                    )
                 except PatchError as err:
                     skip(pred.instance_id, err.message)
                     continue
                 except JouledError as err:
                     if err.code == BrokenEnvironmentError.code:
                         # Nothing signed: the environment, not the patch, failed its baseline.
-                        declined[pred.instance_id] = {"code": err.code, "reason": err.message}
+                        declined.append(
+                            SkippedRecord(
+                                instance_id=pred.instance_id, code=err.code, reason=err.message
+                            )
+                        )
                         render.err.print(
                             f"[yellow]not graded[/] {pred.instance_id}: {err.code}",
                             highlight=False,
@@ -107,31 +114,30 @@ def swebench(
                     render.receipt_line(r)
     except JouledError as err:
         fail(err)
-    resolved = sum(r["resolved"] for r in receipts)
+    resolved = sum(r.resolved for r in receipts)
     total = len(receipts)
-    skipped = [*reg["skipped"], *({"instance_id": k, **v} for k, v in declined.items())]
-    instances = _swebench_coverage(preds, records, skipped, malformed, receipts)
-    not_graded = [i for i in instances if not i["graded"]]
+    instances = coverage(preds, records, [*reg.skipped, *declined], malformed, receipts)
+    not_graded = [i for i in instances if not i.graded]
     summary = {
         "run_id": run_id,
         "resolved": resolved,
         "submitted": len(receipts),
         "empty_patch": empty,
         "malformed": malformed,
-        "skipped": reg["skipped"],
+        "skipped": [s.to_dict() for s in reg.skipped],
         "total": total,
         # Every prediction, graded or not: the denominator that leaves nothing out.
         "predictions": len(instances),
         "not_graded": len(not_graded),
-        "not_graded_by_reason": dict(Counter(i["code"] for i in not_graded)),
-        "instances": instances,
-        "receipts": receipts,
+        "not_graded_by_reason": dict(Counter(i.code for i in not_graded)),
+        "instances": [i.to_dict() for i in instances],
+        "receipts": [r.to_dict() for r in receipts],
     }
     if as_json:
         emit(summary)
     else:
         render.swebench_coverage(instances)
-        by_reason = Counter(i["code"] for i in not_graded).most_common()
+        by_reason = Counter(i.code for i in not_graded).most_common()
         reasons = ", ".join(f"{n} {code}" for code, n in by_reason)
         render.out.print(
             f"resolved {resolved}/{len(instances)} predictions (run {run_id}); "
@@ -139,40 +145,3 @@ def swebench(
             + (f" ({reasons}), counted unresolved" if not_graded else "")
             + f"; {len(empty)} empty patches"
         )
-
-
-def _swebench_coverage(
-    preds: dict[str, Any],
-    records: list[Any],
-    skipped: list[dict[str, Any]],
-    malformed: list[dict[str, str]],
-    receipts: list[dict[str, Any]],
-) -> list[dict[str, Any]]:
-    """One row per prediction: graded (its status, the official verdict) or why not."""
-    graded = {r["task_id"].split("/", 1)[1]: r for r in receipts}
-    refused = {s["instance_id"]: s for s in skipped}
-    bad = {m["instance_id"]: m for m in malformed if m["instance_id"]}
-    known = {r.instance_id for r in records}
-    rows = []
-    for iid in sorted(set(preds) | set(bad)):
-        row: dict[str, Any] = {"instance_id": iid, "graded": iid in graded}
-        if iid in graded:
-            r = graded[iid]
-            verdict = r.get("verdict") or {}
-            row |= {"status": r["status"], "resolved": r["resolved"], "seq": r["seq"]}
-            strict = verdict.get("strict") or {}
-            row |= {"official": verdict.get("status"), "strict_agrees": strict.get("agrees")}
-            row |= {"code": "", "reason": ""}
-        elif iid not in known:
-            row |= {"code": "not-in-dataset", "reason": "no record for this instance"}
-        elif iid in refused:
-            row |= {"code": refused[iid].get("code", "refused"), "reason": refused[iid]["reason"]}
-        elif iid in bad:
-            row |= {"code": "malformed-prediction", "reason": bad[iid]["reason"]}
-        else:
-            row |= {"code": "not-submitted", "reason": "not graded"}
-        if not row["graded"]:
-            row |= {"status": None, "resolved": False, "seq": None, "official": None}
-            row |= {"strict_agrees": None}
-        rows.append(row)
-    return rows

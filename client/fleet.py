@@ -30,6 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from jb_client.api import Client, checkpoint_history_path, parquet_path
+from jb_client.documents import (
+    FleetDuplicate,
+    FleetExport,
+    FleetFrontier,
+    FleetHost,
+    FleetRow,
+    HostCheckpoint,
+    Receipt,
+    Unreachable,
+)
 from jb_client.errors import ClientError
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
@@ -185,20 +195,20 @@ def units_of(
 @dataclass
 class FleetRun:
     run_id: str
-    receipts: dict[str, dict[str, Any]] = field(default_factory=dict)  # by unit key
+    receipts: dict[str, Receipt] = field(default_factory=dict)  # by unit key, naming its host
     gone: dict[str, str] = field(default_factory=dict)  # host -> why it left
     retried: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
-            "receipts": list(self.receipts.values()),
+            "receipts": [r.to_dict() for r in self.receipts.values()],
             "hosts_gone": [{"host": h, "reason": r} for h, r in sorted(self.gone.items())],
             "retried": self.retried,
         }
 
 
-OnReceipt = Callable[[str, Unit, dict[str, Any]], None]
+OnReceipt = Callable[[str, Unit, Receipt], None]
 OnStart = Callable[[str, Unit], None]
 
 
@@ -224,9 +234,9 @@ class _Spread:
                     return self.queues[host].popleft()
                 self.cond.wait()
 
-    def done(self, host: str, unit: Unit, receipt: dict[str, Any]) -> None:
+    def done(self, host: str, unit: Unit, receipt: Receipt) -> None:
         with self.cond:
-            self.result.receipts[unit.key] = {**receipt, "host": host}
+            self.result.receipts[unit.key] = receipt
             self.pending -= 1
             self.cond.notify_all()
 
@@ -326,15 +336,16 @@ def run_suite(
                             rollout=unit.rollout,
                             idempotency_key=unit.key,
                             model=model,
-                        ).to_dict()
+                        )
                     except ClientError as err:
                         if err.kind != Kind.UNAVAILABLE:
                             raise
                         spread.lose(host.name, unit, err.message)
                         return
+                    receipt.set("host", host.name)  # beside the daemon's fields, in its JSON
                     spread.done(host.name, unit, receipt)
                     if on_receipt is not None:
-                        on_receipt(host.name, unit, {**receipt, "host": host.name})
+                        on_receipt(host.name, unit, receipt)
         except JouledError as err:
             spread.fail(err if host.name in err.message else _on(host, err))
 
@@ -358,12 +369,14 @@ def _not_yet_run(
                 if u.key in result.receipts:
                     continue
                 try:
-                    receipt = c.receipt(idempotency_key=u.key).to_dict()
+                    receipt = c.receipt(idempotency_key=u.key)
                 except ClientError as err:
                     if err.kind != Kind.NOT_FOUND:
                         raise _on(host, err) from None
                     continue
-                result.receipts[u.key] = {**receipt, "host": host.name, "replayed": True}
+                receipt.set("host", host.name)
+                receipt.replayed = True
+                result.receipts[u.key] = receipt
     return [u for u in units if u.key not in result.receipts]
 
 
@@ -393,20 +406,32 @@ class Verified:
     keyids: list[str]
     origin: str
     entries: int
-    checkpoint: dict[str, Any]  # size, root, note: the newest in the export's history
+    checkpoint: HostCheckpoint  # the newest in the export's history
     results: list[dict[str, Any]]
     ops: list[dict[str, Any]]
 
-    def manifest_entry(self, root: Path) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "target": self.target,
-            "file": str(self.path.relative_to(root)),
-            "keyids": self.keyids,
-            "origin": self.origin,
-            "entries": self.entries,
-            "checkpoint": self.checkpoint,
-        }
+    def manifest_entry(self, root: Path) -> FleetHost:
+        """The host as a fleet export's manifest names it: with its export's file."""
+        return FleetHost(
+            host=self.host,
+            target=self.target,
+            file=str(self.path.relative_to(root)),
+            keyids=self.keyids,
+            origin=self.origin,
+            entries=self.entries,
+            checkpoint=self.checkpoint,
+        )
+
+    def frontier_entry(self) -> FleetHost:
+        """The host as a fleet's frontier names it: its checkpoint's size and root."""
+        return FleetHost(
+            host=self.host,
+            target=self.target,
+            keyids=self.keyids,
+            origin=self.origin,
+            entries=self.entries,
+            checkpoint=HostCheckpoint(size=self.checkpoint.size, root=self.checkpoint.root),
+        )
 
 
 def verify_host_export(
@@ -455,7 +480,7 @@ def verify_host_export(
         keyids=report.keyids,
         origin=report.origin,
         entries=report.entries,
-        checkpoint={"size": cp.size, "root": cp.root.hex(), "note": note},
+        checkpoint=HostCheckpoint(size=cp.size, root=cp.root.hex(), note=note),
         results=results,
         ops=ops,
     )
@@ -514,19 +539,24 @@ def collect(hosts: Sequence[Host], out_dir: Path, client_for: ClientFor) -> Coll
     return Collected(ledgers, unreachable)
 
 
-def write_manifest(out_dir: Path, collected: Collected) -> dict[str, Any]:
-    manifest = {
-        "format": EXPORT_FORMAT,
-        "hosts": [v.manifest_entry(out_dir) for v in collected.ledgers],
-        "unreachable": [{"host": h, "reason": r} for h, r in sorted(collected.unreachable.items())],
-    }
+def _unreachable(collected: Collected) -> list[Unreachable]:
+    return [Unreachable(host=h, reason=r) for h, r in sorted(collected.unreachable.items())]
+
+
+def write_manifest(out_dir: Path, collected: Collected) -> FleetExport:
+    manifest = FleetExport(
+        format=EXPORT_FORMAT,
+        hosts=[v.manifest_entry(out_dir) for v in collected.ledgers],
+        unreachable=_unreachable(collected),
+    )
     tmp = out_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(manifest.to_dict(), indent=2, sort_keys=True)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(out_dir / MANIFEST)
     return manifest
 
 
-def export_fleet(hosts: Sequence[Host], out_dir: Path, client_for: ClientFor) -> dict[str, Any]:
+def export_fleet(hosts: Sequence[Host], out_dir: Path, client_for: ClientFor) -> FleetExport:
     """A merged export: each host's export (verifiable alone) and a manifest naming them."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"{out_dir} is a file; a fleet export is a directory")
@@ -565,7 +595,7 @@ def load_export_dir(root: Path, hosts: Sequence[Host]) -> Collected:
             claimed_keyids=[str(k) for k in part.get("keyids", [])],
         )
         claimed = part.get("checkpoint") or {}
-        if claimed.get("root") != verified.checkpoint["root"]:
+        if claimed.get("root") != verified.checkpoint.root:
             raise VerificationError(
                 f"{name}: the manifest's checkpoint is not the newest in its export's history"
             )
@@ -580,28 +610,20 @@ def merged_frontier(
     suite: str | None = None,
     axis: str = "joules",
     merge_digests: bool = False,
-) -> dict[str, Any]:
+) -> FleetFrontier:
     doc = fleet_frontier(
         [HostLedger(v.host, v.results, v.ops) for v in collected.ledgers],
         suite=suite,
         axis=axis,
         merge_digests=merge_digests,
     )
-    doc["hosts"] = [
-        {
-            "host": v.host,
-            "target": v.target,
-            "keyids": v.keyids,
-            "origin": v.origin,
-            "entries": v.entries,
-            "checkpoint": {k: v.checkpoint[k] for k in ("size", "root")},
-        }
-        for v in collected.ledgers
-    ]
-    doc["unreachable"] = [
-        {"host": h, "reason": r} for h, r in sorted(collected.unreachable.items())
-    ]
-    return doc
+    return FleetFrontier(
+        rows=[FleetRow.parse(r) for r in doc["rows"]],
+        summary=[FleetRow.parse(r) for r in doc["summary"]],
+        duplicates=[FleetDuplicate.parse(d) for d in doc["duplicates"]],
+        hosts=[v.frontier_entry() for v in collected.ledgers],
+        unreachable=_unreachable(collected),
+    )
 
 
 def live_frontier(
@@ -611,7 +633,7 @@ def live_frontier(
     suite: str | None = None,
     axis: str = "joules",
     merge_digests: bool = False,
-) -> dict[str, Any]:
+) -> FleetFrontier:
     """Export every reachable host, verify each, and merge their frontiers."""
     with tempfile.TemporaryDirectory(prefix="jb-fleet-") as tmp:
         collected = collect(hosts, Path(tmp), client_for)

@@ -4,24 +4,26 @@ spelled out, never printed as dicts, and no host path is shown."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jb_client.documents import MeterStatus
 
 ZONE_COLUMNS = ("zone", "source", "range", "ceiling", "last read", "timing")
 
 
-def _sections(status: dict[str, Any]) -> list[dict[str, Any]]:
-    """The status and, for a combined meter, each of its parts."""
-    parts = status.get("meters")
-    return (
-        [status, *(p for p in parts if isinstance(p, dict))]
-        if isinstance(parts, list)
-        else [status]
-    )
+def _sections(status: MeterStatus) -> list[Mapping[str, Any]]:
+    """The status and, for a combined meter, each of its parts, as the daemon sends them:
+    what each part holds (`domains`, `rapl`, `nvml`) is the meter's own to say."""
+    raw = status.to_dict()
+    parts = raw.get("meters")
+    return [raw, *(p for p in parts if isinstance(p, dict))] if isinstance(parts, list) else [raw]
 
 
-def zone_rows(status: dict[str, Any]) -> list[dict[str, str]]:
+def zone_rows(status: MeterStatus) -> list[dict[str, str]]:
     """One row per metered RAPL zone and GPU, keyed by `ZONE_COLUMNS`."""
-    cal = status.get("calibration")
+    cal = status.calibration
     signed = cal.get("domains") if isinstance(cal, dict) else None
     signed = signed if isinstance(signed, dict) else {}
     nominal = {
@@ -96,23 +98,24 @@ def _last_read(value: Any, unit: str, age_ms: Any) -> str:
     return f"{text}, {age_ms} ms ago" if isinstance(age_ms, int | float) else text
 
 
-def meter_lines(status: dict[str, Any], *, zones: bool = True) -> list[tuple[str, str]]:
+def meter_lines(status: MeterStatus, *, zones: bool = True) -> list[tuple[str, str]]:
     """(key, value) lines for `meter_table` and the report's meter section; with
     `zones`, each row of `zone_rows` as one more line (the table prints them as
     a table instead). No host path is shown."""
+    more = status.extra  # what this meter says beyond the fields every meter has
     lines: list[tuple[str, str]] = []
     lines.append(
         (
             "source",
-            f"{status.get('source', '?')}"
-            + (" (measured)" if status.get("measured") else " (an estimate, not a measurement)"),
+            f"{status.source}"
+            + (" (measured)" if status.measured else " (an estimate, not a measurement)"),
         )
     )
-    if "min_window_ms" in status:
-        lines.append(("floor", f"windows under {status['min_window_ms']} ms are not reliable"))
+    if "min_window_ms" in more:
+        lines.append(("floor", f"windows under {more['min_window_ms']} ms are not reliable"))
     if "policy" in status:
-        lines.append(("attribution", str(status["policy"])))
-    for d in status.get("domains") or []:
+        lines.append(("attribution", str(status.policy)))
+    for d in status.domains or []:
         lines.append(
             (
                 f"domain {d.get('name', '?')}",
@@ -120,10 +123,10 @@ def meter_lines(status: dict[str, Any], *, zones: bool = True) -> list[tuple[str
                 f"{d.get('resolution_uj', '?')} uJ, floor {d.get('min_window_ms', '?')} ms",
             )
         )
-    est = status.get("estimator")
+    est = more.get("estimator")
     if isinstance(est, dict):
         lines.append(("estimator", f"{est.get('mode', '?')}, {est.get('watts', '?')} W"))
-    cal = status.get("calibration")
+    cal = status.calibration
     if isinstance(cal, dict):
         lines += calibration_lines(cal)
     elif "calibration" in status:
@@ -148,7 +151,7 @@ def meter_lines(status: dict[str, Any], *, zones: bool = True) -> list[tuple[str
         "source", "measured", "min_window_ms", "policy", "domains", "estimator", "calibration",
         "rapl", "nvml", "meters",
     }  # fmt: skip
-    for key, value in status.items():
+    for key, value in more.items():
         if key not in known:
             lines.append((str(key), _compact_json(value)))
     return lines

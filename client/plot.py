@@ -15,23 +15,28 @@ import math
 import re
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jouled.errors import UsageError
 from jouled.frontier import claims_all_usd
 
 if TYPE_CHECKING:
+    from jb_client.documents import BestOfKRow
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-# Frontier axis -> (the row's cost column, the axis label).
-AXES = {
-    "joules": ("joules_per_resolved", "joules per resolved task (J)"),
-    "usd": ("usd_per_resolved", "claimed $ per resolved task"),
-    "wall": ("wall_median_s", "median wall time per attempt (s)"),
+    from jouled.documents.sent import FrontierRow
+
+Cost = Callable[["FrontierRow"], float | None]
+
+# Frontier axis -> (the row's cost on it, the axis label).
+AXES: dict[str, tuple[Cost, str]] = {
+    "joules": (lambda r: r.joules_per_resolved, "joules per resolved task (J)"),
+    "usd": (lambda r: r.usd_per_resolved, "claimed $ per resolved task"),
+    "wall": (lambda r: r.wall_median_s, "median wall time per attempt (s)"),
 }
 
 FORMATS = ("svg", "png")
@@ -72,8 +77,8 @@ def label(text: str, limit: int = _LABEL_MAX) -> str:
     return text.replace("$", r"\$")
 
 
-def row_name(row: Mapping[str, Any]) -> str:
-    solver, model = str(row.get("solver") or "-"), str(row.get("model") or "")
+def row_name(row: FrontierRow) -> str:
+    solver, model = str(row.solver or "-"), str(row.model or "")
     return f"{solver} · {model}" if model else solver
 
 
@@ -135,7 +140,7 @@ def _percent_axis(ax: Axes, text: str) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _plottable(value: Any, log: bool) -> bool:
+def _plottable(value: float | None, log: bool) -> TypeGuard[float]:
     if value is None:
         return False
     v = float(value)
@@ -152,7 +157,7 @@ def _palette(n: int) -> list[Any]:
 # -- the frontier ----------------------------------------------------------------------
 
 
-def frontier_figure(rows: Sequence[Mapping[str, Any]], axis: str = "joules") -> Figure:
+def frontier_figure(rows: Sequence[FrontierRow], axis: str = "joules") -> Figure:
     """Resolution (with its 95% interval) against a cost per suite, the Pareto staircase.
 
     Points whose energy is not reliable are drawn hollow and named with `~`; a
@@ -164,10 +169,10 @@ def frontier_figure(rows: Sequence[Mapping[str, Any]], axis: str = "joules") -> 
     Figure = _figure_class()
     from matplotlib.lines import Line2D
 
-    column, xlabel = AXES[axis]
-    by_suite: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    cost, xlabel = AXES[axis]
+    by_suite: dict[str, list[FrontierRow]] = defaultdict(list)
     for row in rows:
-        by_suite[str(row["suite"])].append(row)
+        by_suite[str(row.suite)].append(row)
     suites = sorted(by_suite) or [""]
     # Tall enough that every name finds a free line beside its point (see `_place_labels`).
     height = max(
@@ -176,7 +181,7 @@ def frontier_figure(rows: Sequence[Mapping[str, Any]], axis: str = "joules") -> 
     fig = Figure(figsize=(8, height * len(suites)), layout="constrained")
     axes = fig.subplots(len(suites), 1, squeeze=False)[:, 0]
     for ax, suite in zip(axes, suites, strict=True):
-        _frontier_axes(ax, suite, by_suite.get(suite, []), axis, column, xlabel)
+        _frontier_axes(ax, suite, by_suite.get(suite, []), axis, cost, xlabel)
     legend = [
         Line2D([], [], marker="o", ls="", color="0.3", label="energy reliable"),
         Line2D([], [], marker="o", ls="", color="0.3", mfc="none", label="~ energy not reliable"),
@@ -277,34 +282,34 @@ def _leader(ax: Axes, text: Any, point: Any, box: Any, dpi: float) -> None:
 def _frontier_axes(
     ax: Axes,
     suite: str,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[FrontierRow],
     axis: str,
-    column: str,
+    cost: Cost,
     xlabel: str,
 ) -> None:
-    costs = [float(r[column]) for r in rows if _why_not_placed(r, axis, column) is None]
-    log = _cost_scale(ax, costs)
-    placed: list[tuple[float, float, Mapping[str, Any]]] = []
+    priced = [(r, cost(r)) for r in rows]
+    log = _cost_scale(
+        ax, [float(c) for r, c in priced if c is not None and _why_not_placed(r, axis, c) is None]
+    )
+    placed: list[tuple[float, float, FrontierRow]] = []
     missing: dict[str, list[str]] = defaultdict(list)
-    for r in rows:
-        why = _why_not_placed(r, axis, column)
-        if why is None and not _plottable(r[column], log):
-            why = _NO_COST
-        if why is None:
-            placed.append((float(r[column]), 100 * float(r["resolution"]), r))
+    for r, c in priced:
+        why = _why_not_placed(r, axis, c)
+        if why is None and _plottable(c, log):
+            placed.append((float(c), 100 * float(r.resolution), r))
         else:
-            missing[why].append(row_name(r))
+            missing[why or _NO_COST].append(row_name(r))
     colours = _palette(len(placed))
     for (x, y, r), colour in zip(placed, colours, strict=True):
         # `~` speaks of energy: on the dollar and wall axes every point is drawn plain.
-        shaky = axis == "joules" and r.get("reliable_share") != 1
-        low, high = 100 * float(r["ci_low"]), 100 * float(r["ci_high"])
+        shaky = axis == "joules" and r.reliable_share != 1
+        low, high = 100 * float(r.ci_low), 100 * float(r.ci_high)
         drawn = ax.errorbar(
             [x],
             [y],
             yerr=[[max(0.0, y - low)], [max(0.0, high - y)]],
             fmt="o",
-            ms=8 if r.get("pareto") else 6,
+            ms=8 if r.pareto else 6,
             color=colour,
             mfc="none" if shaky else colour,
             mew=1.5,
@@ -316,7 +321,7 @@ def _frontier_axes(
         if shaky:
             for bars in drawn.lines[2]:
                 bars.set_linestyle("--")
-        name = ("~" if shaky else "") + label(row_name(r)) + (" *" if r.get("pareto") else "")
+        name = ("~" if shaky else "") + label(row_name(r)) + (" *" if r.pareto else "")
         ax.annotate(
             name,
             (x, y),
@@ -328,7 +333,7 @@ def _frontier_axes(
             annotation_clip=False,
             in_layout=False,  # placed after the layout, inside the axes (see `_place_labels`)
         )
-    front = sorted((x, y) for x, y, r in placed if r.get("pareto"))
+    front = sorted((x, y) for x, y, r in placed if r.pareto)
     if front:
         xs = [x for x, _ in front]
         ys = [y for _, y in front]
@@ -391,21 +396,21 @@ _NO_COST = "not placed (no cost on this axis)"
 _REASONS = (_NOTHING, _NONE, _SOME, _NO_COST)
 
 
-def _why_not_placed(row: Mapping[str, Any], axis: str, column: str) -> str | None:
+def _why_not_placed(row: FrontierRow, axis: str, cost: float | None) -> str | None:
     """Why a row has no point on `axis`, in the words drawn under the axes; None if it has."""
-    if not row["resolved"]:
+    if not row.resolved:
         return _NOTHING
-    if axis == "usd" and not claims_all_usd(row):
-        return _NONE if not row.get("usd_claimed_share") else _SOME
-    if row.get(column) is None:
+    if axis == "usd" and not claims_all_usd(row.to_dict()):
+        return _NONE if not row.usd_claimed_share else _SOME
+    if cost is None:
         return _NO_COST
     return None
 
 
-def _nothing_placed(rows: Sequence[Mapping[str, Any]], axis: str) -> str:
+def _nothing_placed(rows: Sequence[FrontierRow], axis: str) -> str:
     if not rows:
         return "no results"
-    if not any(r["resolved"] for r in rows):
+    if not any(r.resolved for r in rows):
         return "no resolved task to place"
     if axis == "usd":
         return "no row to place: none claims dollars for every attempt"
@@ -415,46 +420,47 @@ def _nothing_placed(rows: Sequence[Mapping[str, Any]], axis: str) -> str:
 # -- best of k -------------------------------------------------------------------------
 
 
-def bestofk_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
+def bestofk_figure(rows: Sequence[BestOfKRow]) -> Figure:
     """Per (suite, solver, model): resolved within k, and the visible pick, against the
     cumulative joules and the cumulative claimed dollars of the first k rollouts."""
     Figure = _figure_class()
     from matplotlib.lines import Line2D
 
-    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[BestOfKRow]] = defaultdict(list)
     for row in rows:
-        groups[(str(row["suite"]), str(row["solver"]), str(row["model"] or ""))].append(row)
+        groups[(str(row.suite), str(row.solver), str(row.model or ""))].append(row)
     fig = Figure(figsize=(10, 4.6 + 0.15 * len(groups)), layout="constrained")
     ax_j, ax_usd = fig.subplots(1, 2)
     colours = _palette(len(groups))
     handles: list[Any] = []
     names: list[str] = []
-    for panel, column, xlabel in (
-        (ax_j, "joules_cumulative", "cumulative joules of the first k rollouts (J)"),
-        (ax_usd, "usd_cumulative", "cumulative claimed $ of the first k rollouts"),
-    ):
+    panels: tuple[tuple[Axes, Callable[[BestOfKRow], float | None], str], ...] = (
+        (ax_j, lambda r: r.joules_cumulative, "cumulative joules of the first k rollouts (J)"),
+        (ax_usd, lambda r: r.usd_cumulative, "cumulative claimed $ of the first k rollouts"),
+    )
+    for panel, cumulative, xlabel in panels:
         # No claim (null) has no place on a cost axis: such rows are left off the panel.
-        log = _cost_scale(panel, [float(r[column]) for r in rows if r[column] is not None])
+        log = _cost_scale(panel, [float(c) for c in map(cumulative, rows) if c is not None])
         for (key, group), colour in zip(sorted(groups.items()), colours, strict=True):
-            group = sorted(group, key=lambda r: int(r["k"]))
-            pts = [r for r in group if r[column] is not None and _plottable(r[column], log)]
-            xs = [float(r[column]) for r in pts]
+            priced = [(cumulative(r), r) for r in sorted(group, key=lambda r: int(r.k))]
+            pts = [(float(c), r) for c, r in priced if _plottable(c, log)]
+            xs = [x for x, _ in pts]
             panel.plot(
-                xs, [100 * float(r["resolution_within_k"]) for r in pts], "o-", color=colour, ms=4
+                xs, [100 * float(r.resolution_within_k) for _, r in pts], "o-", color=colour, ms=4
             )
             panel.plot(
                 xs,
-                [100 * float(r.get("selected_resolution") or 0.0) for r in pts],
+                [100 * float(r.selected_resolution or 0.0) for _, r in pts],
                 "s--",
                 color=colour,
                 ms=3,
                 alpha=0.8,
             )
             ends = pts[:1] + pts[-1:] if len(pts) > 1 else pts
-            for r in ends:
+            for x, r in ends:
                 panel.annotate(
-                    f"k={int(r['k'])}",
-                    (float(r[column]), 100 * float(r["resolution_within_k"])),
+                    f"k={int(r.k)}",
+                    (x, 100 * float(r.resolution_within_k)),
                     xytext=(3, 4),
                     textcoords="offset points",
                     fontsize=7,
@@ -466,7 +472,7 @@ def bestofk_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
                 names.append(label(f"{suite}: {solver}" + (f" · {model}" if model else ""), 50))
         if panel is ax_usd and not log:
             panel.text(0.5, 0.5, "no dollars claimed", ha="center", transform=panel.transAxes)
-        xs_all = [float(r[column]) for r in rows if _plottable(r[column], log)]
+        xs_all = [float(c) for c in map(cumulative, rows) if _plottable(c, log)]
         if log and xs_all:
             panel.set_xlim(min(xs_all) / 1.6, max(xs_all) * 1.6)  # room for the k labels
         panel.set_xlabel(label(xlabel + (", log scale" if log else ""), 80), fontsize=9)

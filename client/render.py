@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from jb_client import cells as fmt
-from jb_client.columns import FRONTIER, verdict
+from jb_client.columns import FRONTIER, revision, verdict
 from jb_client.meter_text import ZONE_COLUMNS, meter_lines, zone_rows
 
 if TYPE_CHECKING:
@@ -16,9 +16,13 @@ if TYPE_CHECKING:
 
 
 if TYPE_CHECKING:
+    from jb_client.documents import BestOfKRow, Logs, MeterStatus
+    from jb_client.swebench_coverage import Coverage
+    from jb_client.taskinfo import TaskInfo
     from rich.console import Console
 
-    from jouled.documents.sent import Receipt
+    from jouled.documents.base import Document
+    from jouled.documents.sent import FrontierRow, OpReceipt, Receipt
 
     out: Console
     err: Console
@@ -47,7 +51,7 @@ def make_table(title: str, **kwargs: Any) -> Table:
     return Table(title=title, **kwargs)
 
 
-def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = None) -> None:
+def tasks_table(tasks: Sequence[TaskInfo], *, console: Console | None = None) -> None:
     """One line a task, its id whole (what a reader copies into `fetch` or `submit`), the
     prompt's first line cut to the width left; an id too long for the terminal beside
     the other columns folds onto more lines, never cut."""
@@ -55,11 +59,9 @@ def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = No
     table = make_table(f"{len(tasks)} tasks")
     rows = []
     for t in tasks:
-        first = t["prompt"].strip().splitlines()[0] if t["prompt"].strip() else ""
-        hidden = str(t.get("hidden_files") or "-")
-        rows.append(
-            (t["task_id"], t["kind"], t["digest"][:12], f"{t['timeout_s']}s", hidden, first)
-        )
+        first = t.prompt.strip().splitlines()[0] if t.prompt.strip() else ""
+        hidden = str(t.hidden_files or "-")
+        rows.append((t.task_id, t.kind, t.digest[:12], f"{t.timeout_s}s", hidden, first))
     headers = ("task", "kind", "digest", "timeout", "hidden")
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
     # Each column takes its text, a space either side and a rule: 3 more; one rule closes.
@@ -80,28 +82,25 @@ def tasks_table(tasks: Sequence[dict[str, Any]], *, console: Console | None = No
 _PROMPT_MIN = 8  # the prompt column's least width, where the ids fit on one line
 
 
-def swebench_coverage(rows: Sequence[dict[str, Any]]) -> None:
+def swebench_coverage(rows: Sequence[Coverage]) -> None:
     """Per prediction: graded (status, the official verdict) or why it was not."""
     t = make_table("SWE-bench predictions")
     for col in ("instance", "graded", "status", "official", "why not"):
         t.add_column(col)
     for r in rows:
-        graded = "yes" if r["graded"] else "[yellow]no[/]"
-        why = f"{r['code']}: {r['reason']}" if r.get("code") else ""
-        official = r.get("official") or "-"
-        if r.get("strict_agrees") is False:  # jouled's stricter grading came out otherwise
+        graded = "yes" if r.graded else "[yellow]no[/]"
+        why = f"{r.code}: {r.reason}" if r.code else ""
+        official = r.official or "-"
+        if r.strict_agrees is False:  # jouled's stricter grading came out otherwise
             official += " (strict differs)"
-        t.add_row(r["instance_id"], graded, r.get("status") or "-", official, why)
+        t.add_row(r.instance_id, graded, r.status or "-", official, why)
     terminal(False).print(t)
 
 
-def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
+def receipt_line(r: Receipt, lead: int = 0) -> None:
     """A receipt as one line, aligned with the others; on a terminal too narrow for it
     (after `lead` characters already printed), the verdict and tests on one line and
     the energy, rollout and sequence number indented on the next."""
-    from jouled.documents.sent import Receipt
-
-    r = Receipt.parse(document)
     grade = r.energy.get("grade", {})
     joules = grade.get("gross_mj")
     j = "-" if joules is None else fmt.joules(joules / 1000, bool(grade.get("reliable")))
@@ -118,7 +117,7 @@ def receipt_line(document: dict[str, Any], lead: int = 0) -> None:
     else:
         console.print(f"{r.task_id} [{colour}]{r.status.value}[/] {tests}")
         console.print(f"  {rest}")
-    audit_lines(r.audit)
+    audit_lines(r)
 
 
 def _rollout(r: Receipt) -> str:
@@ -135,11 +134,8 @@ def _rollout(r: Receipt) -> str:
     return f"  rollout {rollout}" if isinstance(rollout, int) else ""
 
 
-def op_receipt_line(document: dict[str, Any]) -> None:
+def op_receipt_line(r: OpReceipt) -> None:
     """An op window's receipt, on stderr: the metered command owns stdout."""
-    from jouled.documents.sent import OpReceipt
-
-    r = OpReceipt.parse(document)
     e = r.energy
     gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
     reliable = bool(e.get("reliable"))
@@ -153,8 +149,9 @@ def op_receipt_line(document: dict[str, Any]) -> None:
     )
 
 
-def audit_lines(flags: Sequence[dict[str, Any]], shown: int = 10) -> None:
+def audit_lines(r: Receipt, shown: int = 10) -> None:
     """A patch's audit flags under its receipt: evidence for a reader, not the verdict."""
+    flags = r.audit
     if not flags:
         return
     console = terminal(False)
@@ -211,7 +208,7 @@ def _print_whole(console: Console, table: Table) -> None:
 
 
 def frontier_table(
-    rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
+    rows: Sequence[FrontierRow], *, wide: bool | None = None, console: Console | None = None
 ) -> None:
     """The frontier: every column when the terminal is wide enough (or `wide`), else the
     columns a reader compares, folded into fewer."""
@@ -259,18 +256,15 @@ def compact_table(title: str) -> Table:
     )
 
 
-def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]:
+def _frontier_compact(rows: Sequence[FrontierRow]) -> tuple[Table, list[str]]:
     """The compact frontier, and the legend of the marks it shows (only those)."""
-    suites = len({r["suite"] for r in rows})
-    sources = sorted({r["energy_source"] for r in rows})
-    where = f" ({rows[0]['suite']})" if suites == 1 else ""
+    suites = len({r.suite for r in rows})
+    sources = sorted({r.energy_source for r in rows})
+    where = f" ({rows[0].suite})" if suites == 1 else ""
     table = compact_table(f"frontier{where}, energy: {', '.join(sources) or 'none'}")
     revised = fmt.revised(rows)
-    usd = any(r["usd_total"] for r in rows)
-    flags = any(
-        r.get("tampered") or r.get("audit_flagged") or r.get("op_windows") or fmt.weak(r)
-        for r in rows
-    )
+    usd = any(r.usd_total for r in rows)
+    flags = any(r.tampered or r.audit_flagged or r.op_windows or fmt.weak(r) for r in rows)
     table.add_column("", no_wrap=True)
     table.add_column("solver model", overflow="fold", min_width=12)
     for col in ("res/att", "resolved", "95% CI", "J/res", "wall s"):
@@ -280,57 +274,57 @@ def _frontier_compact(rows: Sequence[dict[str, Any]]) -> tuple[Table, list[str]]
     if flags:
         table.add_column("flags", no_wrap=True)
     for r in rows:
-        reliable = r["reliable_share"] == 1
+        reliable = r.reliable_share == 1
         cells: list[Any] = [
             verdict(r),
-            fmt.name_cell(r, suites, revised),
-            f"{r['resolved']}/{r['attempts']}",
-            fmt.pct(r["resolution"]),
+            fmt.name_cell(r, suites, revision(r) if revised else ""),
+            f"{r.resolved}/{r.attempts}",
+            fmt.pct(r.resolution),
             fmt.ci(r),
-            fmt.joules(r["joules_per_resolved"], reliable),
-            "-" if r["wall_median_s"] is None else f"{r['wall_median_s']:.2f}",
+            fmt.joules(r.joules_per_resolved, reliable),
+            "-" if r.wall_median_s is None else f"{r.wall_median_s:.2f}",
         ]
         if usd:
             cells.append(fmt.usd(r))
         if flags:
-            marks = [f"t{r['tampered']}"] if r.get("tampered") else []
-            marks += [f"a{r['audit_flagged']}"] if r.get("audit_flagged") else []
-            marks += [f"int:{r['integrity'][0]}"] if fmt.weak(r) else []
-            if r.get("op_windows"):
-                marks.append("op" + fmt.joules(r.get("op_joules"), r.get("op_reliable_share") == 1))
+            marks = [f"t{r.tampered}"] if r.tampered else []
+            marks += [f"a{r.audit_flagged}"] if r.audit_flagged else []
+            marks += [f"int:{r.integrity[0]}"] if r.integrity is not None and fmt.weak(r) else []
+            if r.op_windows:
+                marks.append("op" + fmt.joules(r.op_joules, r.op_reliable_share == 1))
             cells.append(" ".join(marks))
         table.add_row(*cells)
     return table, _frontier_legend(rows, usd, revised)
 
 
-def _frontier_legend(rows: Sequence[dict[str, Any]], usd: bool, revised: bool) -> list[str]:
+def _frontier_legend(rows: Sequence[FrontierRow], usd: bool, revised: bool) -> list[str]:
     """What the marks the compact frontier shows mean: those of these rows, no others."""
 
-    def unreliable(r: dict[str, Any]) -> bool:
-        per = r["joules_per_resolved"] is not None and r["reliable_share"] != 1
-        return per or bool(r.get("op_windows") and r.get("op_reliable_share") != 1)
+    def unreliable(r: FrontierRow) -> bool:
+        per = r.joules_per_resolved is not None and r.reliable_share != 1
+        return per or bool(r.op_windows and r.op_reliable_share != 1)
 
-    def partly(r: dict[str, Any]) -> bool:
-        share = r.get("usd_claimed_share")
-        return r.get("usd_total") is not None and share is not None and share < 1
+    def partly(r: FrontierRow) -> bool:
+        share = r.usd_claimed_share
+        return r.usd_total is not None and share is not None and share < 1
 
-    marks = (
-        (lambda r: r.get("pareto") is True, "* Pareto"),
-        (lambda r: r.get("pareto") is None, "? no verdict ($ partly claimed)"),
+    marks: tuple[tuple[Callable[[FrontierRow], object], str], ...] = (
+        (lambda r: r.pareto is True, "* Pareto"),
+        (lambda r: r.pareto is None, "? no verdict ($ partly claimed)"),
         (unreliable, "~ energy not reliable"),
         (lambda r: usd, "$ claimed by the solvers"),
         (partly, "(n%) the share of attempts that claimed"),
         (lambda r: revised, "r0, r1... the tasks' revision"),
-        (lambda r: r.get("tampered"), "t tampered"),
-        (lambda r: r.get("audit_flagged"), "a audit flagged"),
+        (lambda r: r.tampered, "t tampered"),
+        (lambda r: r.audit_flagged, "a audit flagged"),
         (fmt.weak, "int:r / int:n successes graded at reduced / no integrity"),
-        (lambda r: r.get("op_windows"), "op the agent's op windows (J)"),
+        (lambda r: r.op_windows, "op the agent's op windows (J)"),
     )
     return [text for shows, text in marks if any(shows(r) for r in rows)]
 
 
 def bestofk_table(
-    rows: Sequence[dict[str, Any]], *, wide: bool | None = None, console: Console | None = None
+    rows: Sequence[BestOfKRow], *, wide: bool | None = None, console: Console | None = None
 ) -> None:
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
     console = console or terminal(False)
@@ -361,27 +355,27 @@ def bestofk_table(
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r["suite"],
-            r["solver"],
-            r["model"] or "-",
-            str(r["k"]),
-            str(r["tasks"]),
-            str(r["resolved_within_k"]),
-            fmt.pct(r["resolution_within_k"]),
-            fmt.pct(r.get("selected_resolution")),
-            fmt.joules(r["joules_cumulative"]),
+            r.suite,
+            r.solver,
+            r.model or "-",
+            str(r.k),
+            str(r.tasks),
+            str(r.resolved_within_k),
+            fmt.pct(r.resolution_within_k),
+            fmt.pct(r.selected_resolution),
+            fmt.joules(r.joules_cumulative),
             fmt.usd_cumulative(r),
-            fmt.pct(r["pass_at_k"]),
-            str(r.get("tampered", 0)),
+            fmt.pct(r.pass_at_k),
+            str(r.tampered),
         )
     _print_whole(console, table)
 
 
-def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
-    suites = len({r["suite"] for r in rows})
+def _bestofk_compact(rows: Sequence[BestOfKRow]) -> Table:
+    suites = len({r.suite for r in rows})
     table = compact_table("best-of-k")
-    usd = any(r["usd_cumulative"] for r in rows)
-    tampered = any(r.get("tampered") for r in rows)
+    usd = any(r.usd_cumulative for r in rows)
+    tampered = any(r.tampered for r in rows)
     table.add_column("solver model", overflow="fold", min_width=12)
     for col in ("k", "<=k", "pick", "pass@k", "J cum."):
         table.add_column(col, justify="right", no_wrap=True)
@@ -391,26 +385,26 @@ def _bestofk_compact(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_column("tampered", justify="right", no_wrap=True)
     previous = None
     for r in rows:
-        key = (r["suite"], r["solver"], r["model"])
+        key = (r.suite, r.solver, r.model)
         # The name once per group: the k rows below it read as its curve.
         cells: list[Any] = ["" if key == previous else fmt.name_cell(r, suites)]
         previous = key
         cells += [
-            str(r["k"]),
-            f"{r['resolved_within_k']}/{r['tasks']}",
-            f"{r.get('selected_resolved', '-')}/{r['tasks']}",
-            fmt.pct(r["pass_at_k"]),
-            fmt.joules(r["joules_cumulative"]),
+            str(r.k),
+            f"{r.resolved_within_k}/{r.tasks}",
+            f"{r.selected_resolved}/{r.tasks}",
+            fmt.pct(r.pass_at_k),
+            fmt.joules(r.joules_cumulative),
         ]
         if usd:
             cells.append(fmt.usd_cumulative(r))
         if tampered:
-            cells.append(str(r.get("tampered", 0)))
+            cells.append(str(r.tampered))
         table.add_row(*cells)
     return table
 
 
-def meter_table(status: dict[str, Any], *, console: Console | None = None) -> None:
+def meter_table(status: MeterStatus, *, console: Console | None = None) -> None:
     """The meter's status as one line per fact, then one row per metered zone
     (`ZONE_COLUMNS`): nested figures are spelled out, never printed as dicts, no
     host path is shown (`--json` has them), and long values fold to the
@@ -434,12 +428,13 @@ def meter_table(status: dict[str, Any], *, console: Console | None = None) -> No
         console.print(zones)
 
 
-def kv(title: str, data: dict[str, Any]) -> None:
-    """A two-column table; nested fields get a row each, named by their path."""
+def kv(title: str, doc: Document, **shown: object) -> None:
+    """A document as a two-column table; nested fields get a row each, named by their
+    path. `shown` puts another value in a field's row (a list's length, say)."""
     table = make_table(title, show_header=False)
     table.add_column("key")
     table.add_column("value")
-    for k, v in _flat(data):
+    for k, v in _flat({**doc.to_dict(), **shown}):
         table.add_row(k, v)
     terminal(False).print(table)
 
@@ -527,11 +522,8 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         console.print(f"... {len(rows) - shown} more (see --json)", highlight=False)
 
 
-def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int = 20) -> None:
+def failure_lines(r: Receipt, ids_shown: int = 20, tail_lines: int = 20) -> None:
     """Under an unresolved receipt: the failing and missing test ids, the output's tail."""
-    from jouled.documents.sent import Receipt
-
-    r = Receipt.parse(document)
     console = terminal(False)
     counted = (
         (r.tests_failed, r.tests["failed"], "failed"),
@@ -558,15 +550,15 @@ def failure_lines(document: dict[str, Any], ids_shown: int = 20, tail_lines: int
             console.print(f"    {line}", highlight=False, markup=False)
 
 
-def logs_report(doc: dict[str, Any]) -> None:
+def logs_report(logs: Logs) -> None:
     """A result's captured runs and test ids: each run's signed hash, status and text."""
     console = terminal(False)
     console.print(
-        f"seq {doc['seq']} {doc['task_id']} {doc['status']} (attempt {doc['attempt_id']})",
+        f"seq {logs.seq} {logs.task_id} {logs.status} (attempt {logs.attempt_id})",
         highlight=False,
     )
-    for key, label in (("tests_failed", "failed"), ("tests_missing", "missing")):
-        item = doc.get(key) or {}
+    for ids, label in ((logs.tests_failed, "failed"), (logs.tests_missing, "missing")):
+        item = ids or {}
         if not item.get("count"):
             continue
         note = " [red]missing: not the signed list[/]" if item.get("status") == "missing" else ""
@@ -575,9 +567,9 @@ def logs_report(doc: dict[str, Any]) -> None:
             console.print(test_id, highlight=False, markup=False)
         if item.get("clipped"):
             console.print("... clipped: the answer's size bound was reached", highlight=False)
-    if doc.get("withheld"):
-        console.print(f"withheld: {doc['withheld']}", highlight=False, markup=False)
-    for phase, run in doc.get("runs", {}).items():
+    if logs.withheld:
+        console.print(f"withheld: {logs.withheld}", highlight=False, markup=False)
+    for phase, run in logs.runs.items():
         status = run["status"]
         if status == "withheld":
             console.print(f"== {phase}: withheld", highlight=False)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jb_client import cells as fmt
 from jb_client.columns import verdict
 from jb_client.render import compact_table, make_table, receipt_line, terminal
 
 if TYPE_CHECKING:
+    from jb_client.documents import FleetFrontier
     from rich.console import Console
     from rich.table import Table
 
+    from jouled.documents.sent import Receipt
 
-def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
+
+def fleet_receipt_line(host: str, r: Receipt) -> None:
     """A receipt from one host of a fleet: the host first, then the usual line."""
     terminal(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
     receipt_line(r, lead=len(host) + 1)
@@ -23,7 +26,7 @@ def fleet_receipt_line(host: str, r: dict[str, Any]) -> None:
 FLEET_WIDE_MIN = 140
 
 
-def fleet_frontier_table(doc: dict[str, Any], *, console: Console | None = None) -> None:
+def fleet_frontier_table(doc: FleetFrontier, *, console: Console | None = None) -> None:
     """A merged frontier: a row per host, then the cross-host rows (or why there are none).
 
     Below `FLEET_WIDE_MIN` columns the compact layout folds host and solver names
@@ -31,22 +34,22 @@ def fleet_frontier_table(doc: dict[str, Any], *, console: Console | None = None)
     console = console or terminal(False)
     compact = console.width < FLEET_WIDE_MIN
     console.print(_fleet_compact(doc) if compact else _fleet_full(doc), markup=False)
-    labels = host_labels([str(r["host"]) for r in doc["rows"]]) if compact else {}
+    labels = host_labels([r.host for r in doc.rows]) if compact else {}
     for name, label in sorted(labels.items(), key=lambda kv: kv[1]):
         if label != name:  # the legend: each shortened host's whole name
             console.print(f"{label} = {name}", highlight=False, markup=False)
-    for d in doc.get("duplicates", []):
+    for d in doc.duplicates:
         console.print(
-            f"{d['task_id']} on {d['host']} is a retry of an attempt counted on "
-            f"{d['counted_on']} (key {d['idempotency_key']}): counted once",
+            f"{d.task_id} on {d.host} is a retry of an attempt counted on "
+            f"{d.counted_on} (key {d.idempotency_key}): counted once",
             highlight=False,
             markup=False,
         )
-    for u in doc.get("unreachable", []):
-        console.print(f"{u['host']}: not merged ({u['reason']})", highlight=False, markup=False)
+    for u in doc.unreachable:
+        console.print(f"{u.host}: not merged ({u.reason})", highlight=False, markup=False)
 
 
-def _fleet_full(doc: dict[str, Any]) -> Table:
+def _fleet_full(doc: FleetFrontier) -> Table:
     table = make_table(
         "resolution vs energy per host (each host's ledger verified against its pinned key; "
         "~ = energy not reliable; * = Pareto within the host)"
@@ -54,22 +57,22 @@ def _fleet_full(doc: dict[str, Any]) -> Table:
     cols = ("", "host", "suite", "solver", "model", "attempts", "resolved", "resolution")
     for col in (*cols, "J total", "J/resolved", "source", "reliable"):
         table.add_column(col, justify="left" if col in cols[:5] else "right")
-    for r in [*doc["rows"], *doc["summary"]]:
-        reliable = r["reliable_share"] == 1
-        summary = r["host"] == "*"
+    for r in [*doc.rows, *doc.summary]:
+        reliable = r.reliable_share == 1
+        summary = r.host == "*"
         table.add_row(
             verdict(r),
-            f"all ({len(r['hosts'])})" if summary else r["host"],
-            r["suite"],
-            r["solver"],
-            r["model"] or "-",
-            str(r["attempts"]),
-            str(r["resolved"]),
-            fmt.pct(r["resolution"]),
-            fmt.joules(r["joules_total"], reliable),
-            fmt.joules(r["joules_per_resolved"], reliable),
-            r["energy_source"],
-            fmt.pct(r["reliable_share"]),
+            f"all ({len(r.hosts or [])})" if summary else r.host,
+            r.suite,
+            r.solver,
+            r.model or "-",
+            str(r.attempts),
+            str(r.resolved),
+            fmt.pct(r.resolution),
+            fmt.joules(r.joules_total, reliable),
+            fmt.joules(r.joules_per_resolved, reliable),
+            r.energy_source,
+            fmt.pct(r.reliable_share),
         )
     return table
 
@@ -99,13 +102,13 @@ def host_labels(names: Sequence[str]) -> dict[str, str]:
     return labels
 
 
-def _fleet_compact(doc: dict[str, Any]) -> Table:
+def _fleet_compact(doc: FleetFrontier) -> Table:
     from rich.text import Text
 
-    rows = [*doc["rows"], *doc["summary"]]
-    labels = host_labels([str(r["host"]) for r in doc["rows"]])
-    suites = len({r["suite"] for r in rows})
-    sources = sorted({r["energy_source"] for r in rows})
+    rows = [*doc.rows, *doc.summary]
+    labels = host_labels([r.host for r in doc.rows])
+    suites = len({r.suite for r in rows})
+    sources = sorted({r.energy_source for r in rows})
     table = compact_table(
         f"frontier per host, energy: {', '.join(sources) or 'none'} (each host's ledger verified "
         "against its pinned key). * Pareto within the host, ~ energy not reliable; "
@@ -117,15 +120,15 @@ def _fleet_compact(doc: dict[str, Any]) -> Table:
     for col in ("res/att", "resolved", "J total", "J/res"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        reliable = r["reliable_share"] == 1
-        host = f"all ({len(r['hosts'])})" if r["host"] == "*" else labels[str(r["host"])]
+        reliable = r.reliable_share == 1
+        host = f"all ({len(r.hosts or [])})" if r.host == "*" else labels[r.host]
         table.add_row(
             verdict(r),
             Text(host),  # Text, not markup: a host name comes from the fleet file.
             fmt.name_cell(r, suites),
-            f"{r['resolved']}/{r['attempts']}",
-            fmt.pct(r["resolution"]),
-            fmt.joules(r["joules_total"], reliable),
-            fmt.joules(r["joules_per_resolved"], reliable),
+            f"{r.resolved}/{r.attempts}",
+            fmt.pct(r.resolution),
+            fmt.joules(r.joules_total, reliable),
+            fmt.joules(r.joules_per_resolved, reliable),
         )
     return table

@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 from jb_client import plot
 from jb_client.api import checkpoint_history_path
 from jb_client.columns import FRONTIER, Column
+from jb_client.documents import BestOfKRow, Checkpoint, MeterStatus
 from jb_client.meter_text import calibration_lines, meter_lines
 
 from jouled import frontier
 from jouled.best_of_k import best_of_k
-from jouled.documents.sent import ExportRecord
+from jouled.documents.bodies import Payload
+from jouled.documents.sent import ExportRecord, FrontierRow
 from jouled.errors import DocumentError, UsageError
 from jouled.frontier_attempts import suite_of
 
@@ -42,14 +44,6 @@ if TYPE_CHECKING:
 PHASES = ("baseline", "seed", "apply", "solve", "grade")
 
 
-@dataclass(frozen=True)
-class Entry:
-    seq: int
-    kind: str
-    time: str
-    body: dict[str, Any]
-
-
 @dataclass
 class ReportData:
     """What one page shows; built from a daemon or from an export."""
@@ -57,21 +51,26 @@ class ReportData:
     source: str
     suite: str
     axis: str
-    frontier: list[dict[str, Any]]
-    best_of_k: list[dict[str, Any]]
-    results: list[Entry]
-    ops: list[Entry] = field(default_factory=list)
-    calibrations: list[Entry] = field(default_factory=list)
+    frontier: list[FrontierRow]
+    best_of_k: list[BestOfKRow]
+    results: list[Payload]
+    ops: list[Payload] = field(default_factory=list)
+    calibrations: list[Payload] = field(default_factory=list)
     entries: int = 0
-    meter: dict[str, Any] | None = None
-    checkpoint: dict[str, Any] | None = None
+    meter: MeterStatus | None = None
+    # A str: the newest note, which does not read as a checkpoint (shown as it is).
+    checkpoint: Checkpoint | str | None = None
     export_name: str = "ledger.jsonl"
+
+    @property
+    def checkpoint_size(self) -> int | None:
+        return self.checkpoint.size if isinstance(self.checkpoint, Checkpoint) else None
 
 
 # -- reading ---------------------------------------------------------------------------
 
 
-def parse_lines(lines: Iterable[str], where: str = "export") -> list[Entry]:
+def parse_lines(lines: Iterable[str], where: str = "export") -> list[Payload]:
     """The entries of export lines (payloads read, signatures not checked)."""
     entries = []
     for n, line in enumerate(lines, 1):
@@ -85,18 +84,19 @@ def parse_lines(lines: Iterable[str], where: str = "export") -> list[Entry]:
                 f"{err.message if isinstance(err, DocumentError) else err}",
                 hint="give a file written by `jb-client export`",
             ) from None
-        entries.append(Entry(payload.seq, payload.kind.value, payload.time, payload.body))
+        entries.append(payload)
     return entries
 
 
-def parse_note(note: str) -> dict[str, Any]:
-    """Origin, size and root (hex) of a signed checkpoint note, with the note itself."""
+def parse_note(note: str) -> Checkpoint | str:
+    """The checkpoint a signed note names (origin, size, root in hex, and the note), or
+    the note itself where it does not read as one."""
     lines = note.split("\n")
     try:
         origin, size, root = lines[0], int(lines[1]), base64.b64decode(lines[2]).hex()
     except (IndexError, ValueError, binascii.Error):
-        return {"note": note}
-    return {"origin": origin, "size": size, "root": root, "note": note}
+        return note
+    return Checkpoint(origin=origin, size=size, root=root, note=note)
 
 
 def _in_suite(body: Mapping[str, Any], suite: str) -> bool:
@@ -104,15 +104,15 @@ def _in_suite(body: Mapping[str, Any], suite: str) -> bool:
 
 
 def from_entries(
-    entries: Sequence[Entry],
+    entries: Sequence[Payload],
     *,
     source: str,
     suite: str = "",
     axis: str = "joules",
-    rows: list[dict[str, Any]] | None = None,
-    best: list[dict[str, Any]] | None = None,
-    meter: dict[str, Any] | None = None,
-    checkpoint: dict[str, Any] | None = None,
+    rows: list[FrontierRow] | None = None,
+    best: list[BestOfKRow] | None = None,
+    meter: MeterStatus | None = None,
+    checkpoint: Checkpoint | str | None = None,
     export_name: str = "ledger.jsonl",
 ) -> ReportData:
     """A report over ledger entries; the frontier and best-of-k are computed from them
@@ -121,11 +121,12 @@ def from_entries(
     ops = [e for e in entries if e.kind == "op" and _in_suite(e.body, suite)]
     bodies = [e.body for e in results]
     if rows is None:
-        rows = frontier.frontier_rows(
+        computed = frontier.frontier_rows(
             bodies, suite=suite or None, axis=axis, ops=[e.body for e in ops]
         )
+        rows = [FrontierRow.parse(r) for r in computed]
     if best is None:
-        best = best_of_k(bodies, suite=suite or None)
+        best = [BestOfKRow.parse(r) for r in best_of_k(bodies, suite=suite or None)]
     return ReportData(
         source=source,
         suite=suite,
@@ -148,7 +149,7 @@ def from_export(path: Path, *, suite: str = "", axis: str = "joules") -> ReportD
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read {path}: {err}") from None
     entries = parse_lines(text.splitlines(), str(path))
-    checkpoint = None
+    checkpoint: Checkpoint | str | None = None
     history = checkpoint_history_path(path)
     if history.is_file():
         notes = [json.loads(line)["note"] for line in history.read_text().splitlines() if line]
@@ -168,15 +169,15 @@ def from_daemon(client: Client, *, suite: str = "", axis: str = "joules") -> Rep
     """Frontier, best-of-k, meter status and checkpoint from the daemon; the per-attempt
     rows from its export stream."""
     lines = [value for kind, value in client.export_stream() if kind == "entry"]
-    checkpoint = client.checkpoint().to_dict()
+    checkpoint = client.checkpoint()
     return from_entries(
         parse_lines(lines, "the daemon's export"),
         source=f"daemon at {client.target}",
         suite=suite,
         axis=axis,
-        rows=client.frontier(suite, axis).to_dict()["rows"],
-        best=client.best_of_k(suite).to_dict()["rows"],
-        meter=client.meter().to_dict(),
+        rows=client.frontier(suite, axis).rows,
+        best=client.best_of_k(suite).rows,
+        meter=client.meter(),
         checkpoint=checkpoint,
     )
 
@@ -211,13 +212,13 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") ->
     return "".join(out)
 
 
-def _frontier_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _frontier_table(rows: Sequence[FrontierRow]) -> str:
     columns = [c for c in FRONTIER if c.report]
     body = [[_cell(col, r) for col in columns] for r in rows]
     return _table([c.head for c in columns], body, "num")
 
 
-def _cell(col: Column, r: Mapping[str, Any]) -> str:
+def _cell(col: Column, r: FrontierRow) -> str:
     """One frontier cell as the report shows it (HTML, escaped)."""
     value = col.value(r)
     if col.kind == "pct":
@@ -236,18 +237,18 @@ def _cell(col: Column, r: Mapping[str, Any]) -> str:
     return esc(value)
 
 
-def _usd(r: Mapping[str, Any]) -> str:
+def _usd(r: FrontierRow) -> str:
     """Claimed dollars: "-" when nothing was claimed, the share when only some was."""
-    total, share = r.get("usd_total"), r.get("usd_claimed_share")
+    total, share = r.usd_total, r.usd_claimed_share
     if total is None:
         return "-"
     text = f"{float(total):.4f}"
     return text if share is None or float(share) >= 1 else f"{text} ({_pct(share)})"
 
 
-def _usd_cumulative(r: Mapping[str, Any]) -> str:
+def _usd_cumulative(r: BestOfKRow) -> str:
     """Best-of-k's claimed dollars: "-" when nothing was claimed, as the frontier's $."""
-    total = r.get("usd_cumulative")
+    total = r.usd_cumulative
     return "-" if total is None else f"{float(total):.4f}"
 
 
@@ -255,7 +256,7 @@ def _flag(n: Any) -> str:
     return f'<span class="bad">{esc(n)}</span>' if n else esc(n)
 
 
-def _bestofk_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _bestofk_table(rows: Sequence[BestOfKRow]) -> str:
     head = (
         "suite",
         "solver",
@@ -272,18 +273,18 @@ def _bestofk_table(rows: Sequence[Mapping[str, Any]]) -> str:
     )
     body = [
         (
-            esc(r["suite"]),
-            esc(r["solver"]),
-            esc(r.get("model") or "-"),
-            esc(r["k"]),
-            esc(r["tasks"]),
-            esc(r["resolved_within_k"]),
-            _pct(r["resolution_within_k"]),
-            f"{esc(r.get('selected_resolved', '-'))} ({_pct(r.get('selected_resolution'))})",
-            _pct(r.get("pass_at_k")),
-            _j(round(1000 * float(r["joules_cumulative"]))),
+            esc(r.suite),
+            esc(r.solver),
+            esc(r.model or "-"),
+            esc(r.k),
+            esc(r.tasks),
+            esc(r.resolved_within_k),
+            _pct(r.resolution_within_k),
+            f"{esc(r.selected_resolved)} ({_pct(r.selected_resolution)})",
+            _pct(r.pass_at_k),
+            _j(round(1000 * float(r.joules_cumulative))),
             _usd_cumulative(r),
-            _flag(r.get("tampered", 0)),
+            _flag(r.tampered),
         )
         for r in rows
     ]
@@ -329,7 +330,7 @@ def _window(w: Any) -> str:
     return f'<span title="{esc(reasons)}">{esc(text)}</span>' if reasons else esc(text)
 
 
-def _results_table(results: Sequence[Entry]) -> str:
+def _results_table(results: Sequence[Payload]) -> str:
     phases = [p for p in PHASES if any(p in (e.body.get("energy") or {}) for e in results)]
     head = [
         "seq",
@@ -375,7 +376,7 @@ def _results_table(results: Sequence[Entry]) -> str:
     return _table(head, body, "results")
 
 
-def _ops_table(ops: Sequence[Entry]) -> str:
+def _ops_table(ops: Sequence[Payload]) -> str:
     head = ("seq", "label", "task", "agent", "run", "rollout", "J marginal", "wall s", "end")
     body = []
     for e in ops:
@@ -443,7 +444,7 @@ def _calibration_section(data: ReportData) -> str:
     return "".join(parts)
 
 
-def _provenance_section(results: Sequence[Entry]) -> str:
+def _provenance_section(results: Sequence[Payload]) -> str:
     keys = ("jouled", "python", "pytest", "host", "kernel", "cpu", "meter", "sandbox")
     seen: Counter[tuple[str, ...]] = Counter()
     for e in results:
@@ -471,9 +472,11 @@ def _checkpoint_section(data: ReportData) -> str:
     )
     if cp is None:
         head = "<p>No checkpoint came with this data.</p>"
+    elif isinstance(cp, str):
+        head = _kv([]) + f"<pre class=note>{esc(cp)}</pre>"
     else:
-        facts = [(k, str(cp[k])) for k in ("origin", "size", "root") if k in cp]
-        head = _kv(facts) + f"<pre class=note>{esc(cp.get('note', ''))}</pre>"
+        facts = [("origin", cp.origin), ("size", str(cp.size)), ("root", cp.root)]
+        head = _kv(facts) + f"<pre class=note>{esc(cp.note)}</pre>"
     return (
         head + "<p>This page reads the entries' payloads; it checks no signature. To check "
         "that the ledger is the one this checkpoint signs (every signature, the chain, the "
@@ -483,7 +486,9 @@ def _checkpoint_section(data: ReportData) -> str:
     )
 
 
-def _figure(draw: Any, rows: Sequence[Mapping[str, Any]], prefix: str, *args: Any) -> str:
+def _figure(
+    draw: Any, rows: Sequence[FrontierRow] | Sequence[BestOfKRow], prefix: str, *args: Any
+) -> str:
     if not rows:
         return "<p>Nothing to draw yet.</p>"
     if not plot.available():

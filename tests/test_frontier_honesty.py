@@ -15,6 +15,7 @@ from jb_client import render
 from rich.console import Console
 
 from jouled.best_of_k import best_of_k
+from jouled.documents.sent import FrontierRow
 from jouled.frontier import Frontier, frontier_rows
 from jouled.frontier_attempts import digest_set_id
 from jouled.frontier_fleet import HostLedger, fleet_frontier
@@ -232,7 +233,7 @@ def test_ops_arriving_late_are_counted_once_in_a_merged_row() -> None:
 def table(rows: list[dict[str, Any]], *, wide: bool) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=260 if wide else 80, color_system=None)
-    render.frontier_table(rows, console=console, wide=wide)
+    render.frontier_table([FrontierRow.parse(r) for r in rows], console=console, wide=wide)
     return buf.getvalue()
 
 
@@ -263,7 +264,7 @@ def test_the_report_page_shows_no_dollars_for_a_silent_solver() -> None:
     from jb_client import report
 
     rows = frontier_rows([result("s/a", solver="silent"), half_cent()], axis="usd")
-    page = report._frontier_table(rows)
+    page = report._frontier_table([FrontierRow.parse(r) for r in rows])
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert "?" in cells and "0.0050" in cells and "0.0000" not in cells
 

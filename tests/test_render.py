@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from jb_client import render
+from jb_client.documents import Receipt
 
-from jouled.best_of_k import best_of_k
-from jouled.frontier import frontier_rows
+from tests.client.ledger import bestofk, frontier, task
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ FLAG = {"code": "process-exit", "path": "pkg/a.py", "line": 4, "detail": "os._ex
 def test_frontier_table_shows_tampered_and_audit_flagged(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    rows = frontier_rows(
+    rows = frontier(
         [
             body("s/a", "resolved"),
             body("s/b", "tampered", [FLAG]),
@@ -60,36 +60,44 @@ def test_frontier_table_shows_tampered_and_audit_flagged(
 
 
 def test_bestofk_table_shows_tampered(capsys: pytest.CaptureFixture[str]) -> None:
-    render.bestofk_table(best_of_k([body("s/a", "tampered")]))
+    render.bestofk_table(bestofk([body("s/a", "tampered")]))
     out = capsys.readouterr().out
     assert "tampered" in out
     row = next(line for line in out.splitlines() if "agent" in line)
     assert [c.strip() for c in row.split("│") if c.strip()][-1] == "1"
 
 
-def receipt(audit: list[dict[str, Any]]) -> dict[str, Any]:
+def receipt(audit: list[dict[str, Any]]) -> Receipt:
     """A receipt document (docs/ledger.md, Receipts) whose entry and proof are placeholders."""
-    return {
-        "seq": 7,
-        "task_id": "s/a",
-        "patch_sha256": "0" * 64,
-        "status": "unresolved",
-        "resolved": False,
-        "tests": {"expected": 2, "passed": 0, "failed": 2, "missing": 0},
-        "energy": {},
-        "solver": "someone/agent",
-        "audit": audit,
-        "leaf_hash": "1" * 64,
-        "entry": {
+    return Receipt.parse(
+        {
             "seq": 7,
-            "payload": "",
-            "payloadType": "application/vnd.jouled.event.v1+json",
-            "signatures": [],
+            "task_id": "s/a",
+            "patch_sha256": "0" * 64,
+            "status": "unresolved",
+            "resolved": False,
+            "tests": {"expected": 2, "passed": 0, "failed": 2, "missing": 0},
+            "energy": {},
+            "solver": "someone/agent",
+            "audit": audit,
             "leaf_hash": "1" * 64,
-        },
-        "proof": {"seq": 7, "leaf_hash": "1" * 64, "tree_size": 8, "root": "2" * 64, "hashes": []},
-        "checkpoint": "",
-    }
+            "entry": {
+                "seq": 7,
+                "payload": "",
+                "payloadType": "application/vnd.jouled.event.v1+json",
+                "signatures": [],
+                "leaf_hash": "1" * 64,
+            },
+            "proof": {
+                "seq": 7,
+                "leaf_hash": "1" * 64,
+                "tree_size": 8,
+                "root": "2" * 64,
+                "hashes": [],
+            },
+            "checkpoint": "",
+        }
+    )
 
 
 def test_receipt_lists_audit_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,8 +122,10 @@ def test_truncated_audit_is_marked(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_tasks_table_shows_the_hidden_count(capsys: pytest.CaptureFixture[str]) -> None:
-    task = {"task_id": "s/a", "kind": "local", "digest": "ab" * 32, "timeout_s": 60}
-    render.tasks_table([{**task, "prompt": "fix it", "hidden_files": 2}])
+    t = task(
+        task_id="s/a", kind="local", digest="ab" * 32, timeout_s=60, prompt="fix it", hidden_files=2
+    )
+    render.tasks_table([t])
     out = capsys.readouterr().out
     assert "hidden" in out
     row = next(line for line in out.splitlines() if "s/a" in line)

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from jb_client.documents import BestOfKRow, FrontierRow
+from jb_client.taskinfo import TaskInfo
+
+from jouled.best_of_k import best_of_k
+from jouled.frontier import frontier_rows
 
 # Names no daemon would accept, as a ledger from elsewhere might hold them.
 HOSTILE = '"><img src=x onerror="console.error(1)"><script>console.error(2)</script>$x$'
@@ -123,3 +130,29 @@ def write_export(path: Path, docs: list[dict[str, Any]], note: str = "") -> Path
         history = path.with_name(path.name + ".checkpoints.jsonl")
         history.write_text(json.dumps({"note": note}) + "\n", encoding="utf-8")
     return path
+
+
+def frontier(results: Iterable[Mapping[str, Any]], **options: Any) -> list[FrontierRow]:
+    """The frontier of result bodies (`frontier_rows`) as the client's tables and figures
+    take it: a `FrontierRow` each, as a daemon's answer or an export is read."""
+    return [FrontierRow.parse(r) for r in frontier_rows(results, **options)]
+
+
+def bestofk(results: Iterable[Mapping[str, Any]], **options: Any) -> list[BestOfKRow]:
+    """Best-of-k of result bodies (`best_of_k`), a `BestOfKRow` each."""
+    return [BestOfKRow.parse(r) for r in best_of_k(results, **options)]
+
+
+def task(**fields: Any) -> TaskInfo:
+    """A task as ListTasks answers it, with `fields`; the ones not given are empty."""
+    empty: dict[str, Any] = {
+        "suite": "",
+        "name": "",
+        "test_cmd": [],
+        "test_files": [],
+        "fail_to_pass": [],
+        "pass_to_pass": [],
+        "source": "",
+        "license": "",
+    }
+    return TaskInfo(**{**empty, **fields})

@@ -10,10 +10,8 @@ from typing import Any
 import pytest
 from jb_client import plot
 
-from jouled.best_of_k import best_of_k
 from jouled.errors import UsageError
-from jouled.frontier import frontier_rows
-from tests.client.ledger import HOSTILE, hostile_ledger, result
+from tests.client.ledger import HOSTILE, bestofk, frontier, hostile_ledger, result
 
 BODIES = [d["body"] for d in hostile_ledger() if d["kind"] == "result"]
 
@@ -24,7 +22,7 @@ def test_frontier_figure_writes_each_format_and_axis(
     tmp_path: Path, axis: str, suffix: str
 ) -> None:
     out = tmp_path / f"frontier.{suffix}"
-    plot.write(plot.frontier_figure(frontier_rows(BODIES, axis=axis), axis), out)
+    plot.write(plot.frontier_figure(frontier(BODIES, axis=axis), axis), out)
     data = out.read_bytes()
     if suffix == "png":
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
@@ -33,7 +31,7 @@ def test_frontier_figure_writes_each_format_and_axis(
 
 
 def test_names_are_never_markup_or_mathtext() -> None:
-    svg = plot.inline_svg(plot.frontier_figure(frontier_rows(BODIES)), "f")
+    svg = plot.inline_svg(plot.frontier_figure(frontier(BODIES)), "f")
     # Text is drawn as glyph outlines, and the comments naming it are dropped.
     assert "<script" not in svg and "img" not in svg and "<!--" not in svg
     assert plot.label("a$b$_\x07c") == r"a\$b\$_?c"
@@ -41,7 +39,7 @@ def test_names_are_never_markup_or_mathtext() -> None:
 
 
 def test_rows_that_resolved_nothing_are_named_not_placed() -> None:
-    rows = frontier_rows([result(0, "s/a", "unresolved", solver="noop")["body"]])
+    rows = frontier([result(0, "s/a", "unresolved", solver="noop")["body"]])
     texts = [t.get_text() for t in plot.frontier_figure(rows).axes[0].texts]
     assert any("not placed" in t and "noop" in t for t in texts)
 
@@ -52,8 +50,8 @@ def test_empty_data_still_draws() -> None:
 
 
 def test_inline_svg_is_an_element_with_its_own_ids() -> None:
-    a = plot.inline_svg(plot.bestofk_figure(best_of_k(BODIES)), "one")
-    b = plot.inline_svg(plot.frontier_figure(frontier_rows(BODIES)), "two")
+    a = plot.inline_svg(plot.bestofk_figure(bestofk(BODIES)), "one")
+    b = plot.inline_svg(plot.frontier_figure(frontier(BODIES)), "two")
     assert a.startswith("<svg") and "<!DOCTYPE" not in a and "<?xml" not in a
     assert "<metadata>" not in a
     ids_a = set(re.findall(r'id="([^"]+)"', a))
@@ -65,7 +63,7 @@ def test_inline_svg_is_an_element_with_its_own_ids() -> None:
 
 
 def test_notes_of_several_suites_have_their_own_ids() -> None:
-    rows = frontier_rows(
+    rows = frontier(
         [result(i, f"{s}/a", "unresolved", solver="noop")["body"] for i, s in enumerate("xyz")]
     )
     svg = plot.inline_svg(plot.frontier_figure(rows), "f")
@@ -75,7 +73,7 @@ def test_notes_of_several_suites_have_their_own_ids() -> None:
 
 
 def test_the_same_figure_is_the_same_file(tmp_path: Path) -> None:
-    rows = frontier_rows(BODIES)
+    rows = frontier(BODIES)
     plot.write(plot.frontier_figure(rows), tmp_path / "a.svg")
     plot.write(plot.frontier_figure(rows), tmp_path / "b.svg")
     assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()
@@ -99,8 +97,8 @@ def test_partial_dollar_claims_are_named_not_placed_on_the_dollar_axis() -> None
         result(2, "s/b", "resolved", solver="full", usd_micros=5000)["body"],
         result(3, "s/b", "resolved", solver="half")["body"],
     ]
-    rows = frontier_rows(bodies, axis="usd")
-    shares = {r["solver"]: r["usd_claimed_share"] for r in rows}
+    rows = frontier(bodies, axis="usd")
+    shares = {r.solver: r.usd_claimed_share for r in rows}
     assert shares == {"full": 1.0, "half": 0.5}
     ax = plot.frontier_figure(rows, "usd").axes[0]
     texts = [t.get_text() for t in ax.texts]
@@ -158,7 +156,7 @@ def test_crowded_names_never_overlap_nor_leave_the_picture(
             )["body"]
             for i in range(2 * n)
         ]
-    fig = plot.frontier_figure(frontier_rows(bodies))
+    fig = plot.frontier_figure(frontier(bodies))
     plot.write(fig, tmp_path / "f.svg")  # written first: the layout is the one on disk
     renderer = _drawn(fig)
     canvas = fig.bbox
@@ -194,7 +192,7 @@ def test_ticks_read_as_plain_numbers(grade_mj: int, expect: str) -> None:
         result(0, "s/a", "resolved", solver="a", grade_mj=grade_mj)["body"],
         result(1, "s/a", "resolved", solver="b", grade_mj=3 * grade_mj)["body"],
     ]
-    figs = [plot.frontier_figure(frontier_rows(bodies)), plot.bestofk_figure(best_of_k(bodies))]
+    figs = [plot.frontier_figure(frontier(bodies)), plot.bestofk_figure(bestofk(bodies))]
     for fig in figs:
         _drawn(fig)
         ax = fig.axes[0]
@@ -232,7 +230,7 @@ def test_the_dollar_axis_says_why_each_row_is_not_placed() -> None:
         result(3, "s/b", "unresolved", solver="none")["body"],
         result(4, "s/a", "unresolved", solver="idle", usd_micros=4000)["body"],
     ]
-    rows = frontier_rows(bodies, axis="usd")
+    rows = frontier(bodies, axis="usd")
     texts = _entries(plot.frontier_figure(rows, "usd").axes[0])
     # Tasks were resolved: the empty plot must not say otherwise.
     assert not any("no resolved task" in t for t in texts)
@@ -268,7 +266,7 @@ def test_wide_names_and_long_notes_stay_in_the_picture_and_apart(tmp_path: Path)
                 usd_micros=3000 * (i + 1),
             )["body"],
         ]
-    fig = plot.frontier_figure(frontier_rows(bodies, axis="usd"), "usd")
+    fig = plot.frontier_figure(frontier(bodies, axis="usd"), "usd")
     plot.write(fig, tmp_path / "f.png")
     renderer = _drawn(fig)
     [ax] = fig.axes
@@ -285,8 +283,8 @@ def test_wide_names_and_long_notes_stay_in_the_picture_and_apart(tmp_path: Path)
 
 def test_bestofk_figure_leaves_unclaimed_dollars_off_the_cost_panel() -> None:
     docs = [result(n, "s/a", "resolved", solver="u", rollout=n)["body"] for n in range(2)]
-    rows = best_of_k(docs)
-    assert all(r["usd_cumulative"] is None for r in rows)  # no claim: null, never $0
+    rows = bestofk(docs)
+    assert all(r.usd_cumulative is None for r in rows)  # no claim: null, never $0
     fig = plot.bestofk_figure(rows)
     _, usd = fig.axes[:2]
     assert all(len(list(line.get_xdata())) == 0 for line in usd.get_lines())  # type: ignore[arg-type]

@@ -67,7 +67,7 @@ def test_suite_filter(tmp_path: Path) -> None:
     docs[1]["body"]["suite"] = "other"
     data = report.from_export(write_export(tmp_path / "e.jsonl", docs), suite="other")
     assert [e.body["task_id"] for e in data.results] == ["other/x"]
-    assert {r["suite"] for r in data.frontier} == {"other"}
+    assert {r.suite for r in data.frontier} == {"other"}
     assert data.checkpoint is None
 
 

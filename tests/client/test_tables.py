@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 from jb_client import meter_text, render, render_fleet
+from jb_client.documents import Calibration, FleetFrontier, MeterStatus
 from rich.console import Console
 
-from jouled.best_of_k import best_of_k
-from jouled.frontier import frontier_rows
-from tests.client.ledger import hostile_ledger, result
+from tests.client.ledger import bestofk, frontier, hostile_ledger, result, task
 
 
 def bodies() -> list[dict[str, Any]]:
@@ -57,9 +56,9 @@ def lines(buf: io.StringIO) -> list[str]:
 def test_narrow_terminal_gets_the_compact_layout_within_80_columns(table: str) -> None:
     c, buf = console(80)
     if table == "frontier":
-        render.frontier_table(frontier_rows(bodies()), console=c)
+        render.frontier_table(frontier(bodies()), console=c)
     else:
-        render.bestofk_table(best_of_k(bodies()), console=c)
+        render.bestofk_table(bestofk(bodies()), console=c)
     out = lines(buf)
     assert max(len(line) for line in out) <= 80
     assert "…" not in buf.getvalue()  # nothing cut short, long names fold instead
@@ -69,7 +68,7 @@ def test_narrow_terminal_gets_the_compact_layout_within_80_columns(table: str) -
 
 def test_compact_frontier_keeps_the_figures_a_reader_compares() -> None:
     c, buf = console(80)
-    render.frontier_table(frontier_rows(bodies()), console=c)
+    render.frontier_table(frontier(bodies()), console=c)
     row = next(line for line in lines(buf) if "reference" in line)
     assert "3/3" in row and "100.0%" in row and "44-100" in row  # resolved, CI
     assert "123,457" in row  # J per resolved
@@ -85,13 +84,13 @@ def legend(buf: io.StringIO) -> str:
 
 def test_the_compact_frontier_explains_the_marks_it_shows_and_no_others() -> None:
     c, buf = console(80)
-    render.frontier_table(frontier_rows(bodies()), console=c)
+    render.frontier_table(frontier(bodies()), console=c)
     flagged = legend(buf)
     assert "t tampered" in flagged and "a audit flagged" in flagged, buf.getvalue()
     assert max(len(line) for line in lines(buf)) <= 80
     clean = [result(0, "s/a", "resolved", solver="checked")["body"]]
     c, buf = console(80)
-    render.frontier_table(frontier_rows(clean), console=c)
+    render.frontier_table(frontier(clean), console=c)
     assert legend(buf).startswith("* Pareto")
     for mark in ("t tampered", "a audit flagged", "int:", "op the agent", "r0, r1"):
         assert mark not in buf.getvalue(), mark
@@ -99,7 +98,7 @@ def test_the_compact_frontier_explains_the_marks_it_shows_and_no_others() -> Non
 
 def test_the_compact_best_of_k_says_what_its_columns_ask_below_the_table() -> None:
     c, buf = console(80)
-    render.bestofk_table(best_of_k(bodies()), console=c)
+    render.bestofk_table(bestofk(bodies()), console=c)
     assert lines(buf)[0].strip() == "best-of-k"
     said = legend(buf)
     assert said.startswith("<=k: any of the first k rollouts resolved") and "pick:" in said
@@ -112,12 +111,12 @@ def test_successes_below_the_monitor_are_flagged_in_both_layouts() -> None:
         result(2, "s/b", "resolved", solver="older")["body"],
     ]
     c, buf = console(80)
-    render.frontier_table(frontier_rows(docs), console=c)
+    render.frontier_table(frontier(docs), console=c)
     assert max(len(line) for line in lines(buf)) <= 80
     assert "int:r" in next(line for line in lines(buf) if "older" in line)
     assert "int:" not in next(line for line in lines(buf) if "checked" in line)
     c, buf = console(200)
-    render.frontier_table(frontier_rows(docs), console=c)
+    render.frontier_table(frontier(docs), console=c)
     assert "integrity" in buf.getvalue()
     assert "reduced" in next(line for line in lines(buf) if "older" in line)
     assert "monitor" in next(line for line in lines(buf) if "checked" in line)
@@ -125,19 +124,19 @@ def test_successes_below_the_monitor_are_flagged_in_both_layouts() -> None:
 
 def test_wide_layout_on_request_or_on_a_wide_terminal() -> None:
     c, buf = console(80)
-    render.frontier_table(frontier_rows(bodies()), console=c, wide=True)
+    render.frontier_table(frontier(bodies()), console=c, wide=True)
     assert "t3 a3" not in buf.getvalue()  # every column, squeezed: the user asked
     c, buf = console(200)
-    render.frontier_table(frontier_rows(bodies()), console=c)
+    render.frontier_table(frontier(bodies()), console=c)
     assert "attempts" in buf.getvalue() and "t3 a3" not in buf.getvalue()
     c, buf = console(200)
-    render.frontier_table(frontier_rows(bodies()), console=c, wide=False)
+    render.frontier_table(frontier(bodies()), console=c, wide=False)
     assert "attempts" not in buf.getvalue() and "t3 a3" in buf.getvalue()
 
 
 def test_hostile_names_stay_text_in_the_compact_tables() -> None:
     c, buf = console(80)
-    rows = frontier_rows([result(0, "s/a", "resolved", solver="[bold]x[/bold]")["body"]])
+    rows = frontier([result(0, "s/a", "resolved", solver="[bold]x[/bold]")["body"]])
     render.frontier_table(rows, console=c)
     assert "[bold]x[/bold]" in buf.getvalue()
 
@@ -203,7 +202,7 @@ METER = {
 
 def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
     c, buf = console(80)
-    render.meter_table(METER, console=c)
+    render.meter_table(MeterStatus.parse(METER), console=c)
     text = buf.getvalue()
     assert max(len(line) for line in lines(buf)) <= 80
     assert "idle package-0" in text and "4.100 W ± 0.120 W" in text
@@ -213,12 +212,16 @@ def test_meter_prints_facts_not_dicts_within_80_columns() -> None:
 
 def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixture[str]) -> None:
     render.terminal.cache_clear()
-    calibration = {
-        "seq": 3,
-        "source": "rapl",
-        "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
-        "warnings": [],
-    }
+    calibration = Calibration.parse(
+        {
+            "seq": 3,
+            "time": "2026-01-01T00:00:10.000Z",
+            "source": "rapl",
+            "seconds": 10,
+            "domains": {"package-0": {"idle_mw": 4100, "stddev_mw": 120}},
+            "warnings": [],
+        }
+    )
     render.kv("calibration (ledger entry 3)", calibration)
     out = capsys.readouterr().out
     render.terminal.cache_clear()
@@ -228,10 +231,10 @@ def test_key_value_tables_never_print_a_python_dict(capsys: pytest.CaptureFixtur
 
 def test_meter_prints_a_zone_table_without_host_paths() -> None:
     c, buf = console(80)
-    render.meter_table(METER, console=c)
+    render.meter_table(MeterStatus.parse(METER), console=c)
     assert max(len(line) for line in lines(buf)) <= 80
     c, buf = console(160)
-    render.meter_table(METER, console=c)
+    render.meter_table(MeterStatus.parse(METER), console=c)
     text = buf.getvalue()
     assert "/sys" not in text and "{" not in text
     for column in meter_text.ZONE_COLUMNS:
@@ -245,7 +248,7 @@ def test_meter_prints_a_zone_table_without_host_paths() -> None:
 
 
 def test_the_reports_meter_lines_carry_the_zones_without_host_paths() -> None:
-    lines = dict(meter_text.meter_lines(METER))
+    lines = dict(meter_text.meter_lines(MeterStatus.parse(METER)))
     assert "zone package-0 (intel-rapl:0)" in lines
     assert "range 262,143.3 J" in lines["zone package-0 (intel-rapl:0)"]
     assert not any("/sys" in v for v in lines.values())
@@ -259,7 +262,7 @@ HOSTS = (
 )
 
 
-def fleet_doc() -> dict[str, Any]:
+def fleet_doc() -> FleetFrontier:
     from jouled.frontier_fleet import HostLedger, fleet_frontier
 
     ledgers = []
@@ -277,7 +280,7 @@ def fleet_doc() -> dict[str, Any]:
             for n in range(2)
         ]
         ledgers.append(HostLedger(host, docs, []))
-    return fleet_frontier(ledgers)
+    return FleetFrontier.parse({**fleet_frontier(ledgers), "hosts": [], "unreachable": []})
 
 
 def column_text(buf: io.StringIO, header: str, following: str) -> str:
@@ -314,7 +317,7 @@ def test_host_labels_keep_what_tells_hosts_apart() -> None:
 
 def test_wide_frontier_on_a_narrow_terminal_keeps_every_column_readable() -> None:
     c, buf = console(100)
-    render.frontier_table(frontier_rows(bodies()), console=c, wide=True)
+    render.frontier_table(frontier(bodies()), console=c, wide=True)
     text = buf.getvalue()
     assert "…" not in text
     header = next(line for line in lines(buf) if "┃" in line and "attempts" in line)
@@ -326,7 +329,7 @@ def test_wide_frontier_on_a_narrow_terminal_keeps_every_column_readable() -> Non
 
 def test_wide_bestofk_on_a_narrow_terminal_keeps_every_column_readable() -> None:
     c, buf = console(80)
-    render.bestofk_table(best_of_k(bodies()), console=c, wide=True)
+    render.bestofk_table(bestofk(bodies()), console=c, wide=True)
     assert "…" not in buf.getvalue()
     header = next(line for line in lines(buf) if "resolution<=k" in line)
     assert "J cumulative" in header and "$ cumulative" in header
@@ -335,16 +338,16 @@ def test_wide_bestofk_on_a_narrow_terminal_keeps_every_column_readable() -> None
 @pytest.mark.parametrize("width", [80, 100])
 def test_tasks_table_never_cuts_an_id(width: int) -> None:
     long_id = "a-suite-with-a-long-name/a-task-whose-id-runs-on-and-on-past-the-column"
-    task = {
-        "task_id": long_id,
-        "kind": "python",
-        "digest": "0123456789abcdef" * 4,
-        "timeout_s": 600,
-        "hidden_files": 3,
-        "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
-    }
+    t = task(
+        task_id=long_id,
+        kind="python",
+        digest="0123456789abcdef" * 4,
+        timeout_s=600,
+        hidden_files=3,
+        prompt="Fix the parser so that it accepts nested brackets. " * 4,
+    )
     c, buf = console(width)
-    render.tasks_table([task], console=c)
+    render.tasks_table([t], console=c)
     assert max(len(line) for line in lines(buf)) <= width
     assert long_id in column_text(buf, "task", "kind")
     assert "0123456789ab" in buf.getvalue()  # the digest's 12 characters, whole
@@ -354,14 +357,14 @@ def test_tasks_table_never_cuts_an_id(width: int) -> None:
 def test_tasks_whose_ids_fit_take_one_line_each(width: int) -> None:
     """An id a reader copies stays on one line; the prompt gives way, cut with an ellipsis."""
     tasks = [
-        {
-            "task_id": f"smoke/a-task-number-{n}",
-            "kind": "local",
-            "digest": "0123456789abcdef" * 4,
-            "timeout_s": 60,
-            "hidden_files": 0,
-            "prompt": "Fix the parser so that it accepts nested brackets. " * 4,
-        }
+        task(
+            task_id=f"smoke/a-task-number-{n}",
+            kind="local",
+            digest="0123456789abcdef" * 4,
+            timeout_s=60,
+            hidden_files=0,
+            prompt="Fix the parser so that it accepts nested brackets. " * 4,
+        )
         for n in range(3)
     ]
     c, buf = console(width)
@@ -381,13 +384,13 @@ def test_bestofk_shows_no_claim_as_the_frontier_does(wide: bool) -> None:
         result(2 + n, "s/a", "resolved", solver="claimed", rollout=n, usd_micros=500_000)["body"]
         for n in range(2)
     ]
-    rows = best_of_k(docs)
-    assert {r["solver"]: r["usd_cumulative"] for r in rows if r["k"] == 2} == {
+    rows = bestofk(docs)
+    assert {r.solver: r.usd_cumulative for r in rows if r.k == 2} == {
         "unclaimed": None,  # unknown, as the frontier's usd_total: never $0
         "claimed": 1.0,
     }
-    frontier = {r["solver"]: r["usd_total"] for r in frontier_rows(docs)}
-    assert frontier["unclaimed"] is None
+    totals = {r.solver: r.usd_total for r in frontier(docs)}
+    assert totals["unclaimed"] is None
     c, buf = console(200)
     render.bestofk_table(rows, console=c, wide=wide)
     for line in lines(buf):
@@ -404,10 +407,10 @@ def test_the_readme_numbers_revisions_as_the_json_and_the_tables_do() -> None:
     for n, digest in enumerate(("a" * 64, "b" * 64)):
         body = result(n, "s/a", "resolved")["body"]
         docs.append({**body, "task_digest": digest})
-    revisions = sorted(r["revision"] for r in frontier_rows(docs))
+    revisions = sorted(r.revision for r in frontier(docs) if r.revision is not None)
     assert revisions == [0, 1]
     c, buf = console(80)
-    render.frontier_table(frontier_rows(docs), console=c)
+    render.frontier_table(frontier(docs), console=c)
     assert " r0" in buf.getvalue() and " r1" in buf.getvalue()
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     said = re.search(r"`revision` (\d+)[^,;.]*?, then (\d+)", " ".join(readme.split()))

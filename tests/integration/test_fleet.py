@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from jb_client import fleet
 from jb_client.api import Client
+from jb_client.documents import Receipt
 
 from jouled.errors import VerificationError
 from tests.integration.conftest import TASKS, Daemon, start_daemon
@@ -87,7 +88,7 @@ def test_a_suite_spread_over_three_hosts_survives_losing_one(
 
     killed: list[str] = []
 
-    def on_receipt(host: str, unit: fleet.Unit, receipt: dict[str, Any]) -> None:
+    def on_receipt(host: str, unit: fleet.Unit, receipt: Receipt) -> None:
         if host == victim and not killed:
             by_target[host].stop(signal.SIGKILL)
             killed.append(unit.key)
