@@ -1,7 +1,9 @@
 """What `jb_client.Client` returns: typed documents, each with `.to_dict()` for the raw form.
 
-They are `jouled.documents`' classes where the daemon already has one (`Receipt`,
-`OpReceipt`, `FrontierRow`, `CalibrationBody`), and small ones of the same kind
+They are `jouled.documents`' classes where the daemon has one (`Receipt`,
+`OpReceipt`, `FrontierRow`, `CalibrationBody`, and the answers in
+`jouled.documents.answers`: `BestOfKRow`, `Checkpoint`, `MeterStatus`,
+`Registration`, `Logs`, `PublicKeys`), and small ones of the same kind
 for the other answers (`TaskInfo`, built from the protobuf message, is in
 `jb_client.taskinfo`); `FleetFrontier` and `FleetExport` are what `jb_client.fleet`
 returns for a fleet. Every field is read and checked when the answer arrives;
@@ -22,7 +24,8 @@ from typing import Any, ClassVar
 
 from jb_client.taskinfo import TaskInfo
 
-from jouled.documents import bodies, sent
+from jouled.documents import answers, bodies, sent
+from jouled.documents.answers import BestOfKRow, PublicKey, SkippedRecord
 from jouled.documents.base import Document
 from jouled.documents.parts import Energy
 from jouled.documents.sent import FrontierRow
@@ -92,34 +95,6 @@ class Frontier(Answer):
 
 
 @dataclass(kw_only=True)
-class BestOfKRow(Document):
-    """One k of one (suite, solver, model, revision) (docs/protocol.md, BestOfK)."""
-
-    NAME: ClassVar[str] = "best-of-k row"
-    NULL: ClassVar[frozenset[str]] = frozenset({"revision", "usd_cumulative", "pass_at_k"})
-
-    suite: str
-    solver: str
-    model: str
-    revision: int | None = None
-    digest_set: str
-    k: int
-    tasks: int
-    attempts: int
-    resolved_within_k: int
-    resolution_within_k: float
-    selected_resolved: int
-    selected_resolution: float
-    joules_cumulative: float
-    invalid_windows: int
-    tampered: int
-    usd_cumulative: float | None = None
-    usd_source: str
-    pass_at_k: float | None = None
-    pass_at_k_tasks: int
-
-
-@dataclass(kw_only=True)
 class BestOfK(Answer):
     """Every best-of-k row, all pages read."""
 
@@ -130,16 +105,8 @@ class BestOfK(Answer):
     version: int | None = None
 
 
-@dataclass(kw_only=True)
-class Checkpoint(Answer):
+class Checkpoint(answers.Checkpoint, Answer):
     """The latest signed checkpoint (docs/ledger.md, Checkpoints)."""
-
-    NAME: ClassVar[str] = "checkpoint"
-
-    size: int
-    root: str  # hex
-    origin: str
-    note: str  # the signed note
 
 
 @dataclass(kw_only=True)
@@ -164,18 +131,8 @@ class ConsistencyProof(Answer):
     hashes: list[str]
 
 
-@dataclass(kw_only=True)
-class MeterStatus(Answer):
+class MeterStatus(answers.MeterStatus, Answer):
     """What the daemon meters with (docs/protocol.md, MeterStatus)."""
-
-    NAME: ClassVar[str] = "meter status"
-    NULL: ClassVar[frozenset[str]] = frozenset({"calibration"})
-
-    source: str
-    measured: bool | None = None
-    policy: str | None = None
-    domains: Any = None  # per meter: RAPL's zones, NVML's GPUs, the estimator's model
-    calibration: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True)
@@ -188,57 +145,16 @@ class Calibration(bodies.CalibrationBody, Answer):
     time: str
 
 
-@dataclass(kw_only=True)
-class SkippedRecord(Document):
-    NAME: ClassVar[str] = "skipped record"
-
-    instance_id: str
-    reason: str
-    code: str | None = None
-
-
-@dataclass(kw_only=True)
-class Registration(Answer):
+class Registration(answers.Registration, Answer):
     """What RegisterSwebench registered, and what it skipped and why."""
 
-    NAME: ClassVar[str] = "registration"
 
-    registered: list[str]
-    skipped: list[SkippedRecord]
-
-
-@dataclass(kw_only=True)
-class Logs(Answer):
+class Logs(answers.Logs, Answer):
     """A result's captured runs and its full failing and missing test ids (GetLogs)."""
 
-    NAME: ClassVar[str] = "logs"
 
-    seq: int
-    task_id: str
-    status: Status
-    runs: dict[str, dict[str, Any]]
-    attempt_id: str | None = None
-    max_bytes: int | None = None
-    tests_failed: dict[str, Any] | None = None
-    tests_missing: dict[str, Any] | None = None
-    withheld: str | None = None
-
-
-@dataclass(kw_only=True)
-class PublicKey(Document):
-    NAME: ClassVar[str] = "public key"
-
-    keyid: str
-    status: str
-    pem: str
-
-
-@dataclass(kw_only=True)
-class PublicKeys(Answer):
-    NAME: ClassVar[str] = "public keys"
-
-    origin: str
-    keys: list[PublicKey]
+class PublicKeys(answers.PublicKeys, Answer):
+    """The daemon's signing keys (docs/protocol.md, PublicKeys)."""
 
 
 @dataclass(kw_only=True)
