@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from jb_client.columns import Column
 
 if TYPE_CHECKING:
-    from jb_client.documents import BestOfKRow, FleetRow
+    from jb_client.documents import BestOfKRow
+    from jb_client.fleet_documents import FleetRow
     from rich.text import Text
 
     from jouled.documents.sent import FrontierRow

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from jb_client.documents import FleetRow
+    from jb_client.fleet_documents import FleetRow
 
     from jouled.documents.sent import FrontierRow
 

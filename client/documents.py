@@ -5,8 +5,8 @@ They are `jouled.documents`' classes where the daemon has one (`Receipt`,
 `jouled.documents.answers`: `BestOfKRow`, `Checkpoint`, `MeterStatus`,
 `Registration`, `Logs`, `PublicKeys`), and small ones of the same kind
 for the other answers (`TaskInfo`, built from the protobuf message, is in
-`jb_client.taskinfo`); `FleetFrontier` and `FleetExport` are what `jb_client.fleet`
-returns for a fleet. Every field is read and checked when the answer arrives;
+`jb_client.taskinfo`; a fleet's, `FleetFrontier` and `FleetExport`, are in
+`jb_client.fleet_documents`). Every field is read and checked when the answer arrives;
 `to_dict()` gives back exactly the JSON object the daemon sent (the one
 `jb-client ... --json` prints), unknown fields included. Energy figures are in
 joules, as floats, through `Energy` (`receipt.joules["grade"].gross_j`); the raw
@@ -39,14 +39,8 @@ __all__ = [
     "ConsistencyProof",
     "Energy",
     "ExportSummary",
-    "FleetDuplicate",
-    "FleetExport",
-    "FleetFrontier",
-    "FleetHost",
-    "FleetRow",
     "Frontier",
     "FrontierRow",
-    "HostCheckpoint",
     "InclusionProof",
     "Logs",
     "MeterStatus",
@@ -58,7 +52,6 @@ __all__ = [
     "SkippedRecord",
     "Status",
     "TaskInfo",
-    "Unreachable",
 ]
 
 
@@ -168,107 +161,3 @@ class ExportSummary(Answer):
     checkpoints: int
     checkpoint_history: str
     parquet: str
-
-
-@dataclass(kw_only=True)
-class FleetRow(Document):
-    """One row of a fleet's frontier (`jb_client.fleet`): a host's own frontier row, `host`
-    its name, or one merged across the hosts, `host` "*" and `hosts` the hosts it spans.
-
-    A merged row's metered columns (`joules_total`, `joules_per_resolved`, ...) are null
-    where its hosts' meters differ (`comparable` false, each host's source in
-    `energy_sources`): energy from different meters is never summed. The row's other
-    columns are a frontier row's (`FrontierRow`), kept as sent.
-    """
-
-    NAME: ClassVar[str] = "fleet frontier row"
-
-    host: str
-    suite: str
-    solver: str
-    model: str
-    attempts: int
-    resolved: int
-    resolution: float
-    joules_total: float | None
-    joules_per_resolved: float | None
-    energy_source: str
-    reliable_share: float | None
-    pareto: bool | None = None
-    hosts: list[str] | None = None
-    comparable: bool | None = None
-    energy_sources: dict[str, str] | None = None
-
-
-@dataclass(kw_only=True)
-class FleetDuplicate(Document):
-    """An attempt with a result on more than one host, counted once: on `counted_on`."""
-
-    NAME: ClassVar[str] = "fleet duplicate"
-
-    host: str
-    counted_on: str
-    task_id: str
-    idempotency_key: str
-
-
-@dataclass(kw_only=True)
-class HostCheckpoint(Document):
-    """A host's newest checkpoint in its verified export: size, root (hex), and the note."""
-
-    NAME: ClassVar[str] = "host checkpoint"
-
-    size: int
-    root: str
-    note: str | None = None
-
-
-@dataclass(kw_only=True)
-class FleetHost(Document):
-    """A host whose export was verified against its pinned keys; `file`, in a fleet
-    export's manifest, is its export's path in the export's directory."""
-
-    NAME: ClassVar[str] = "fleet host"
-
-    host: str
-    target: str
-    file: str | None = None
-    keyids: list[str]
-    origin: str
-    entries: int
-    checkpoint: HostCheckpoint
-
-
-@dataclass(kw_only=True)
-class Unreachable(Document):
-    """A host left out of a fleet's answer, and why."""
-
-    NAME: ClassVar[str] = "unreachable host"
-
-    host: str
-    reason: str
-
-
-@dataclass(kw_only=True)
-class FleetFrontier(Answer):
-    """A fleet's frontier: a row per host, the rows merged across hosts (`summary`), the
-    attempts counted once, and the hosts merged and left out."""
-
-    NAME: ClassVar[str] = "fleet frontier"
-
-    rows: list[FleetRow]
-    summary: list[FleetRow]
-    duplicates: list[FleetDuplicate]
-    hosts: list[FleetHost]
-    unreachable: list[Unreachable]
-
-
-@dataclass(kw_only=True)
-class FleetExport(Answer):
-    """A fleet export's manifest: each host's verified export, and the hosts left out."""
-
-    NAME: ClassVar[str] = "fleet export"
-
-    format: str
-    hosts: list[FleetHost]
-    unreachable: list[Unreachable]

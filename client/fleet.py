@@ -30,17 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from jb_client.api import Client, checkpoint_history_path, parquet_path
-from jb_client.documents import (
+from jb_client.documents import Receipt
+from jb_client.errors import ClientError
+from jb_client.fleet_documents import (
     FleetDuplicate,
     FleetExport,
     FleetFrontier,
     FleetHost,
     FleetRow,
     HostCheckpoint,
-    Receipt,
     Unreachable,
 )
-from jb_client.errors import ClientError
 
 from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.frontier_fleet import HostLedger, fleet_frontier

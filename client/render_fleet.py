@@ -10,7 +10,7 @@ from jb_client.columns import verdict
 from jb_client.render import compact_table, make_table, receipt_line, terminal
 
 if TYPE_CHECKING:
-    from jb_client.documents import FleetFrontier
+    from jb_client.fleet_documents import FleetFrontier
     from rich.console import Console
     from rich.table import Table
 

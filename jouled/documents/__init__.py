@@ -6,23 +6,13 @@ contracts and the pipeline, so every layer spells it the same way.
 The documents themselves (ledger entry bodies and the signed payload in
 `jouled.documents.bodies`; the export line, the receipts and the frontier row
 in `jouled.documents.sent`; the answers to the other queries in
-`jouled.documents.answers`) are dataclasses on `jouled.documents.base.Document`
+`jouled.documents.answers`, imported from there) are dataclasses on `jouled.documents.base.Document`
 with `parse`, which checks a JSON object and names the first bad field, and
 `to_dict`, which gives back exactly the object the daemon signs or sends.
 docs/ledger.md and docs/protocol.md describe them, and name the classes this
 package exports; the tests hold their examples to these classes.
 """
 
-from jouled.documents.answers import (
-    BestOfKRow,
-    Checkpoint,
-    Logs,
-    MeterStatus,
-    PublicKey,
-    PublicKeys,
-    Registration,
-    SkippedRecord,
-)
 from jouled.documents.bodies import (
     AbortBody,
     BaselineBody,
@@ -39,23 +29,15 @@ from jouled.documents.sent import ExportRecord, FrontierRow, OpReceipt, Receipt
 __all__ = [
     "AbortBody",
     "BaselineBody",
-    "BestOfKRow",
     "CalibrationBody",
-    "Checkpoint",
     "ExportRecord",
     "FrontierRow",
     "GenesisBody",
     "KeyRotationBody",
-    "Logs",
-    "MeterStatus",
     "OpBody",
     "OpReceipt",
     "Payload",
-    "PublicKey",
-    "PublicKeys",
     "Receipt",
-    "Registration",
     "ResultBody",
-    "SkippedRecord",
     "parse_body",
 ]

@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 from jb_client import render_fleet
-from jb_client.documents import FleetFrontier
+from jb_client.fleet_documents import FleetFrontier
 from rich.console import Console
 
 from jouled.frontier_fleet import HostLedger, fleet_frontier

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from jb_client import meter_text, render, render_fleet
-from jb_client.documents import Calibration, FleetFrontier, MeterStatus
+from jb_client.documents import Calibration, MeterStatus
+from jb_client.fleet_documents import FleetFrontier
 from rich.console import Console
 
 from tests.client.ledger import bestofk, frontier, hostile_ledger, result, task
