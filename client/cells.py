@@ -4,7 +4,7 @@ names (`render` lays the tables out)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jb_client.columns import Column
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from jb_client.fleet_documents import FleetRow
     from rich.text import Text
 
+    from jouled.documents.comparison import Summary
     from jouled.documents.sent import FrontierRow
 
 
@@ -96,8 +97,8 @@ def num(value: float | None, unit: str = "") -> str:
     return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def spread(s: dict[str, Any] | None, unit: str) -> str:
+def spread(s: Summary | None, unit: str) -> str:
     """Median and interquartile range of one side's per-task values."""
     if s is None:
         return "-"
-    return f"{num(s['median'], unit)} ({num(s['q1'], unit)}-{num(s['q3'], unit)})"
+    return f"{num(s.median, unit)} ({num(s.q1, unit)}-{num(s.q3, unit)})"

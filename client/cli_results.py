@@ -140,7 +140,7 @@ def compare(
     except JouledError as err:
         fail(err)
     if as_json:
-        emit(doc)
+        emit(doc.to_dict())
     else:
         render.compare_report(doc)
 

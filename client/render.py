@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from jouled.documents.base import Document
+    from jouled.documents.comparison import Comparison
     from jouled.documents.sent import FrontierRow, OpReceipt, Receipt
 
     out: Console
@@ -453,57 +454,54 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     return rows
 
 
-def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
+def compare_report(doc: Comparison, shown: int = 20) -> None:
     """`jb-client compare`: each side, the paired metrics, what they say, where they disagree."""
     console = terminal(False)
-    for name in ("a", "b"):
-        side = doc[name]
-        models = ", ".join(m or "-" for m in side["models"])
+    for name, side in (("A", doc.a), ("B", doc.b)):
+        models = ", ".join(m or "-" for m in side.models)
         console.print(
-            f"{name.upper()}: {side['spec']} (models {models}): {side['tasks']} tasks, "
-            f"{side['attempts']} attempts",
+            f"{name}: {side.spec} (models {models}): {side.tasks} tasks, {side.attempts} attempts",
             highlight=False,
             markup=False,
         )
     console.print(
-        f"paired on task digest: {doc['paired_tasks']} tasks "
-        f"(only A {doc['only_a']}, only B {doc['only_b']})",
+        f"paired on task digest: {doc.paired_tasks} tasks "
+        f"(only A {doc.only_a}, only B {doc.only_b})",
         highlight=False,
     )
-    res, joules, usd = doc["resolution"], doc["joules"], doc["usd"]
+    res = doc.resolution
     table = make_table("A vs B per paired task (median and quartiles; difference is A - B)")
     for col in ("", "tasks", "A", "B", "A - B mean", "95% CI", "test"):
         table.add_column(col, justify="left" if col in ("", "test") else "right")
-    first = res["first_rollout"]
+    first = res.first_rollout
     table.add_row(
         "resolution",
-        str(res["tasks"]),
-        fmt.pct(res["a_rate"]),
-        fmt.pct(res["b_rate"]),
-        "-" if res["difference"] is None else f"{100 * res['difference']:+.1f} pts",
-        "-" if res["ci_low"] is None else f"{fmt.pct(res['ci_low'])} to {fmt.pct(res['ci_high'])}",
-        f"McNemar p={res['p_value']:.4g} (A only {first['a_only']}, B only {first['b_only']})",
+        str(res.tasks),
+        fmt.pct(res.a_rate),
+        fmt.pct(res.b_rate),
+        "-" if res.difference is None else f"{100 * res.difference:+.1f} pts",
+        "-"
+        if res.ci_low is None or res.ci_high is None
+        else f"{fmt.pct(res.ci_low)} to {fmt.pct(res.ci_high)}",
+        f"McNemar p={res.p_value:.4g} (A only {first.a_only}, B only {first.b_only})",
     )
-    for label, m, unit in (("joules", joules, "J"), ("$ claimed", usd, "$")):
-        diff = m["difference"]
+    for label, m, unit in (("joules", doc.joules, "J"), ("$ claimed", doc.usd, "$")):
         table.add_row(
             label,
-            str(m["tasks"]),
-            fmt.spread(m["a"], unit),
-            fmt.spread(m["b"], unit),
-            "-" if diff is None else fmt.num(diff["mean"], unit),
-            "-"
-            if m["ci_low"] is None
-            else f"{fmt.num(m['ci_low'], unit)} to {fmt.num(m['ci_high'], unit)}",
+            str(m.tasks),
+            fmt.spread(m.a, unit),
+            fmt.spread(m.b, unit),
+            "-" if m.difference is None else fmt.num(m.difference.mean, unit),
+            "-" if m.ci_low is None else f"{fmt.num(m.ci_low, unit)} to {fmt.num(m.ci_high, unit)}",
             "paired bootstrap",
         )
     console.print(table)
-    for m in (res, joules, usd):
-        mark = "[green]*[/]" if m["conclusive"] else "[yellow]-[/]"
-        console.print(f"{mark} {m['verdict']}", highlight=False)
-    for note in doc["notes"]:
+    for said in (res, doc.joules, doc.usd):
+        mark = "[green]*[/]" if said.conclusive else "[yellow]-[/]"
+        console.print(f"{mark} {said.verdict}", highlight=False)
+    for note in doc.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
-    rows = doc["disagreements"]
+    rows = doc.disagreements
     if not rows:
         return
     table = make_table(f"{len(rows)} paired tasks where A and B disagree")
@@ -511,11 +509,11 @@ def compare_report(doc: dict[str, Any], shown: int = 20) -> None:
         table.add_column(col, justify="left" if col == "task" else "right")
     for r in rows[:shown]:
         table.add_row(
-            r["task_id"],
-            f"{r['a']['rate']:.0%} of {r['a']['attempts']}",
-            f"{r['b']['rate']:.0%} of {r['b']['attempts']}",
-            fmt.num(r["a"]["joules"]),
-            fmt.num(r["b"]["joules"]),
+            r.task_id,
+            f"{r.a.rate:.0%} of {r.a.attempts}",
+            f"{r.b.rate:.0%} of {r.b.attempts}",
+            fmt.num(r.a.joules),
+            fmt.num(r.b.joules),
         )
     console.print(table)
     if len(rows) > shown:

@@ -4,7 +4,8 @@ Pure functions over `result` entry bodies, like `jouled.frontier`, whose
 counting rules they share (`error` attempts left out; `invalid` and
 `tampered` ones counted and never resolved; an attempt's energy is the
 attested gross joules of its `solve` and `grade` ops; dollars are claimed).
-`jb-client compare` runs them on an export or on the daemon's ledger.
+`jb-client compare` runs them on an export or on the daemon's ledger; they
+answer with a `jouled.documents.comparison.Comparison`.
 
 Rules, decided once here:
 
@@ -49,8 +50,21 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
+from jouled.documents.comparison import (
+    Bootstrap,
+    ComparedSide,
+    Comparison,
+    FirstRollouts,
+    PairedJoules,
+    PairedMetric,
+    PairedSide,
+    PairedUsd,
+    PairRow,
+    Resolution,
+    Summary,
+)
 from jouled.errors import UsageError
 from jouled.frontier import USD_SOURCE
 from jouled.frontier_attempts import ERROR, Attempt, parse_attempt
@@ -60,6 +74,8 @@ RESAMPLES = 10_000
 SEED = 0
 LEVEL = 0.95
 ALPHA = 0.05
+
+_Metric = TypeVar("_Metric", bound=PairedMetric)
 
 
 # -- statistics ------------------------------------------------------------------------
@@ -92,20 +108,20 @@ def quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def summary(values: Sequence[float]) -> dict[str, Any] | None:
+def summary(values: Sequence[float]) -> Summary | None:
     """n, mean, min, quartiles and max of a distribution; None when it is empty."""
     if not values:
         return None
     s = sorted(values)
-    return {
-        "n": len(s),
-        "mean": statistics.fmean(s),
-        "min": s[0],
-        "q1": quantile(s, 0.25),
-        "median": quantile(s, 0.5),
-        "q3": quantile(s, 0.75),
-        "max": s[-1],
-    }
+    return Summary(
+        n=len(s),
+        mean=statistics.fmean(s),
+        min=s[0],
+        q1=quantile(s, 0.25),
+        median=quantile(s, 0.5),
+        q3=quantile(s, 0.75),
+        max=s[-1],
+    )
 
 
 def bootstrap_mean_interval(
@@ -208,21 +224,22 @@ def _sides(
     return {d: _Side(tuple(v)) for d, v in by_digest.items()}, sorted(models), digests
 
 
-def _side_info(sel: _Selector, sides: Mapping[str, _Side], models: list[str]) -> dict[str, Any]:
-    return {
-        "spec": sel.spec,
-        "solver": sel.solver,
-        "model": sel.model,
-        "models": models,
-        "tasks": len(sides),
-        "attempts": sum(len(s.attempts) for s in sides.values()),
-    }
+def _side_info(sel: _Selector, sides: Mapping[str, _Side], models: list[str]) -> ComparedSide:
+    return ComparedSide(
+        spec=sel.spec,
+        solver=sel.solver,
+        model=sel.model,
+        models=models,
+        tasks=len(sides),
+        attempts=sum(len(s.attempts) for s in sides.values()),
+    )
 
 
 # -- the comparison --------------------------------------------------------------------
 
 
 def _paired_metric(
+    cls: type[_Metric],
     a: Sequence[float],
     b: Sequence[float],
     *,
@@ -231,40 +248,45 @@ def _paired_metric(
     what: str,
     verb: str,
     unit: str,
-) -> dict[str, Any]:
-    """Each side's distribution, the per-task differences and their bootstrap interval."""
+    **more: Any,
+) -> _Metric:
+    """Each side's distribution, the per-task differences and their bootstrap interval.
+
+    `more` holds the fields `cls` adds to `PairedMetric`'s.
+    """
     diffs = [x - y for x, y in zip(a, b, strict=True)]
     n = len(diffs)
-    out: dict[str, Any] = {
-        "tasks": n,
-        "a": summary(a),
-        "b": summary(b),
-        "difference": summary(diffs),
-        "ci_low": None,
-        "ci_high": None,
-        "conclusive": False,
-    }
+    low: float | None = None
+    high: float | None = None
+    conclusive = False
     if n < MIN_PAIRS:
-        out["verdict"] = (
-            f"too few paired tasks to conclude anything about {what}: {n} (need {MIN_PAIRS})"
-        )
-        return out
-    low, high = bootstrap_mean_interval(diffs, resamples=resamples, seed=seed)
-    out["ci_low"], out["ci_high"] = low, high
-    mean = statistics.fmean(diffs)
-    shown = f"mean difference {mean:+.4g} {unit} per task, 95% CI [{low:.4g}, {high:.4g}]"
-    if low > 0 or high < 0:
-        out["conclusive"] = True
-        more = "more" if low > 0 else "less"
-        out["verdict"] = f"A {verb} {more} {what} per task than B ({shown})"
+        verdict = f"too few paired tasks to conclude anything about {what}: {n} (need {MIN_PAIRS})"
     else:
-        out["verdict"] = f"no difference in {what} the interval can tell from zero ({shown})"
-    return out
+        low, high = bootstrap_mean_interval(diffs, resamples=resamples, seed=seed)
+        mean = statistics.fmean(diffs)
+        shown = f"mean difference {mean:+.4g} {unit} per task, 95% CI [{low:.4g}, {high:.4g}]"
+        if low > 0 or high < 0:
+            conclusive = True
+            more_or_less = "more" if low > 0 else "less"
+            verdict = f"A {verb} {more_or_less} {what} per task than B ({shown})"
+        else:
+            verdict = f"no difference in {what} the interval can tell from zero ({shown})"
+    return cls(
+        tasks=n,
+        a=summary(a),
+        b=summary(b),
+        difference=summary(diffs),
+        ci_low=low,
+        ci_high=high,
+        conclusive=conclusive,
+        verdict=verdict,
+        **more,
+    )
 
 
 def _resolution(
     pairs: Sequence[tuple[str, _Side, _Side]], *, resamples: int, seed: int
-) -> dict[str, Any]:
+) -> Resolution:
     both = a_only = b_only = neither = 0
     for _, a, b in pairs:
         ra, rb = a.first.resolved, b.first.resolved
@@ -277,62 +299,56 @@ def _resolution(
     rates_b = [b.rate for _, _, b in pairs]
     diffs = [x - y for x, y in zip(rates_a, rates_b, strict=True)]
     n = len(pairs)
-    out: dict[str, Any] = {
-        "tasks": n,
-        "a_rate": statistics.fmean(rates_a) if n else None,
-        "b_rate": statistics.fmean(rates_b) if n else None,
-        "difference": statistics.fmean(diffs) if n else None,
-        "ci_low": None,
-        "ci_high": None,
-        "first_rollout": {"both": both, "a_only": a_only, "b_only": b_only, "neither": neither},
-        "test": "exact McNemar: two-sided binomial test on the discordant first rollouts",
-        "p_value": p,
-        "conclusive": False,
-    }
+    low: float | None = None
+    high: float | None = None
     if n >= MIN_PAIRS:
-        out["ci_low"], out["ci_high"] = bootstrap_mean_interval(
-            diffs, resamples=resamples, seed=seed
-        )
+        low, high = bootstrap_mean_interval(diffs, resamples=resamples, seed=seed)
+    conclusive = False
     counts = f"{a_only} tasks only A resolved, {b_only} only B"
     if n < MIN_PAIRS:
-        out["verdict"] = (
+        verdict = (
             f"too few paired tasks to conclude anything about resolution: {n} (need {MIN_PAIRS})"
         )
     elif a_only + b_only == 0:
-        out["verdict"] = (
+        verdict = (
             "no discordant pairs: A and B resolved the same tasks, so the test has "
             "nothing to tell them apart by"
         )
     elif p < ALPHA:
-        out["conclusive"] = True
+        conclusive = True
         better = "A" if a_only > b_only else "B"
-        out["verdict"] = f"{better} resolves more tasks ({counts}; exact McNemar p = {p:.4g})"
+        verdict = f"{better} resolves more tasks ({counts}; exact McNemar p = {p:.4g})"
     else:
-        out["verdict"] = (
+        verdict = (
             f"no difference in resolution the test can detect ({counts}; exact McNemar p = {p:.4g})"
         )
-    return out
+    return Resolution(
+        tasks=n,
+        a_rate=statistics.fmean(rates_a) if n else None,
+        b_rate=statistics.fmean(rates_b) if n else None,
+        difference=statistics.fmean(diffs) if n else None,
+        ci_low=low,
+        ci_high=high,
+        first_rollout=FirstRollouts(both=both, a_only=a_only, b_only=b_only, neither=neither),
+        test="exact McNemar: two-sided binomial test on the discordant first rollouts",
+        p_value=p,
+        conclusive=conclusive,
+        verdict=verdict,
+    )
 
 
-def _pair_row(digest: str, a: _Side, b: _Side) -> dict[str, Any]:
-    return {
-        "task_id": a.task_id,
-        "task_digest": digest,
-        "a": {
-            "attempts": len(a.attempts),
-            "rate": a.rate,
-            "first_resolved": a.first.resolved,
-            "joules": a.joules,
-            "usd": a.usd,
-        },
-        "b": {
-            "attempts": len(b.attempts),
-            "rate": b.rate,
-            "first_resolved": b.first.resolved,
-            "joules": b.joules,
-            "usd": b.usd,
-        },
-    }
+def _paired_side(s: _Side) -> PairedSide:
+    return PairedSide(
+        attempts=len(s.attempts),
+        rate=s.rate,
+        first_resolved=s.first.resolved,
+        joules=s.joules,
+        usd=s.usd,
+    )
+
+
+def _pair_row(digest: str, a: _Side, b: _Side) -> PairRow:
+    return PairRow(task_id=a.task_id, task_digest=digest, a=_paired_side(a), b=_paired_side(b))
 
 
 def compare(
@@ -343,7 +359,7 @@ def compare(
     suite: str | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
-) -> dict[str, Any]:
+) -> Comparison:
     """A's attempts against B's on the tasks both attempted (see the module's rules)."""
     if resamples < 1:
         raise UsageError(f"--resamples {resamples} must be at least 1")
@@ -420,6 +436,7 @@ def compare(
             "meter's floor or within idle noise (unreliable)"
         )
     joules = _paired_metric(
+        PairedJoules,
         [ja for ja, *_ in energy_pairs],
         [jb for _, jb, *_ in energy_pairs],
         resamples=resamples,
@@ -427,19 +444,16 @@ def compare(
         what="energy",
         verb="used",
         unit="J",
-    )
-    joules.update(
-        {
-            "left_out": n - len(energy_pairs),
-            "sources_a": sources_a,
-            "sources_b": sources_b,
-            "unreliable_pairs": unreliable,
-        }
+        left_out=n - len(energy_pairs),
+        sources_a=sources_a,
+        sources_b=sources_b,
+        unreliable_pairs=unreliable,
     )
     usd_pairs = [
         (ua, ub) for _, x, y in pairs if (ua := x.usd) is not None and (ub := y.usd) is not None
     ]
     usd = _paired_metric(
+        PairedUsd,
         [ua for ua, _ in usd_pairs],
         [ub for _, ub in usd_pairs],
         resamples=resamples,
@@ -447,8 +461,9 @@ def compare(
         what="dollars",
         verb="claimed",
         unit="$",
+        left_out=n - len(usd_pairs),
+        usd_source=USD_SOURCE,
     )
-    usd.update({"left_out": n - len(usd_pairs), "usd_source": USD_SOURCE})
     if n and len(usd_pairs) < n:
         notes.append(
             f"dollars compare only the {len(usd_pairs)} paired task(s) where both sides "
@@ -457,29 +472,28 @@ def compare(
 
     resolution = _resolution(pairs, resamples=resamples, seed=seed)
     rows = [_pair_row(d, x, y) for d, x, y in pairs]
-    return {
-        "a": _side_info(sel_a, sides_a, models_a),
-        "b": _side_info(sel_b, sides_b, models_b),
-        "suite": suite,
-        "paired_on": "task_digest",
-        "paired_tasks": n,
-        "only_a": len(set(sides_a) - set(sides_b)),
-        "only_b": len(set(sides_b) - set(sides_a)),
-        "digest_changed": changed,
-        "min_pairs": MIN_PAIRS,
-        "enough_pairs": n >= MIN_PAIRS,
-        # True when any of resolution, joules or dollars shows a difference.
-        "conclusive": resolution["conclusive"] or joules["conclusive"] or usd["conclusive"],
-        "notes": notes,
-        "resolution": resolution,
-        "joules": joules,
-        "usd": usd,
-        "bootstrap": {
-            "statistic": "mean of per-task differences (A - B)",
-            "resamples": resamples,
-            "seed": seed,
-            "level": LEVEL,
-        },
-        "disagreements": [r for r in rows if r["a"]["rate"] != r["b"]["rate"]],
-        "pairs": rows,
-    }
+    return Comparison(
+        a=_side_info(sel_a, sides_a, models_a),
+        b=_side_info(sel_b, sides_b, models_b),
+        suite=suite,
+        paired_on="task_digest",
+        paired_tasks=n,
+        only_a=len(set(sides_a) - set(sides_b)),
+        only_b=len(set(sides_b) - set(sides_a)),
+        digest_changed=changed,
+        min_pairs=MIN_PAIRS,
+        enough_pairs=n >= MIN_PAIRS,
+        conclusive=resolution.conclusive or joules.conclusive or usd.conclusive,
+        notes=notes,
+        resolution=resolution,
+        joules=joules,
+        usd=usd,
+        bootstrap=Bootstrap(
+            statistic="mean of per-task differences (A - B)",
+            resamples=resamples,
+            seed=seed,
+            level=LEVEL,
+        ),
+        disagreements=[r for r in rows if r.a.rate != r.b.rate],
+        pairs=rows,
+    )

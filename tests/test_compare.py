@@ -14,6 +14,7 @@ from jouled.compare import (
     quantile,
     summary,
 )
+from jouled.documents.comparison import Comparison
 from jouled.errors import UsageError
 
 
@@ -93,7 +94,8 @@ def test_quantiles_interpolate_between_order_statistics() -> None:
     assert quantile(values, 0.75) == 3.25
     assert quantile(values, 0.0) == 1.0 and quantile(values, 1.0) == 4.0
     assert quantile([7.0], 0.3) == 7.0
-    assert summary([4.0, 1.0, 3.0, 2.0]) == {
+    s = summary([4.0, 1.0, 3.0, 2.0])
+    assert s is not None and s.to_dict() == {
         "n": 4,
         "mean": 2.5,
         "min": 1.0,
@@ -140,7 +142,7 @@ def paired_suite(a_wins: int, b_wins: int, both: int, neither: int) -> list[dict
 
 
 def test_eight_against_two_discordant_is_not_enough() -> None:
-    doc = compare(paired_suite(8, 2, 3, 2), "a", "b")
+    doc = compare(paired_suite(8, 2, 3, 2), "a", "b").to_dict()
     res = doc["resolution"]
     assert doc["paired_tasks"] == 15 and doc["enough_pairs"]
     assert res["first_rollout"] == {"both": 3, "a_only": 8, "b_only": 2, "neither": 2}
@@ -152,8 +154,22 @@ def test_eight_against_two_discordant_is_not_enough() -> None:
     assert [r["task_id"] for r in doc["disagreements"]] == sorted(f"s/t{i}" for i in range(10))
 
 
+def test_the_comparison_reads_back_into_its_class_unchanged() -> None:
+    # Too few pairs leaves intervals and a side's model null; they are written, not left out.
+    for doc in (
+        compare(paired_suite(8, 2, 3, 2), "a", "b"),
+        compare([result("a", "x", True), result("b", "x", False)], "a", "b"),
+    ):
+        sent = doc.to_dict()
+        back = Comparison.parse(sent)
+        assert back == doc
+        assert list(back.to_dict().items()) == list(sent.items())
+    assert sent["a"]["model"] is None and sent["resolution"]["ci_low"] is None
+    assert sent["usd"]["a"] is None and sent["pairs"][0]["a"]["usd"] is None
+
+
 def test_a_clear_win_is_called_with_its_p_value() -> None:
-    doc = compare(paired_suite(10, 0, 2, 0), "a", "b")
+    doc = compare(paired_suite(10, 0, 2, 0), "a", "b").to_dict()
     res = doc["resolution"]
     assert res["p_value"] == 2 / 1024 and res["conclusive"]
     assert res["verdict"].startswith("A resolves more tasks")
@@ -161,7 +177,7 @@ def test_a_clear_win_is_called_with_its_p_value() -> None:
 
 
 def test_energy_and_dollars_are_paired_per_task() -> None:
-    doc = compare(paired_suite(5, 5, 2, 0), "a", "b")
+    doc = compare(paired_suite(5, 5, 2, 0), "a", "b").to_dict()
     joules, usd = doc["joules"], doc["usd"]
     # Every task: A spent 1 J more and claimed 0.002 $ more.
     assert joules["tasks"] == 12 and joules["difference"]["median"] == pytest.approx(1.0)
@@ -175,7 +191,7 @@ def test_energy_and_dollars_are_paired_per_task() -> None:
 
 
 def test_too_few_pairs_says_so() -> None:
-    doc = compare(paired_suite(3, 0, 1, 0), "a", "b")
+    doc = compare(paired_suite(3, 0, 1, 0), "a", "b").to_dict()
     assert doc["paired_tasks"] == 4 < MIN_PAIRS
     assert not doc["enough_pairs"] and not doc["conclusive"]
     assert doc["resolution"]["verdict"].startswith("too few paired tasks")
@@ -185,7 +201,7 @@ def test_too_few_pairs_says_so() -> None:
 
 
 def test_no_discordant_pairs_says_so() -> None:
-    doc = compare(paired_suite(0, 0, 6, 6), "a", "b")
+    doc = compare(paired_suite(0, 0, 6, 6), "a", "b").to_dict()
     res = doc["resolution"]
     assert res["p_value"] == 1.0 and not res["conclusive"]
     assert res["verdict"].startswith("no discordant pairs")
@@ -202,7 +218,7 @@ def test_only_tasks_both_graded_at_one_digest_are_paired() -> None:
         result("b", "w", True),
         result("b", "x", True, status="error"),  # an infrastructure fault: not counted
     ]
-    doc = compare(bodies, "a", "b")
+    doc = compare(bodies, "a", "b").to_dict()
     assert doc["paired_tasks"] == 1
     assert [r["task_id"] for r in doc["pairs"]] == ["s/x"]
     assert doc["pairs"][0]["b"]["attempts"] == 1
@@ -218,7 +234,7 @@ def test_rollouts_give_rates_and_the_first_rollout_is_tested() -> None:
         result("a", "x", True, rollout=2),
         result("b", "x", False, rollout=0),
     ]
-    doc = compare(bodies, "a", "b")
+    doc = compare(bodies, "a", "b").to_dict()
     pair = doc["pairs"][0]
     assert pair["a"]["rate"] == 2 / 3 and pair["a"]["first_resolved"] is True
     assert doc["resolution"]["first_rollout"]["a_only"] == 1
@@ -232,7 +248,7 @@ def test_energy_leaves_out_tasks_with_a_failed_read_and_dollars_without_claims()
         result("a", "y", True, solve_mj=500),
         result("b", "y", True),
     ]
-    doc = compare(bodies, "a", "b")
+    doc = compare(bodies, "a", "b").to_dict()
     assert doc["joules"]["tasks"] == 1 and doc["joules"]["left_out"] == 1
     # The frontier's cost: solve + grade.
     assert doc["joules"]["difference"]["mean"] == pytest.approx(0.5)
@@ -245,7 +261,7 @@ def test_sides_may_name_a_model() -> None:
         result("agent", "x", True, model="big"),
         result("agent", "x", False, model="small"),
     ]
-    doc = compare(bodies, "agent@big", "agent@small")
+    doc = compare(bodies, "agent@big", "agent@small").to_dict()
     assert doc["a"]["models"] == ["big"] and doc["b"]["model"] == "small"
     assert doc["resolution"]["first_rollout"]["a_only"] == 1
     with pytest.raises(UsageError, match="select some of the same attempts"):
@@ -254,7 +270,7 @@ def test_sides_may_name_a_model() -> None:
 
 def test_a_solver_whose_name_holds_an_at_sign_is_taken_whole() -> None:
     bodies = [result("me@host", "x", True), result("b", "x", False)]
-    assert compare(bodies, "me@host", "b")["a"]["solver"] == "me@host"
+    assert compare(bodies, "me@host", "b").a.solver == "me@host"
 
 
 def test_an_unknown_side_is_a_usage_error() -> None:
