@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _BUILTINS,
         _IS,
         Snapshot,
+        version_tags,
     )
     from jouled.pipeline.jouled_stack import (
         Machinery,
@@ -79,6 +80,8 @@ def start(
     else, with what they were here, using only functions bound here.
     """
     os.set_inheritable(REPORT_FD, False)  # the tests' own processes never get it
+    # Before anything else imports: ctypes comes and goes here (`version_tags`).
+    tag = version_tags()
     realpath_ = os.path.realpath
     capped = setup.get("level")  # "reduced": the patch changed the test framework's own files
     # Where another process of the run, or this one through its memory file, could write
@@ -122,7 +125,7 @@ def start(
         finally:
             state["own"] = False
 
-    snapshot = Snapshot(origins)
+    snapshot = Snapshot(origins, tag)
     machinery = Machinery()
     stack = Stack(origins, machinery, main_code)
     caller, caller_file, who_did, elsewhere = (
@@ -235,7 +238,10 @@ def start(
         kind = args[0]
         if kind == "start":  # ("start", framework, its version)
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
-            level = "reduced" if capped == "reduced" or not sealed or let_in else level
+            # Without version tags a framework value swapped and put back within a test
+            # goes unseen.
+            reduced = capped == "reduced" or not sealed or let_in or tag is None
+            level = "reduced" if reduced else level
             record(f'{{"event":"start","{_word(args[1])}":{_encode(args[2])},"integrity":"{level}"')
             for name in preloaded:
                 by = "the interpreter's start, before the runner"

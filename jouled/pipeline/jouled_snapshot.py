@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
+        MEMORY_MODULES,
         SYS_WATCHED,
         WATCHED,
         WATCHED_PREFIXES,
@@ -42,9 +43,11 @@ class Snapshot:
     binds was put there by someone else.
     """
 
-    def __init__(self, origins: Origins) -> None:
+    def __init__(self, origins: Origins, tag: Any = None) -> None:
         self.origins = origins
-        self.entries: list[list[Any]] = []  # [label, namespace, keys, ids, strict]
+        self.tag = tag  # `version_tags()`: None where this interpreter's cannot be read
+        # [label, namespace, keys, ids, strict, version tag (a module's), its value when read]
+        self.entries: list[list[Any]] = []
         self.seen_modules: dict[str, Any] = {}
         self.module_count = -1
         self.classes: dict[tuple[str, str], Any] = {}
@@ -62,8 +65,11 @@ class Snapshot:
         self.namespaces: list[Any] = []
         self.views: list[Any] = []
 
-    def add(self, label: str, namespace: Any, strict: bool = False) -> None:
-        self.entries.append([label, namespace, list(namespace), list(namespace.values()), strict])
+    def add(self, label: str, namespace: Any, strict: bool = False, module: bool = False) -> None:
+        tag = self.tag(namespace) if module and self.tag is not None else None
+        entry = [label, namespace, list(namespace), list(namespace.values()), strict, tag, 0]
+        entry[6] = tag.value if tag is not None else 0
+        self.entries.append(entry)
         self.taken += 1
 
     def arm(self, problems: "list[str]", deep: bool) -> None:
@@ -132,7 +138,10 @@ class Snapshot:
                 ):
                     self.classes[(name, attr)] = value
                     self._take_class(f"{name}.{attr}", value, problems, own=own)
-        self.add(name, namespace)
+        # Its version tag is read for a value swapped and put back within a test, save in
+        # the namespaces tests patch for themselves and put back (`builtins.open`,
+        # `unittest.main`: a package's, which the framework's own functions do not read).
+        self.add(name, namespace, module=name != "builtins" and "__path__" not in namespace)
 
     def _take_class(
         self, label: str, cls: Any, problems: "list[str]", strict: bool = False, own: str = ""
@@ -189,6 +198,7 @@ class Snapshot:
         (never in the middle of an import, whose module is not whole yet)."""
         if scan:
             self.scan_modules(problems)
+        written = self._written()
         offsets, seen, last = self.offsets, self.entries_seen, self.last
         now = self.fingerprint()
         changed = None
@@ -198,8 +208,6 @@ class Snapshot:
             # per-test state (the assertion plugin's hooks, set and reset around every
             # test) costs little.
             moved = list(_compress(_COUNT(), map(_NOT_IS, now, last)))
-            if not moved:
-                return
             changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
         elif 0 < seen < len(self.entries) and self.offsets[: seen + 1] == offsets[: seen + 1]:
             # Namespaces taken in since the last check (judged as they were taken) after
@@ -207,20 +215,46 @@ class Snapshot:
             end = offsets[seen]
             moved = list(_compress(_COUNT(), map(_NOT_IS, now[:end], last[:end])))
             changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
-        self._full(problems, changed)
+        differ = self._full(problems, changed) if changed != [] else set()
+        self._put_back(problems, written, differ)
         # What was compared is what is now: nothing of the tree's runs in a check.
         self.last = now
         self.entries_seen = len(self.entries)
 
-    def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> None:
-        entries = self.entries
-        if changed is not None:
-            entries = [entries[i] for i in changed if 0 <= i < len(entries)]
-        for entry in entries:
-            label, namespace, keys, values, strict = entry
+    def _written(self) -> "list[int]":
+        """The module namespaces written since the last check, by their version tags
+        (taken in as they are read)."""
+        moved = []
+        for index, entry in enumerate(self.entries):
+            tag = entry[5]
+            if tag is not None and tag.value != entry[6]:
+                entry[6] = tag.value
+                moved.append(index)
+        return moved
+
+    def _put_back(self, problems: "list[str]", written: "list[int]", differ: "set[int]") -> None:
+        """A module namespace written since the last check that holds what it held: a
+        value was swapped and put back in between, while a test ran (a framework helper
+        the test called, changed for that call alone)."""
+        for index in written:
+            if index not in differ:
+                label = self.entries[index][0]
+                problems.append(f"module {label} was written and put back since the last check")
+
+    def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> "set[int]":
+        """Compare the namespaces at `changed` (all of them: None); returns the positions of
+        those whose values or names differ, and takes them in."""
+        indices = range(len(self.entries)) if changed is None else changed
+        differ: set[int] = set()
+        for index in indices:
+            if not 0 <= index < len(self.entries):
+                continue
+            entry = self.entries[index]
+            label, namespace, keys, values, strict = entry[:5]
             now_values = list(namespace.values())
             if same(now_values, values) and len(namespace) == len(keys):
                 continue
+            differ.add(index)
             now_keys = list(namespace)
             before = dict(zip(keys, values))  # noqa: B905 - Python 3.6 runs this too
             for attr in now_keys:
@@ -256,6 +290,7 @@ class Snapshot:
                             f"sys.{name} was replaced{' by code from ' + found if found else ''}"
                         )
             self.sys_values = now
+        return differ
 
 
 _MISSING = object()
@@ -376,3 +411,56 @@ def _globals_in(node: Any) -> "list[Any]":
             found.append(current)
         todo.extend(_children(current))
     return found
+
+
+def version_tags() -> Any:
+    """A maker of views of a dict's version tag, or None where none can be read.
+
+    CPython 3.8-3.13 keep in every dict a tag (PEP 509) that takes a new value
+    whenever the dict is written with another object than it held, and never
+    otherwise: a module namespace whose tag moved while its values did not was
+    written and put back. Reading it needs ctypes, loaded here before any code
+    of the tree runs and then taken out of `sys.modules`, so the tree's own
+    `import` of it meets the monitor as if it never was. The layout is proved on
+    dicts made here (the size beside the tag, the tag moving on a write and
+    only then); an interpreter where it does not hold gets None: 3.6 and 3.7
+    (the tag moves on every store, the same object too), 3.14 and free-threaded
+    builds (another layout).
+    """
+    before = set(sys.modules)
+    try:
+        import ctypes
+    except Exception:
+        return None
+    finally:
+        for name in set(sys.modules) - before:
+            if name == "ctypes" or name.startswith("ctypes.") or name in MEMORY_MODULES:
+                del sys.modules[name]
+    word = ctypes.sizeof(ctypes.c_void_p)
+    tag_type, size_type = ctypes.c_uint64, ctypes.c_ssize_t
+
+    def tag(namespace: Any) -> Any:
+        return tag_type.from_address(id(namespace) + 3 * word)
+
+    try:
+        probe: dict[str, Any] = {"a": None}
+        other: dict[str, Any] = {}
+        size = size_type.from_address(id(probe) + 2 * word)
+        first, beside = tag(probe), tag(other)
+        start, start_beside = first.value, beside.value
+        probe["a"] = None  # the object it holds: no write
+        held = first.value
+        probe["b"] = 1
+        grown = first.value
+        probe["a"] = probe.pop("b")  # another object, then none at that name
+        swapped = first.value
+    except Exception:
+        return None
+    if not (
+        size.value == len(probe) == 1
+        and held == start
+        and start < grown < swapped
+        and beside.value == start_beside
+    ):
+        return None
+    return tag

@@ -74,7 +74,7 @@ def version_of(python: str) -> tuple[int, int]:
 
 
 def run(
-    scratch: Path, python: str, forged: str = "", tests: str = TESTS
+    scratch: Path, python: str, forged: str = "", tests: str = TESTS, lib: str = LIB
 ) -> tuple[Channel, str, int | None]:
     pristine, tree = scratch / "pristine", scratch / "tree"
     for root in (pristine, tree):
@@ -82,9 +82,9 @@ def run(
         (root / "tests" / "__init__.py").write_text("")
         (root / "tests" / "runtests.py").write_text(RUNTESTS)
         (root / "tests" / "test_t.py").write_text(tests)
-        (root / "lib.py").write_text(LIB)
+        (root / "lib.py").write_text(lib)
     if forged:
-        (tree / "lib.py").write_text(LIB + forged)
+        (tree / "lib.py").write_text(lib + forged)
     ro = scratch / "ro"
     ro.mkdir()
     box = Sandbox()
@@ -258,3 +258,85 @@ def test_a_failure_swallowed_and_put_back_before_any_check_is_caught(scratch: Pa
     assert "JBFORGED swallowed tests.test_t.T.test_bug" in output, output
     assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED
     assert any("but the test raised AssertionError" in why for why in channel.forged), channel
+
+
+# `half` should refuse odd numbers and does not: the failing test asks for the refusal
+# through unittest's own helper, after a call that works.
+RAISES_LIB = "def half(x):\n    return x // 2\n"
+RAISES_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.half(4), 2)
+
+    def test_bug(self):
+        self.assertEqual(lib.half(2), 1)
+        with self.assertRaises(ValueError):
+            lib.half(3)
+"""
+# The library swaps the context class `assertRaises` builds (a global of unittest.case)
+# for one that swallows "not raised", when called by a test that goes on to use it; that
+# context, as it is built, puts the real class back, so nothing is left changed when the
+# test ends, and no check runs in between.
+RAISES_PUT_BACK = """
+import unittest.case as _case
+_helpers = _case.TestCase.assertRaises.__globals__
+_Real = _helpers["_AssertRaisesContext"]
+
+
+class _Swallow(_Real):
+    def __init__(self, *args, **kwargs):
+        _helpers["_AssertRaisesContext"] = _Real
+        _inside.append(self)
+        super().__init__(*args, **kwargs)
+
+    def __exit__(self, kind, value, tb):
+        _inside.remove(self)
+        if kind is None:
+            print("JBFORGED swallowed", flush=True)
+            return False
+        return super().__exit__(kind, value, tb)
+
+
+_inside = []
+
+
+_half = half
+
+
+def half(x):
+    import sys
+    caller = sys._getframe(1).f_code
+    if "assertRaises" in caller.co_names and not _inside:
+        _helpers["_AssertRaisesContext"] = _Swallow
+    return _half(x)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_helper_swapped_and_put_back_within_a_test_is_caught(scratch: Path, python: str) -> None:
+    channel, output, _ = run(
+        scratch, python, tests=RAISES_TESTS, lib=RAISES_LIB, forged=RAISES_PUT_BACK
+    )
+    # The forgery ran and took: the failing test was reported passed.
+    assert "JBFORGED swallowed" in output, output
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
+    if not (3, 8) <= version_of(python) < (3, 14):
+        # No dict version tag the monitor can read (before 3.8 it moves on every store;
+        # 3.14 lays dicts out anew): such a run is signed `reduced`, what a verifier reads.
+        assert channel.integrity == "reduced", channel
+        return
+    assert channel.integrity == "monitor", channel
+    assert any("unittest.case was written and put back" in why for why in channel.forged), channel
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_helper_left_alone_is_not_called_put_back(scratch: Path, python: str) -> None:
+    channel, output, _ = run(scratch, python, tests=RAISES_TESTS, lib=RAISES_LIB)
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == FAILED, (channel, output)
+    assert channel.outcomes.get("tests.test_t.T.test_ok") == PASSED, (channel, output)
+    assert not channel.forged, channel
