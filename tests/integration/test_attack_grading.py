@@ -262,9 +262,11 @@ def serving(
     request: pytest.FixtureRequest,
     label: str,
     routes: Mapping[str, tuple[str, Build]],
+    prepare: Callable[[Path], None] | None = None,
 ) -> Iterator[tuple[Daemon, Path, dict[str, Future[Outcome]]]]:
     """One daemon (throw-away data dir and tasks copy) grading, concurrently, the routes
-    (name -> (task id, build)) whose tests this session selected from the requesting module."""
+    (name -> (task id, build)) whose tests this session selected from the requesting module;
+    `prepare` adds to the tasks copy (a task of its own) before the daemon starts."""
     here = request.path
     ids = {
         item.callspec.id
@@ -273,6 +275,8 @@ def serving(
     }
     root = tmp_path_factory.mktemp(label)
     tasks = A.copy_tasks(root / "tasks")
+    if prepare is not None:
+        prepare(tasks)
     daemon = start_daemon(root / "data", "--attribution", "shared", "--workers", "8", tasks=tasks)
     tokens: list[str] = []
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=label)
