@@ -538,6 +538,55 @@ def test_a_builtin_class_replaced_is_found(scratch: Path) -> None:
     assert any("builtins.KeyError, a class, was replaced" in w for w in channel.forged), channel
 
 
+# A test suite's own patches of what it runs on, made and undone within a test or
+# around it: none of them is the patch's, and none may read as tampering.
+SUITE_PATCHES = """\
+import builtins
+import unittest
+import unittest.mock
+
+import _pytest.outcomes
+
+
+def ask():
+    return input("name? ")
+
+
+def test_open_within_the_test():
+    with unittest.mock.patch("builtins.open", unittest.mock.mock_open(read_data="x")):
+        assert open("f").read() == "x"
+
+
+def test_main_within_the_test():
+    with unittest.mock.patch("unittest.main") as main:
+        unittest.main()
+    main.assert_called_once()
+
+
+def test_input(monkeypatch):
+    monkeypatch.setattr(builtins, "input", lambda prompt: "ann")
+    assert ask() == "ann"
+
+
+def test_a_framework_global_around_the_test(monkeypatch):
+    monkeypatch.setattr(_pytest.outcomes, "importorskip", lambda name: name)
+    assert _pytest.outcomes.importorskip("x") == "x"
+
+
+def test_after():
+    assert True
+"""
+
+
+def test_a_suite_s_own_patches_made_and_undone_are_not_tampering(scratch: Path) -> None:
+    files = {"pytest.ini": "[pytest]\n", "tests/test_a.py": SUITE_PATCHES}
+    _, result, channel = run_plan(scratch, files, ["python", "-m", "pytest", "tests"])
+    assert not channel.forged, channel
+    assert channel.integrity == "monitor", channel
+    outcomes = {k: v for k, v in channel.outcomes.items() if k.startswith("tests/test_a.py")}
+    assert set(outcomes.values()) == {PASSED} and len(outcomes) == 5, result.output
+
+
 def test_a_framework_global_replaced_while_another_module_loads_is_found(scratch: Path) -> None:
     # The patch's library, imported as the tests are collected, replaces a function of
     # pytest's (the namespace's size unchanged; put back as the test reads the library)
