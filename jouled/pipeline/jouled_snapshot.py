@@ -48,6 +48,7 @@ class Snapshot:
         self.tag = tag  # `version_tags()`: None where this interpreter's cannot be read
         # [label, namespace, keys, ids, strict, version tag (a module's), its value when read]
         self.entries: list[list[Any]] = []
+        self.tagged: list[int] = []  # the positions of the entries with a version tag
         self.seen_modules: dict[str, Any] = {}
         self.module_count = -1
         self.classes: dict[tuple[str, str], Any] = {}
@@ -68,7 +69,9 @@ class Snapshot:
     def add(self, label: str, namespace: Any, strict: bool = False, module: bool = False) -> None:
         tag = self.tag(namespace) if module and self.tag is not None else None
         entry = [label, namespace, list(namespace), list(namespace.values()), strict, tag, 0]
-        entry[6] = tag.value if tag is not None else 0
+        if tag is not None:
+            entry[6] = tag.value
+            self.tagged.append(len(self.entries))
         self.entries.append(entry)
         self.taken += 1
 
@@ -225,10 +228,12 @@ class Snapshot:
         """The module namespaces written since the last check, by their version tags
         (taken in as they are read)."""
         moved = []
-        for index, entry in enumerate(self.entries):
-            tag = entry[5]
-            if tag is not None and tag.value != entry[6]:
-                entry[6] = tag.value
+        entries = self.entries
+        for index in self.tagged:
+            entry = entries[index]
+            value = entry[5].value
+            if value != entry[6]:
+                entry[6] = value
                 moved.append(index)
         return moved
 
