@@ -142,9 +142,9 @@ class Snapshot:
                     self.classes[(name, attr)] = value
                     self._take_class(f"{name}.{attr}", value, problems, own=own)
         # Its version tag is read for a value swapped and put back within a test, save in
-        # the namespaces tests patch for themselves and put back (`builtins.open`,
-        # `unittest.main`: a package's, which the framework's own functions do not read).
-        self.add(name, namespace, module=name != "builtins" and "__path__" not in namespace)
+        # the two namespaces test suites patch and put back themselves (`builtins.open`,
+        # `unittest.main`), whose values the frameworks' checks do not turn on.
+        self.add(name, namespace, module=name not in UNTAGGED)
 
     def _take_class(
         self, label: str, cls: Any, problems: "list[str]", strict: bool = False, own: str = ""
@@ -298,6 +298,8 @@ class Snapshot:
         return differ
 
 
+# Namespaces whose version tags are not read (see `_take_module`).
+UNTAGGED = ("builtins", "unittest")
 _MISSING = object()
 _chain = __import__("itertools").chain.from_iterable
 _IS = __import__("operator").is_
