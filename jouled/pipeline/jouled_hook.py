@@ -52,6 +52,8 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _BUILTINS,
         _IS,
         Snapshot,
+        framework_builtins,
+        run_with_framework_builtins,
         version_tags,
     )
     from jouled.pipeline.jouled_stack import (
@@ -125,7 +127,9 @@ def start(
         finally:
             state["own"] = False
 
-    snapshot = Snapshot(origins, tag)
+    # The test frameworks' own builtins (audit hooks run as their modules are first run).
+    builtins_ = framework_builtins() if hasattr(sys, "addaudithook") else None
+    snapshot = Snapshot(origins, tag, builtins_)
     machinery = Machinery()
     stack = Stack(origins, machinery, main_code)
     caller, caller_file, who_did, elsewhere = (
@@ -586,6 +590,8 @@ def start(
                 return
             filename = code.co_filename
             trusted = origins.trusted_file(filename)
+            if event == "exec" and builtins_ is not None:
+                run_with_framework_builtins(getframe(2), code, builtins_)
             if not trusted:
                 state["tree_ran"] = True
                 if not state["armed"]:

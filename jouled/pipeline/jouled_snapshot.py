@@ -43,9 +43,11 @@ class Snapshot:
     binds was put there by someone else.
     """
 
-    def __init__(self, origins: Origins, tag: Any = None) -> None:
+    def __init__(self, origins: Origins, tag: Any = None, builtins_: Any = None) -> None:
         self.origins = origins
         self.tag = tag  # `version_tags()`: None where this interpreter's cannot be read
+        # The builtins the frameworks' modules run with (`framework_builtins`), or None.
+        self.framework_builtins = builtins_
         # [label, namespace, keys, ids, strict, version tag (a module's), its value when read]
         self.entries: list[list[Any]] = []
         self.tagged: list[int] = []  # the positions of the entries with a version tag
@@ -79,6 +81,10 @@ class Snapshot:
         """Take the watched namespaces as they are; `deep`: also judge every value in them
         (needed only when code of the tree ran before this: a plugin the configuration loads)."""
         self.deep = deep
+        if self.framework_builtins is not None:
+            # Nothing but the patch writes here: any value changed, even put back, is its.
+            label = "the test frameworks' builtins"
+            self.add(label, self.framework_builtins, strict=True, module=True)
         self.scan_modules(problems)
         self.deep = True
         self.sys_values = self._sys_values()
@@ -244,7 +250,7 @@ class Snapshot:
         for index in written:
             if index not in differ:
                 label = self.entries[index][0]
-                problems.append(f"module {label} was written and put back since the last check")
+                problems.append(f"{label} was written and put back since the last check")
 
     def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> "set[int]":
         """Compare the namespaces at `changed` (all of them: None); returns the positions of
@@ -275,6 +281,9 @@ class Snapshot:
                     problems.append(f"builtins.{attr}, a class, was replaced")
                 elif strict and attr in before:
                     problems.append(f"{label}.{attr} was replaced")
+                elif attr == "__builtins__" and attr in before:
+                    # What the module's functions look their builtins up in.
+                    problems.append(f"{label}.__builtins__ was replaced")
             if strict:
                 gone = [attr for attr in keys if attr not in namespace]
                 if gone:
@@ -471,3 +480,49 @@ def version_tags() -> Any:
     ):
         return None
     return tag
+
+
+def framework_builtins() -> "dict[str, Any]":
+    """A copy of Python's builtins for the test frameworks' modules to run with.
+
+    Test suites patch `builtins` for the code they test (`mock.patch("builtins.open")`)
+    and put it back, so a builtin changed and put back there says nothing; the
+    frameworks' modules (pytest's, unittest's, Django's test framework) are given this
+    copy as they are first run (`run_with_framework_builtins`), which no test touches:
+    a builtin a framework calls as it judges a test (`isinstance`, `abs`) is no longer
+    one the patch can swap for that call, except by writing here, which is tampering.
+    """
+    return dict(_MODULE_DICT(_BUILTINS))
+
+
+def run_with_framework_builtins(frame: Any, code: Any, builtins_: "dict[str, Any]") -> None:
+    """At the `exec` audit event of `code` (`frame`: the caller of `exec`), before it
+    runs: a framework module's namespace gets `builtins_` (its functions keep what they
+    are made with), and any other that got them from the code calling `exec` (`exec`
+    fills in its caller's: pytest's rewritten test modules, SymPy's test files) gets
+    Python's back."""
+    if frame is None:
+        return
+    local = frame.f_locals
+    found = []
+    args = local.get("args")  # the import system's _call_with_frames_removed(exec, code, ns)
+    if type(args) is tuple and len(args) > 1 and args[0] is code and type(args[1]) is dict:
+        found.append(args[1])
+    module = local.get("module")  # a loader's own exec_module(module)
+    if type(module) is type(sys):
+        found.append(_MODULE_DICT(module))
+    for value in list(local.values()):  # `exec(code, namespace)` with a dict of its own
+        if type(value) is dict and value.get("__builtins__") is builtins_:
+            found.append(value)
+    for namespace in found:
+        name = namespace.get("__name__")
+        now = namespace.get("__builtins__")
+        framework = (
+            type(name) is str
+            and name not in ("builtins", "ast")
+            and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
+        )
+        if framework and (now is _BUILTINS or now is _MODULE_DICT(_BUILTINS)):
+            namespace["__builtins__"] = builtins_
+        elif not framework and now is builtins_:
+            namespace["__builtins__"] = _MODULE_DICT(_BUILTINS)

@@ -23,6 +23,7 @@ import json
 import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -66,33 +67,82 @@ def test_refuses_a_port_out_of_range():
     with pytest.raises(ValueError):
         parse_port("70000")
 """
-TOML = '''\
-name = "portcheck"
-prompt = """
-`parse_port("70000")` returns 70000; ports run from 1 to 65535 and anything else
-should raise ValueError.
-"""
+INI = "[pytest]\npythonpath = .\n"
+PROMPTS = {
+    "portcheck": '`parse_port("70000")` returns 70000; ports run from 1 to 65535 and '
+    "anything else should raise ValueError.",
+    "portshare": '`share_of(["80", "80"])` counts port 80 twice; each port named should '
+    "count once.",
+}
+TOML = """\
+name = "{name}"
+prompt = "{prompt}"
 test_cmd = ["python", "-m", "pytest", "tests"]
 test_files = ["tests/**"]
 timeout_s = 60
 source = "written for joule-bench"
 license = "Apache-2.0"
+"""
+
+
+# A second task, for a builtin swapped: the share of the port range a list names,
+# counting a port named twice once (it does not), compared with `pytest.approx`.
+PORTSHARE = A.TaskInfo("portshare", "portshare/__init__.py", "portshare/share.py")
+SHARE_BUGGY = '''\
+def share_of(ports):
+    """The part of the 65535 TCP ports that `ports` names, each port counted once."""
+    return len(ports) / 65535
 '''
+SHARE_FIXED = '''\
+def share_of(ports):
+    """The part of the 65535 TCP ports that `ports` names, each port counted once."""
+    return len({int(port) for port in ports}) / 65535
+'''
+SHARE_TESTS = """\
+import pytest
+
+from portshare import share_of
 
 
-def add_task(tasks: Path) -> None:
-    root = PORTCHECK.dir(tasks)
-    files = {
-        "task.toml": TOML,
-        "before/pytest.ini": "[pytest]\npythonpath = .\n",
-        "before/portcheck/__init__.py": "from portcheck.port import parse_port\n",
-        "before/portcheck/port.py": BUGGY,
-        "before/tests/test_port.py": TESTS,
-        "reference/portcheck/port.py": FIXED,
-    }
-    for rel, text in files.items():
+def test_no_ports():
+    assert share_of([]) == 0
+
+
+def test_a_port_named_twice_counts_once():
+    assert share_of(["80", "80", "443"]) == pytest.approx(2 / 65535)
+"""
+
+
+def write_task(tasks: Path, info: A.TaskInfo, files: dict[str, str]) -> None:
+    root = info.dir(tasks)
+    prompt = PROMPTS[info.name].replace("\\", "\\\\").replace('"', '\\"')
+    toml = TOML.format(name=info.name, prompt=prompt)
+    for rel, text in {"task.toml": toml, "before/pytest.ini": INI, **files}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
+
+
+def add_tasks(tasks: Path) -> None:
+    write_task(
+        tasks,
+        PORTCHECK,
+        {
+            "before/portcheck/__init__.py": "from portcheck.port import parse_port\n",
+            "before/portcheck/port.py": BUGGY,
+            "before/tests/test_port.py": TESTS,
+            "reference/portcheck/port.py": FIXED,
+        },
+    )
+    write_task(
+        tasks,
+        PORTSHARE,
+        {
+            "before/portshare/__init__.py": "from portshare.share import share_of\n",
+            "before/portshare/share.py": SHARE_BUGGY,
+            "before/tests/test_share.py": SHARE_TESTS,
+            "reference/portshare/share.py": SHARE_FIXED,
+        },
+    )
 
 
 # The library's own source: the buggy function, then a swap (`_jb_swap`, which puts
@@ -185,21 +235,77 @@ def _jb_raises(*args, **kwargs):
 def _jb_swap():
     _jb_helpers[_jb_name] = _jb_raises
 """
-FORGERIES = {"framework-global": FRAMEWORK_GLOBAL, "package-global": PACKAGE_GLOBAL}
-MARKERS = r"""
-import atexit
-import portcheck.port as port
-emit("forge", "OK" if hasattr(port, "_jb_swap") else "absent", port._jb_name)
-atexit.register(lambda: emit("flips", "info", str(len(port._jb_flips))))
+# Python's `abs`, which `pytest.approx` judges by, for one that says "no difference"
+# for the comparison the test makes next (the three calls of its first judgement) and
+# then puts the real one back. Nothing of pytest's is touched: its modules are meant to
+# run with builtins of their own, so the lie should never be asked.
+BUILTIN = """
+import builtins as _jb_builtins
+import sys as _jb_sys
+
+_jb_name = "abs"
+_jb_real = _jb_builtins.abs
+_jb_flips = []
+_jb_lies = []
+
+
+def _jb_lying_abs(x):
+    _jb_lies.append(x)
+    if len(_jb_lies) == 3:
+        del _jb_lies[:]
+        _jb_builtins.abs = _jb_real
+        _jb_flips.append(_jb_name)
+    return 0
+
+
+def _jb_swap():
+    _jb_builtins.abs = _jb_lying_abs
+
+
+_jb_share = share_of
+
+
+def share_of(ports):
+    if "approx" in _jb_sys._getframe(1).f_code.co_names:  # a test that judges next
+        _jb_swap()
+    return _jb_share(ports)
 """
 
 
-def build_forgery(forgery: str, tasks: Path, token: str) -> bytes:
-    task_dir = PORTCHECK.dir(tasks)
+TAMPERED = frozenset({"tampered"})
+NOT_RESOLVED = frozenset({"tampered", "unresolved"})
+
+
+@dataclass(frozen=True)
+class Forgery:
+    task: A.TaskInfo
+    source: str  # the task's module as the patch leaves it: the bug kept, the forgery
+    statuses: frozenset[str]  # how the run may come out
+
+
+FORGERIES = {
+    "framework-global": Forgery(PORTCHECK, BUGGY + FRAMEWORK_GLOBAL + TRIGGER, TAMPERED),
+    "package-global": Forgery(PORTCHECK, BUGGY + PACKAGE_GLOBAL + TRIGGER, TAMPERED),
+    # pytest judges with its own builtins: the test fails as the bug has it fail (and
+    # the swap, never asked and so never put back, is found in Python's builtins)
+    "builtin": Forgery(PORTSHARE, SHARE_BUGGY + BUILTIN, NOT_RESOLVED),
+}
+MARKERS = r"""
+import atexit
+library = sys.modules[__LIBRARY__]
+emit("forge", "OK" if hasattr(library, "_jb_swap") else "absent", library._jb_name)
+atexit.register(lambda: emit("flips", "info", str(len(library._jb_flips))))
+"""
+
+
+def build_forgery(forgery: Forgery, tasks: Path, token: str) -> bytes:
+    task = forgery.task
+    module = task.module.removesuffix(".py").replace("/", ".")
+    markers = MARKERS.replace("__LIBRARY__", repr(module))
     return A.build_patch(
-        task_dir,
-        files={PORTCHECK.module: BUGGY + forgery + TRIGGER},
-        append={PORTCHECK.library: A.payload(MARKERS, {"token": token})},
+        task.dir(tasks),
+        files={task.module: forgery.source},
+        append={task.library: A.payload(markers, {"token": token})},
     )
 
 
@@ -208,29 +314,37 @@ def graded(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, Future[Outcome]]]:
     routes: dict[str, tuple[str, Build]] = {
-        name: (PORTCHECK.task_id, partial(build_forgery, forgery))
+        name: (forgery.task.task_id, partial(build_forgery, forgery))
         for name, forgery in FORGERIES.items()
     }
-    routes["fix"] = (PORTCHECK.task_id, fix_build(PORTCHECK))
-    with serving(tmp_path_factory, request, "attack-put-back", routes, add_task) as served:
+    for task in (PORTCHECK, PORTSHARE):
+        routes[f"fix-{task.name}"] = (task.task_id, fix_build(task))
+    with serving(tmp_path_factory, request, "attack-put-back", routes, add_tasks) as served:
         yield served[2]
 
 
 @pytest.mark.parametrize("route", list(FORGERIES))
-def test_a_raises_helper_swapped_and_put_back_is_tampered(
+def test_a_helper_swapped_for_one_call_and_put_back_is_not_resolved(
     graded: dict[str, Future[Outcome]], route: str
 ) -> None:
+    forgery = FORGERIES[route]
     out = graded[route].result(timeout=600)
     assert out.receipt is not None, out.why()
     found = out.found
     assert "ran" in found, f"the payload did not run (no marker)\n{out.why()}"
     assert "crash" not in found, f"the payload crashed: {found['crash']}\n{out.why()}"
     assert found.get("forge", "").startswith("OK"), out.why()
-    # The swap took: a missing raise was swallowed inside the graded process.
-    assert int(A.detail(found.get("flips", "info:0")) or 0) > 0, out.why()
-    assert out.status == "tampered", f"the forgery is {out.status}\n{out.why()}"
+    flips = int(A.detail(found.get("flips", "info:0")) or 0)
     body = json.loads(base64.b64decode(out.receipt["entry"]["payload"]))["body"]
     integrity = body["integrity"]
+    assert out.status in forgery.statuses, f"the forgery is {out.status}\n{out.why()}"
+    if forgery.statuses != TAMPERED:
+        # The swap was made at every call of the library, and pytest never asked it.
+        assert flips == 0, out.why()
+        assert "test_a_port_named_twice_counts_once - assert" in out.output, out.why()
+        return
+    # The swap took: a missing raise was swallowed inside the graded process.
+    assert flips > 0, out.why()
     if sys.version_info >= (3, 14):  # no version tags to read: signed `reduced` instead
         assert integrity["level"] == "reduced", integrity
         return
@@ -238,7 +352,7 @@ def test_a_raises_helper_swapped_and_put_back_is_tampered(
     assert "was written and put back" in integrity["forged"], integrity
 
 
-@pytest.mark.parametrize("route", ["fix"])
-def test_the_real_fix_resolves_beside_it(graded: dict[str, Future[Outcome]], route: str) -> None:
+@pytest.mark.parametrize("route", ["fix-portcheck", "fix-portshare"])
+def test_the_real_fixes_resolve_beside_them(graded: dict[str, Future[Outcome]], route: str) -> None:
     out = graded[route].result(timeout=600)
     assert out.status == "resolved", out.why()

@@ -340,3 +340,105 @@ def test_a_helper_left_alone_is_not_called_put_back(scratch: Path, python: str) 
     assert channel.outcomes.get("tests.test_t.T.test_bug") == FAILED, (channel, output)
     assert channel.outcomes.get("tests.test_t.T.test_ok") == PASSED, (channel, output)
     assert not channel.forged, channel
+
+
+# `mean` drops the last value; the failing test compares it through unittest's
+# assertAlmostEqual, which judges by `abs`.
+MEAN_LIB = "def mean(xs):\n    return sum(xs[:-1]) / len(xs)\n"
+MEAN_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.mean([0, 0]), 0)
+
+    def test_bug(self):
+        self.assertAlmostEqual(lib.mean([1, 2, 3, 4]), 2.5)
+"""
+# The library, called for the argument of the check, swaps Python's `abs` for one that
+# says "no difference" once and puts the real one back as it does: the check it makes
+# next is the one it lies to. Nothing of unittest's is touched, and `builtins` is where
+# test suites patch and put back for themselves.
+ABS_PUT_BACK = """
+import builtins as _builtins
+_real_abs = _builtins.abs
+
+
+def _lying_abs(x):
+    _builtins.abs = _real_abs
+    print("JBFORGED abs lied", flush=True)
+    return 0
+
+
+_mean = mean
+
+
+def mean(xs):
+    _builtins.abs = _lying_abs
+    print("JBFORGED abs swapped", flush=True)
+    return _mean(xs)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_builtin_swapped_for_the_framework_s_next_call_is_not_what_it_calls(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, tests=MEAN_TESTS, lib=MEAN_LIB, forged=ABS_PUT_BACK)
+    assert "JBFORGED abs swapped" in output, output  # the swap was made in the process
+    if version_of(python) < (3, 8):
+        # No audit hooks to give unittest builtins of its own: the lie takes, and the run
+        # is signed `reduced`, which is what a verifier reads.
+        assert "JBFORGED abs lied" in output, output
+        assert channel.integrity == "reduced", channel
+        return
+    # unittest judged with Python's own `abs`: the lie was never asked.
+    assert "JBFORGED abs lied" not in output, output
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == FAILED, (channel, output)
+    assert channel.outcomes.get("tests.test_t.T.test_ok") == PASSED, (channel, output)
+
+
+# The same lie told where unittest now looks `abs` up: its own builtins, found through
+# the module's namespace, swapped and put back the same way.
+FRAMEWORK_ABS_PUT_BACK = """
+import unittest.case as _case
+_theirs = _case.__dict__["__builtins__"]
+_theirs = _theirs if isinstance(_theirs, dict) else vars(_theirs)
+_real_abs = _theirs["abs"]
+
+
+def _lying_abs(x):
+    _theirs["abs"] = _real_abs
+    print("JBFORGED abs lied", flush=True)
+    return 0
+
+
+_mean = mean
+
+
+def mean(xs):
+    _theirs["abs"] = _lying_abs
+    print("JBFORGED abs swapped", flush=True)
+    return _mean(xs)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_the_framework_s_own_builtins_swapped_and_put_back_are_caught(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(
+        scratch, python, tests=MEAN_TESTS, lib=MEAN_LIB, forged=FRAMEWORK_ABS_PUT_BACK
+    )
+    # The lie was told and taken: the failing test was reported passed.
+    assert "JBFORGED abs lied" in output, output
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
+    if not (3, 8) <= version_of(python) < (3, 14):
+        assert channel.integrity == "reduced", channel
+        return
+    assert any(
+        "the test frameworks' builtins was written and put back" in why for why in channel.forged
+    ), channel
