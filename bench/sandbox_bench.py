@@ -16,7 +16,9 @@ lands on all three alike, on one bundled task's fixed tree:
   integrity monitor (loaded from the git history, RUNNER_BEFORE below), so the
   monitor's own cost is the difference between the two columns (both sealed);
 - bwrap, sealed no-op: the no-op launched as a graded run is, its memory sealed
-  (seccomp and Landlock), so the seal's own cost is its difference from the no-op.
+  (seccomp and Landlock), so the seal's own cost is its difference from the no-op;
+- with `--monitor-from COMMIT`, bwrap tests with the monitor's files as they were
+  at COMMIT, so a change to the monitor is measured against what it replaced.
 
 Each configuration is also timed on a no-op command (`python -c pass`) to
 show the launch cost alone. Prints a Markdown section; medians over repeats.
@@ -44,7 +46,7 @@ from jouled.contracts.task import load_task
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
-from jouled.pipeline import pytest_run
+from jouled.pipeline import pytest_run, runners
 from jouled.pipeline.evaluate import Evaluator
 from jouled.pipeline.graded_tree import prepare_tree, seed
 from jouled.pipeline.limits import Limits
@@ -106,6 +108,20 @@ def without_monitor(ro_marker: str = "jouled_pytest.py") -> Callable[..., object
     return plan
 
 
+def monitor_from(commit: str, scratch: Path) -> tuple[Path, ...]:
+    """The monitor's files as they were at `commit`, written under `scratch` (for
+    `runners.MONITOR`, which the runner's install copies from)."""
+    folder = scratch / f"monitor-{commit}"
+    folder.mkdir()
+    for path in runners.MONITOR:
+        rel = path.relative_to(REPO).as_posix()
+        source = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{commit}:{rel}"], capture_output=True, check=True
+        ).stdout
+        (folder / path.name).write_bytes(source)
+    return tuple(folder / path.name for path in runners.MONITOR)
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -115,6 +131,11 @@ def timed(fn: Callable[[], object]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument(
+        "--monitor-from",
+        metavar="COMMIT",
+        help="also time the graded run with the monitor's files as they were at COMMIT",
+    )
     args = parser.parse_args()
 
     old_sandbox = _from_git("jouled/sandbox.py", "old_sandbox")
@@ -180,6 +201,15 @@ def main() -> int:
             pytest_run.plan = current  # type: ignore[assignment]
         assert check.exit == 0, check.result.output
 
+    earlier = monitor_from(args.monitor_from, scratch) if args.monitor_from else ()
+
+    def earlier_monitor() -> None:
+        current, runners.MONITOR = runners.MONITOR, earlier  # type: ignore[misc]
+        try:
+            bwrapped(True)
+        finally:
+            runners.MONITOR = current  # type: ignore[misc]
+
     runs: dict[str, Callable[[], None]] = {
         "bare tests": lambda: bare(bare_argv),
         "launcher tests": lambda: launcher(True),
@@ -190,6 +220,8 @@ def main() -> int:
         "bwrap no-op": lambda: bwrapped(False),
         "bwrap sealed no-op": sealed,
     }
+    if earlier:
+        runs["earlier monitor tests"] = earlier_monitor
     for fn in runs.values():  # warm the page cache and the lazy imports once
         fn()
     times: dict[str, list[float]] = {name: [] for name in runs}
@@ -245,6 +277,18 @@ def main() -> int:
         f"{paired_med:+.1f} ms ({paired[q]:+.1f} to {paired[-1 - q]:+.1f}), "
         f"{100 * paired_med / med['bare tests']:+.1f}% of the bare test run."
     )
+    if earlier:
+        now_vs = sorted(
+            a - b for a, b in zip(times["bwrap tests"], times["earlier monitor tests"], strict=True)
+        )
+        q = len(now_vs) // 4
+        print(
+            f"\nThe monitor now against its files at {args.monitor_from}: "
+            f"{med['bwrap tests']:.1f} against {med['earlier monitor tests']:.1f} ms "
+            f"({spread('earlier monitor tests')}); the median of the rounds' own differences: "
+            f"{statistics.median(now_vs):+.1f} ms ({now_vs[q]:+.1f} to {now_vs[-1 - q]:+.1f}), "
+            f"{100 * statistics.median(now_vs) / med['bare tests']:+.1f}% of the bare test run."
+        )
     print(
         f"\nbwrap over bare: {over_bare:+.1f} ms per attempt "
         f"({med['bwrap tests'] / med['bare tests']:.2f}x); over the previous launcher: "
