@@ -189,6 +189,8 @@ def _attribute(node: ast.Attribute, names: Names, inner: set[int], add: _Add) ->
     if resolved is None:
         return
     flag = rule_match(resolved)
+    if flag is None and node.attr == "__dict__":
+        flag = _framework_namespace(resolved.rpartition(".")[0], resolved)
     if flag is None and isinstance(node.ctx, ast.Store | ast.Del):
         if resolved in ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__"):
             flag = ("sys-hooks", f"{resolved} =")
@@ -197,6 +199,17 @@ def _attribute(node: ast.Attribute, names: Names, inner: set[int], add: _Add) ->
         elif resolved.startswith("unittest."):
             flag = ("unittest-internals", f"{resolved} =")
     add(node, flag)
+
+
+def _framework_namespace(module: str, detail: str) -> tuple[str, str] | None:
+    """A flag for reaching a test framework's module namespace as a whole (`module`:
+    the name it resolves to), where its values can be swapped unseen by name."""
+    top = module.partition(".")[0]
+    if top in ("pytest", "_pytest", "pluggy"):
+        return ("pytest-internals", detail)
+    if top == "unittest":
+        return ("unittest-internals", detail)
+    return None
 
 
 def _call(node: ast.Call, names: Names, at_import: bool, add: _Add) -> None:
@@ -212,6 +225,12 @@ def _call(node: ast.Call, names: Names, at_import: bool, add: _Add) -> None:
             resolved = names.resolve(parts, bare=False)
             if resolved is not None:
                 add(node, rule_match(f"{resolved}.{attr.value}"))
+    if builtin and name == "vars" and node.args:
+        # vars(pytest): the namespace the tests look the framework's helpers up in
+        parts = dotted(node.args[0])
+        resolved = names.resolve(parts, bare=False) if parts else None
+        if resolved is not None:
+            add(node, _framework_namespace(resolved, f"vars({resolved})"))
     parts = dotted(func)
     resolved = names.resolve(parts, bare=len(parts) == 1) if parts else None
     # importlib.import_module("ctypes") imports as surely as `import ctypes`.

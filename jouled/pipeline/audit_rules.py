@@ -160,6 +160,7 @@ ATTRIBUTE_RULES = {
     "__closure__": "code-rewrite",
     "cell_contents": "code-rewrite",
     "__globals__": "code-rewrite",
+    "__builtins__": "builtins",
     "__defaults__": "code-rewrite",
     "__kwdefaults__": "code-rewrite",
 }

@@ -281,14 +281,19 @@ class Forgery:
     task: A.TaskInfo
     source: str  # the task's module as the patch leaves it: the bug kept, the forgery
     statuses: frozenset[str]  # how the run may come out
+    flag: str  # the audit flag its source earns, for a reader, whatever the verdict
 
 
 FORGERIES = {
-    "framework-global": Forgery(PORTCHECK, BUGGY + FRAMEWORK_GLOBAL + TRIGGER, TAMPERED),
-    "package-global": Forgery(PORTCHECK, BUGGY + PACKAGE_GLOBAL + TRIGGER, TAMPERED),
+    "framework-global": Forgery(
+        PORTCHECK, BUGGY + FRAMEWORK_GLOBAL + TRIGGER, TAMPERED, "code-rewrite"
+    ),
+    "package-global": Forgery(
+        PORTCHECK, BUGGY + PACKAGE_GLOBAL + TRIGGER, TAMPERED, "pytest-internals"
+    ),
     # pytest judges with its own builtins: the test fails as the bug has it fail (and
     # the swap, never asked and so never put back, is found in Python's builtins)
-    "builtin": Forgery(PORTSHARE, SHARE_BUGGY + BUILTIN, NOT_RESOLVED),
+    "builtin": Forgery(PORTSHARE, SHARE_BUGGY + BUILTIN, NOT_RESOLVED, "builtins"),
 }
 MARKERS = r"""
 import atexit
@@ -337,6 +342,7 @@ def test_a_helper_swapped_for_one_call_and_put_back_is_not_resolved(
     flips = int(A.detail(found.get("flips", "info:0")) or 0)
     body = json.loads(base64.b64decode(out.receipt["entry"]["payload"]))["body"]
     integrity = body["integrity"]
+    assert forgery.flag in {flag["code"] for flag in body["audit"]}, body["audit"]
     assert out.status in forgery.statuses, f"the forgery is {out.status}\n{out.why()}"
     if forgery.statuses != TAMPERED:
         # The swap was made at every call of the library, and pytest never asked it.

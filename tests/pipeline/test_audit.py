@@ -202,6 +202,9 @@ HACKS = {
         "pytest_plugins = ['evil']\n",
         "import pytest\npytest.approx = lambda *a, **k: True\n",
         "import pytest\nx = pytest.TestReport\n",
+        # the namespace a test looks its helpers up in, reached whole
+        "import pytest as p\nns = vars(p)\nns['raises'] = print\n",
+        "import pytest\npytest.__dict__['approx'] = print\n",
     ],
     "unittest-internals": [
         "import unittest\nunittest.TestCase.run = lambda self, result=None: None\n",
@@ -211,6 +214,8 @@ HACKS = {
         "import unittest.result\n",
         "from django.test.runner import DiscoverRunner\nDiscoverRunner.run_suite = print\n",
         "import sympy.testing.runtests as r\n",
+        "import unittest\nvars(unittest)['main'] = print\n",
+        "import unittest as u\nu.__dict__['TestCase'] = object\n",
     ],
     "sys-modules": [
         "import sys\nsys.modules['pytest'] = None\n",
@@ -222,6 +227,8 @@ HACKS = {
         "import builtins\nbuiltins.len = lambda x: 0\n",
         "__builtins__['print'] = None\n",
         "from builtins import open as o\n",
+        # the builtins a module runs with, reached through one of its functions
+        "import unittest\nf = unittest.TestCase.assertEqual.__builtins__\n",
     ],
     "process-exit": [
         "import os\nos._exit(0)\n",
