@@ -88,6 +88,29 @@ WATCHED_PREFIXES = (
     "sympy.utilities.runtests",
     "sympy.utilities.pytest",
 )
+# Standard library modules whose functions and classes the frameworks look up as they
+# judge (`collections.Counter` in assertCountEqual, `re.search` in `raises(match=)`,
+# `math.isnan` in `approx`), and which test suites do not patch: a value swapped in
+# them and put back within a test is tampering (their version tags are read). Modules
+# suites do patch and restore (`os`, `time`, `warnings`, which the frameworks write
+# and restore around every test) are not among them.
+JUDGING_HELPERS = frozenset(
+    {
+        "collections",
+        "re",
+        "math",
+        "cmath",
+        "operator",
+        "functools",
+        "itertools",
+        "difflib",
+        "pprint",
+        "reprlib",
+        "numbers",
+        "decimal",
+        "fractions",
+    }
+)
 # `sys` attributes the frameworks' reporting reads.
 SYS_WATCHED = (
     "exc_info",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
+        JUDGING_HELPERS,
         MEMORY_MODULES,
         SYS_WATCHED,
         WATCHED,
@@ -108,6 +109,8 @@ class Snapshot:
                 self._take_module(name, module, problems)
             elif name.startswith(WATCHED_PREFIXES):  # the tree's: it may import patched code
                 self._take_module(name, module, problems, defined_names(filename))
+            elif name in JUDGING_HELPERS:  # what the frameworks judge with: put-backs only
+                self.add(name, _MODULE_DICT(module), module=True)
             elif (
                 filename
                 and not self.origins.outside(filename)

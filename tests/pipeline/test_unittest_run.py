@@ -442,3 +442,68 @@ def test_the_framework_s_own_builtins_swapped_and_put_back_are_caught(
     assert any(
         "the test frameworks' builtins was written and put back" in why for why in channel.forged
     ), channel
+
+
+# `tags` keeps duplicates; the failing test compares through assertCountEqual, which
+# counts both sides with the standard library's `collections.Counter`.
+TAGS_LIB = "def tags(text):\n    return text.split(',')\n"
+TAGS_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertCountEqual(lib.tags("a"), ["a"])
+
+    def test_bug(self):
+        self.assertCountEqual(lib.tags("b,a,b"), ["a", "b"])
+"""
+# The library swaps the standard library's Counter, which unittest looks up as it
+# judges, for one whose count equals any other, and puts it back at its first call.
+# Neither unittest nor Python's builtins are touched.
+COUNTER_PUT_BACK = """
+import collections as _collections
+_real_counter = _collections.Counter
+
+
+class _Alike(dict):
+    def __eq__(self, other):
+        return True
+
+
+def _alike(*args, **kwargs):
+    import sys
+    if sys._getframe(1).f_globals.get("__name__") != "unittest.case":
+        return _real_counter(*args, **kwargs)  # someone else's count: a true one
+    _collections.Counter = _real_counter
+    print("JBFORGED counted alike", flush=True)
+    return _Alike()
+
+
+_tags = tags
+
+
+def tags(text):
+    import sys
+    if "assertCountEqual" in sys._getframe(1).f_code.co_names:
+        _collections.Counter = _alike
+    return _tags(text)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_standard_library_helper_swapped_for_one_judgement_is_caught(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(
+        scratch, python, tests=TAGS_TESTS, lib=TAGS_LIB, forged=COUNTER_PUT_BACK
+    )
+    # The lie was told and taken: the failing test was reported passed.
+    assert "JBFORGED counted alike" in output, output
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
+    if not (3, 8) <= version_of(python) < (3, 14):
+        assert channel.integrity == "reduced", channel
+        return
+    assert any("collections was written and put back" in why for why in channel.forged), channel
