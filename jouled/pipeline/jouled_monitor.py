@@ -26,10 +26,15 @@ outcomes with was changed by such code:
 - the runner's own namespace and classes, and the builtins it calls, compared
   first, with functions bound at start;
 - the module globals of pytest, pluggy, unittest, `ast`, `django.test`,
-  SymPy's test runner and the builtins, and the attributes of their classes that define behaviour in
-  Python, taken when the run arms and compared at every call reported passed
-  and at the end (a value may change only to one made by code the patch did
-  not write);
+  SymPy's test runner and the builtins, and the attributes of their classes
+  that define behaviour in Python, taken when the run arms and compared at
+  every call reported passed and at the end (a value may change only to one
+  made by code the patch did not write); between comparisons, their module
+  namespaces and those of the standard library they judge with
+  (`JUDGING_HELPERS`) by their dicts' version tags, so a value swapped and
+  put back in between is found too;
+- the frameworks' own builtins: a copy their modules are given as they are
+  first run, which nothing but the patch could change;
 - the test modules: what their source binds stays bound, nothing their source
   never binds comes from the patch, their builtins are Python's; pytest's
   rewriting of them is checked as it runs;
