@@ -318,23 +318,6 @@ def half(x):
 
 
 @pytest.mark.parametrize("python", interpreters())
-def test_a_helper_swapped_and_put_back_within_a_test_is_caught(scratch: Path, python: str) -> None:
-    channel, output, _ = run(
-        scratch, python, tests=RAISES_TESTS, lib=RAISES_LIB, forged=RAISES_PUT_BACK
-    )
-    # The forgery ran and took: the failing test was reported passed.
-    assert "JBFORGED swallowed" in output, output
-    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
-    if not (3, 8) <= version_of(python) < (3, 14):
-        # No dict version tag the monitor can read (before 3.8 it moves on every store;
-        # 3.14 lays dicts out anew): such a run is signed `reduced`, what a verifier reads.
-        assert channel.integrity == "reduced", channel
-        return
-    assert channel.integrity == "monitor", channel
-    assert any("unittest.case was written and put back" in why for why in channel.forged), channel
-
-
-@pytest.mark.parametrize("python", interpreters())
 def test_a_helper_left_alone_is_not_called_put_back(scratch: Path, python: str) -> None:
     channel, output, _ = run(scratch, python, tests=RAISES_TESTS, lib=RAISES_LIB)
     assert channel.outcomes.get("tests.test_t.T.test_bug") == FAILED, (channel, output)
@@ -426,24 +409,6 @@ def mean(xs):
 """
 
 
-@pytest.mark.parametrize("python", interpreters())
-def test_the_framework_s_own_builtins_swapped_and_put_back_are_caught(
-    scratch: Path, python: str
-) -> None:
-    channel, output, _ = run(
-        scratch, python, tests=MEAN_TESTS, lib=MEAN_LIB, forged=FRAMEWORK_ABS_PUT_BACK
-    )
-    # The lie was told and taken: the failing test was reported passed.
-    assert "JBFORGED abs lied" in output, output
-    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
-    if not (3, 8) <= version_of(python) < (3, 14):
-        assert channel.integrity == "reduced", channel
-        return
-    assert any(
-        "the test frameworks' builtins was written and put back" in why for why in channel.forged
-    ), channel
-
-
 # `tags` keeps duplicates; the failing test compares through assertCountEqual, which
 # counts both sides with the standard library's `collections.Counter`.
 TAGS_LIB = "def tags(text):\n    return text.split(',')\n"
@@ -493,17 +458,47 @@ def tags(text):
 """
 
 
+# Each put-back: (the tests, the library, what the patch appends to it, the line its
+# lie prints, the namespace the monitor must name).
+PUT_BACKS = {
+    "unittest-global": (
+        RAISES_TESTS,
+        RAISES_LIB,
+        RAISES_PUT_BACK,
+        "JBFORGED swallowed",
+        "unittest.case was written and put back",
+    ),
+    "framework-builtins": (
+        MEAN_TESTS,
+        MEAN_LIB,
+        FRAMEWORK_ABS_PUT_BACK,
+        "JBFORGED abs lied",
+        "the test frameworks' builtins was written and put back",
+    ),
+    "standard-library": (
+        TAGS_TESTS,
+        TAGS_LIB,
+        COUNTER_PUT_BACK,
+        "JBFORGED counted alike",
+        "collections was written and put back",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(PUT_BACKS))
 @pytest.mark.parametrize("python", interpreters())
-def test_a_standard_library_helper_swapped_for_one_judgement_is_caught(
-    scratch: Path, python: str
+def test_a_value_swapped_for_one_judgement_and_put_back_is_caught(
+    scratch: Path, python: str, route: str
 ) -> None:
-    channel, output, _ = run(
-        scratch, python, tests=TAGS_TESTS, lib=TAGS_LIB, forged=COUNTER_PUT_BACK
-    )
+    tests, lib, forged, lie, named = PUT_BACKS[route]
+    channel, output, _ = run(scratch, python, tests=tests, lib=lib, forged=forged)
     # The lie was told and taken: the failing test was reported passed.
-    assert "JBFORGED counted alike" in output, output
+    assert lie in output, output
     assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
     if not (3, 8) <= version_of(python) < (3, 14):
+        # No dict version tag the monitor can read (before 3.8 it moves on every store;
+        # 3.14 lays dicts out anew): such a run is signed `reduced`, what a verifier reads.
         assert channel.integrity == "reduced", channel
         return
-    assert any("collections was written and put back" in why for why in channel.forged), channel
+    assert channel.integrity == "monitor", channel
+    assert any(named in why for why in channel.forged), channel
