@@ -51,8 +51,17 @@ def result_entry(ledger: Ledger, seq: int) -> Entry:
     """The result entry at `seq`; refuses any other kind, or a seq past the end."""
     limits.integer("seq", seq)
     if seq >= ledger.size:
-        raise NotFoundError(f"entry {seq} does not exist: the ledger has {ledger.size}")
+        raise NotFoundError(
+            f"entry {seq} does not exist: the ledger has {ledger.size}", hint=SEQ_HINT
+        )
     entry = ledger.get(seq)
     if entry.kind != "result":
-        raise NotFoundError(f"entry {seq} is a {entry.kind} entry, not a result")
+        raise NotFoundError(f"entry {seq} is a {entry.kind} entry, not a result", hint=SEQ_HINT)
     return entry
+
+
+# Where a result's seq is found: the receipt printed when it was graded, or the ledger.
+SEQ_HINT = (
+    "a result's seq is in the receipt `jb-client submit` printed; `jb-client export` "
+    "lists every entry with its seq and kind, or ask by --key instead"
+)

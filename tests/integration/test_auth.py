@@ -216,6 +216,11 @@ def test_results_carry_the_credentials_names_and_receipts_come_back_by_key(tls: 
         with pytest.raises(ClientError) as err:
             c.receipt(seq=0)  # genesis
         assert "not a result" in err.value.message
+        assert "jb-client export" in err.value.hint and "tasks" not in err.value.hint
+        with pytest.raises(ClientError) as err:
+            c.receipt(seq=10**6)
+        assert err.value.kind == Kind.NOT_FOUND and "does not exist" in err.value.message
+        assert "jb-client export" in err.value.hint and "tasks" not in err.value.hint
 
 
 def test_public_keys_name_the_key_that_signs(tls: Tls) -> None:
