@@ -29,10 +29,11 @@ outcomes with was changed by such code:
   SymPy's test runner and the builtins, and the attributes of their classes
   that define behaviour in Python, taken when the run arms and compared at
   every call reported passed and at the end (a value may change only to one
-  made by code the patch did not write); between comparisons, their module
-  namespaces and those of the standard library they judge with
-  (`JUDGING_HELPERS`) by their dicts' version tags, so a value swapped and
-  put back in between is found too;
+  made by code the patch did not write); only the namespaces whose dicts'
+  version tags moved since the last comparison are compared again, and a
+  module namespace (theirs, and those of the standard library they judge
+  with, `JUDGING_HELPERS`) whose tag moved but whose values did not had a
+  value swapped and put back in between;
 - the frameworks' own builtins: a copy their modules are given as they are
   first run, which nothing but the patch could change;
 - the test modules: what their source binds stays bound, nothing their source

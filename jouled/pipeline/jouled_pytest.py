@@ -41,11 +41,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         nested_codes,
         observer,
     )
-    from jouled.pipeline.jouled_snapshot import (
-        _VALUES,
-        _chain,
-        same,
-    )
+    from jouled.pipeline.jouled_snapshot import same
 
 GUARDED_HOOKS = frozenset(
     {
@@ -195,6 +191,8 @@ class Registry:
 
 
 _HOOKEXEC = __import__("operator").attrgetter("_hookexec")
+_VALUES = __import__("operator").methodcaller("values")
+_chain = __import__("itertools").chain.from_iterable
 _Path = __import__("pathlib").Path
 
 

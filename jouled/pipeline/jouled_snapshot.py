@@ -49,34 +49,29 @@ class Snapshot:
         self.tag = tag  # `version_tags()`: None where this interpreter's cannot be read
         # The builtins the frameworks' modules run with (`framework_builtins`), or None.
         self.framework_builtins = builtins_
-        # [label, namespace, keys, ids, strict, version tag (a module's), its value when read]
+        # [label, namespace, keys, values, strict, watched for put-backs]
         self.entries: list[list[Any]] = []
-        self.tagged: list[int] = []  # the positions of the entries with a version tag
+        # Each entry's version tag (a view, `version_tags`) and its value when last read.
+        self.tags: list[Any] = []
+        self.tag_values: list[int] = []
         self.seen_modules: dict[str, Any] = {}
         self.module_count = -1
         self.classes: dict[tuple[str, str], Any] = {}
+        # name: [name, namespace, what its source binds, its tag view, the tag when read]
         self.test_modules: dict[str, Any] = {}
         self.sys_values: list[Any] = []
-        self.last: list[Any] = []
         self.fresh: list[tuple[str, Any, str]] = []  # test modules not yet compared
         self.deep = True
-        self.offsets: list[int] = []
-        self.entries_seen = 0
-        # The namespaces compared and views of their values, made again only after one was
-        # taken in (`taken` counts those) rather than at every check.
-        self.taken = 0
-        self.views_made = -1
-        self.namespaces: list[Any] = []
-        self.views: list[Any] = []
 
-    def add(self, label: str, namespace: Any, strict: bool = False, module: bool = False) -> None:
-        tag = self.tag(namespace) if module and self.tag is not None else None
-        entry = [label, namespace, list(namespace), list(namespace.values()), strict, tag, 0]
+    def add(self, label: str, namespace: Any, strict: bool = False, put_back: bool = False) -> None:
+        """Watch a namespace; `put_back`: one written and found as it was is tampering."""
+        tag = self.tag(namespace) if self.tag is not None else None
+        self.entries.append(
+            [label, namespace, list(namespace), list(namespace.values()), strict, put_back]
+        )
         if tag is not None:
-            entry[6] = tag.value
-            self.tagged.append(len(self.entries))
-        self.entries.append(entry)
-        self.taken += 1
+            self.tags.append(tag)
+            self.tag_values.append(tag.value)
 
     def arm(self, problems: "list[str]", deep: bool) -> None:
         """Take the watched namespaces as they are; `deep`: also judge every value in them
@@ -85,7 +80,7 @@ class Snapshot:
         if self.framework_builtins is not None:
             # Nothing but the patch writes here: any value changed, even put back, is its.
             label = "the test frameworks' builtins"
-            self.add(label, self.framework_builtins, strict=True, module=True)
+            self.add(label, self.framework_builtins, strict=True, put_back=True)
         self.scan_modules(problems)
         self.deep = True
         self.sys_values = self._sys_values()
@@ -110,7 +105,7 @@ class Snapshot:
             elif name.startswith(WATCHED_PREFIXES):  # the tree's: it may import patched code
                 self._take_module(name, module, problems, defined_names(filename))
             elif name in JUDGING_HELPERS:  # what the frameworks judge with: put-backs only
-                self.add(name, _MODULE_DICT(module), module=True)
+                self.add(name, _MODULE_DICT(module), put_back=True)
             elif (
                 filename
                 and not self.origins.outside(filename)
@@ -150,10 +145,10 @@ class Snapshot:
                 ):
                     self.classes[(name, attr)] = value
                     self._take_class(f"{name}.{attr}", value, problems, own=own)
-        # Its version tag is read for a value swapped and put back within a test, save in
-        # the two namespaces test suites patch and put back themselves (`builtins.open`,
+        # A value swapped and put back within a test is tampering, save in the two
+        # namespaces test suites patch and put back themselves (`builtins.open`,
         # `unittest.main`), whose values the frameworks' checks do not turn on.
-        self.add(name, namespace, module=name not in UNTAGGED)
+        self.add(name, namespace, put_back=name not in UNTAGGED)
 
     def _take_class(
         self, label: str, cls: Any, problems: "list[str]", strict: bool = False, own: str = ""
@@ -185,84 +180,51 @@ class Snapshot:
                 )
             if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
                 self._take_class(f"{name}.{attr}", value, problems, strict=True)
-        self.test_modules[name] = (name, namespace, own)
-        self.taken += 1
+        tag = self.tag(namespace) if self.tag is not None else None
+        self.test_modules[name] = [name, namespace, own, tag, tag.value if tag else 0]
         self.fresh.append((name, module, filename))
-
-    def fingerprint(self) -> "list[Any]":
-        """Every watched value and each namespace's size, in a few passes of C code (no
-        `id`: it is audited); names are compared when a namespace changed."""
-        if self.views_made != self.taken:
-            self.namespaces = [entry[1] for entry in self.entries]
-            self.namespaces += [entry[1] for entry in self.test_modules.values()]
-            self.views = list(map(_VALUES, self.namespaces))
-            self.views_made = self.taken
-        sizes = list(map(len, self.namespaces))
-        self.offsets = list(_accumulate([0, *sizes[: len(self.entries)]]))
-        values = list(_chain(self.views))
-        values += sizes
-        sys_namespace = _MODULE_DICT(sys)
-        values += [sys_namespace.get(name) for name in SYS_WATCHED]
-        return values
 
     def check(self, problems: "list[str]", scan: bool = True) -> None:
         """What changed since the last check; `scan`: take in modules loaded since too
-        (never in the middle of an import, whose module is not whole yet)."""
+        (never in the middle of an import, whose module is not whole yet).
+
+        With version tags only the namespaces written since are compared (an unwritten
+        dict holds what it held), in one pass of C code over the tags; without, all.
+        """
         if scan:
             self.scan_modules(problems)
-        written = self._written()
-        offsets, seen, last = self.offsets, self.entries_seen, self.last
-        now = self.fingerprint()
-        changed = None
-        if len(now) == len(last) and len(self.entries) == seen:
-            # The namespaces whose values moved (their sizes are equal, or `now` would not
-            # be as long): found by position in one pass of C code, so pytest's own
-            # per-test state (the assertion plugin's hooks, set and reset around every
-            # test) costs little.
-            moved = list(_compress(_COUNT(), map(_NOT_IS, now, last)))
-            changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
-        elif 0 < seen < len(self.entries) and self.offsets[: seen + 1] == offsets[: seen + 1]:
-            # Namespaces taken in since the last check (judged as they were taken) after
-            # the others, whose sizes held: those compared by position as above.
-            end = offsets[seen]
-            moved = list(_compress(_COUNT(), map(_NOT_IS, now[:end], last[:end])))
-            changed = sorted({_bisect(self.offsets, i) - 1 for i in moved})
-        differ = self._full(problems, changed) if changed != [] else set()
-        self._put_back(problems, written, differ)
-        # What was compared is what is now: nothing of the tree's runs in a check.
-        self.last = now
-        self.entries_seen = len(self.entries)
-
-    def _written(self) -> "list[int]":
-        """The module namespaces written since the last check, by their version tags
-        (taken in as they are read)."""
-        moved = []
-        entries = self.entries
-        for index in self.tagged:
-            entry = entries[index]
-            value = entry[5].value
-            if value != entry[6]:
-                entry[6] = value
-                moved.append(index)
-        return moved
+        if self.tag is None:
+            self._compare(problems, range(len(self.entries)))
+            self._test_modules(problems, list(self.test_modules.values()))
+        else:
+            now = list(map(_VALUE, self.tags))
+            written = list(_compress(_COUNT(), map(_NE, now, self.tag_values)))
+            self.tag_values = now
+            differ = self._compare(problems, written) if written else set()
+            self._put_back(problems, written, differ)
+            moved = []
+            for module in self.test_modules.values():
+                value = module[3].value
+                if value != module[4]:
+                    module[4] = value
+                    moved.append(module)
+            self._test_modules(problems, moved)
+        self._sys(problems)
 
     def _put_back(self, problems: "list[str]", written: "list[int]", differ: "set[int]") -> None:
-        """A module namespace written since the last check that holds what it held: a
-        value was swapped and put back in between, while a test ran (a framework helper
-        the test called, changed for that call alone)."""
+        """A namespace watched for put-backs written since the last check that holds what
+        it held: a value was swapped and put back in between, while a test ran (a
+        framework helper the test called, changed for that call alone)."""
         for index in written:
-            if index not in differ:
-                label = self.entries[index][0]
-                problems.append(f"{label} was written and put back since the last check")
+            entry = self.entries[index]
+            if entry[5] and index not in differ:
+                problems.append(f"{entry[0]} was written and put back since the last check")
 
-    def _full(self, problems: "list[str]", changed: "list[int] | None" = None) -> "set[int]":
-        """Compare the namespaces at `changed` (all of them: None); returns the positions of
-        those whose values or names differ, and takes them in."""
-        indices = range(len(self.entries)) if changed is None else changed
+    def _compare(self, problems: "list[str]", indices: Any) -> "set[int]":
+        """Compare the namespaces at `indices`; returns the positions of those whose values
+        or names differ, and takes them in."""
         differ: set[int] = set()
         for index in indices:
-            if not 0 <= index < len(self.entries):
-                continue
             entry = self.entries[index]
             label, namespace, keys, values, strict = entry[:5]
             now_values = list(namespace.values())
@@ -292,10 +254,15 @@ class Snapshot:
                 if gone:
                     problems.append(f"{label}.{gone[0]} was deleted")
             entry[2], entry[3] = now_keys, now_values
-        for name, namespace, own in self.test_modules.values():
+        return differ
+
+    def _test_modules(self, problems: "list[str]", modules: "list[Any]") -> None:
+        for name, namespace, own, _, _ in modules:
             for attr, value in own.items():
                 if namespace.get(attr, _MISSING) is not value:
                     problems.append(f"{name}.{attr}, bound by the test module, was rebound")
+
+    def _sys(self, problems: "list[str]") -> None:
         now = self._sys_values()
         if not same(now, self.sys_values):
             current = _MODULE_DICT(sys)
@@ -307,19 +274,16 @@ class Snapshot:
                             f"sys.{name} was replaced{' by code from ' + found if found else ''}"
                         )
             self.sys_values = now
-        return differ
 
 
 # Namespaces whose version tags are not read (see `_take_module`).
 UNTAGGED = ("builtins", "unittest")
 _MISSING = object()
-_chain = __import__("itertools").chain.from_iterable
 _IS = __import__("operator").is_
-_NOT_IS = __import__("operator").is_not
+_NE = __import__("operator").ne
+_VALUE = __import__("operator").attrgetter("value")
 _compress = __import__("itertools").compress
 _COUNT = __import__("itertools").count
-_accumulate = __import__("itertools").accumulate
-_bisect = __import__("bisect").bisect_right
 
 
 def same(now: "list[Any]", before: "list[Any]") -> bool:
@@ -327,7 +291,6 @@ def same(now: "list[Any]", before: "list[Any]") -> bool:
     return len(now) == len(before) and all(map(_IS, now, before))
 
 
-_VALUES = __import__("operator").methodcaller("values")
 _BUILTINS = sys.modules["builtins"]
 
 
@@ -433,18 +396,19 @@ def _globals_in(node: Any) -> "list[Any]":
 
 
 def version_tags() -> Any:
-    """A maker of views of a dict's version tag, or None where none can be read.
+    """A maker of views of a namespace's version tag, or None where none can be read.
 
     CPython 3.8-3.13 keep in every dict a tag (PEP 509) that takes a new value
     whenever the dict is written with another object than it held, and never
-    otherwise: a module namespace whose tag moved while its values did not was
-    written and put back. Reading it needs ctypes, loaded here before any code
-    of the tree runs and then taken out of `sys.modules`, so the tree's own
-    `import` of it meets the monitor as if it never was. The layout is proved on
-    dicts made here (the size beside the tag, the tag moving on a write and
-    only then); an interpreter where it does not hold gets None: 3.6 and 3.7
-    (the tag moves on every store, the same object too), 3.14 and free-threaded
-    builds (another layout).
+    otherwise: a namespace whose tag held was not written, and a module namespace
+    whose tag moved while its values did not was written and put back. A class's
+    namespace is read through the dict behind its `__dict__` proxy. Reading either
+    needs ctypes, loaded here before any code of the tree runs and then taken out of
+    `sys.modules`, so the tree's own `import` of it meets the monitor as if it
+    never was. The layout is proved on a dict and a class made here (the size
+    beside the tag, the tag moving on a write and only then); an interpreter where
+    it does not hold gets None: 3.6 and 3.7 (the tag moves on every store, the same
+    object too), 3.14 and free-threaded builds (another layout).
     """
     before = set(sys.modules)
     try:
@@ -456,10 +420,18 @@ def version_tags() -> Any:
             if name == "ctypes" or name.startswith("ctypes.") or name in MEMORY_MODULES:
                 del sys.modules[name]
     word = ctypes.sizeof(ctypes.c_void_p)
-    tag_type, size_type = ctypes.c_uint64, ctypes.c_ssize_t
+    tag_type, size_type, pointer_type = ctypes.c_uint64, ctypes.c_ssize_t, ctypes.c_void_p
+    proxy_type = type(type.__dict__)
+
+    def address(namespace: Any) -> int:
+        """The dict's own address: a class's `__dict__` proxy holds it after its header."""
+        at = id(namespace)
+        if type(namespace) is proxy_type:
+            at = pointer_type.from_address(at + 2 * word).value or 0
+        return at
 
     def tag(namespace: Any) -> Any:
-        return tag_type.from_address(id(namespace) + 3 * word)
+        return tag_type.from_address(address(namespace) + 3 * word)
 
     try:
         probe: dict[str, Any] = {"a": None}
@@ -473,6 +445,13 @@ def version_tags() -> Any:
         grown = first.value
         probe["a"] = probe.pop("b")  # another object, then none at that name
         swapped = first.value
+        made = type("Probe", (), {"a": None})
+        proxy = _TYPE_DICT(made)
+        class_size = size_type.from_address(address(proxy) + 2 * word).value
+        class_tag = tag(proxy)
+        class_start = class_tag.value
+        made.a = 1
+        class_moved = class_tag.value
     except Exception:
         return None
     if not (
@@ -480,6 +459,8 @@ def version_tags() -> Any:
         and held == start
         and start < grown < swapped
         and beside.value == start_beside
+        and class_size == len(proxy)
+        and class_start < class_moved
     ):
         return None
     return tag
