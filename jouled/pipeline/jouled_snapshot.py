@@ -450,7 +450,7 @@ def version_tags() -> Any:
         class_size = size_type.from_address(address(proxy) + 2 * word).value
         class_tag = tag(proxy)
         class_start = class_tag.value
-        made.a = 1
+        made.a = 1  # type: ignore[attr-defined]
         class_moved = class_tag.value
     except Exception:
         return None

@@ -97,4 +97,3 @@ def test_every_write_to_a_watched_namespace_is_seen_with_or_without_version_tags
             "watched was written and put back since the last check"
         ]
     assert found["untagged"]["module put back"] == []
-
