@@ -103,6 +103,7 @@ def test_an_instance_whose_image_is_here_is_graded_in_it(
     assert gold["status"] == "resolved", gold
     assert gold["verdict"]["status"] == "RESOLVED_FULL"
     assert gold["isolation"]["level"] == "container" and gold["isolation"]["image"] == IMAGE
+    assert gold["isolation"]["cpu"] == "uncounted"  # the engine's daemon runs it, not us
     assert gold["integrity"] == {"report": "output", "canaries": 0, "level": "none"}
     assert gold["energy"]["grade"]["wall_ms"] >= 0  # metered like any run
     assert ev.evaluate(Attempt(contract, None, "noop"))["status"] == "unresolved"
@@ -118,6 +119,21 @@ def test_an_instance_whose_image_is_here_is_graded_in_it(
     script = run[-1]
     assert script.startswith(container.ACTIVATE)
     assert script.rstrip().endswith("python -m pytest -rA tests/test_add_more.py tests/test_ops.py")
+
+
+def test_a_shared_host_gives_a_container_run_the_whole_window_not_a_share_near_zero(
+    engine: Path, record: tuple[SweBenchRecord, Path], tmp_path: Path
+) -> None:
+    """The engine's daemon runs the container, so its CPU is no process of ours: the grade
+    phase cannot be apportioned by CPU, and says so instead of claiming ~0 J."""
+    rec, root = record
+    contract = to_contract(rec, root, images=container_images("docker"), timeout_s=120)
+    ev = Evaluator(Metering(EstimatorMeter(), None, "shared"), MemoryBaselines(), tmp_path)
+    gold = ev.evaluate(Attempt(contract, parse_patch(rec.patch.encode()), "gold"))
+    assert gold["status"] == "resolved", gold
+    grade = gold["energy"]["grade"]
+    assert grade["attribution"] == "cpu-share" and grade["reliable"] is False, grade
+    assert any("CPU time is not counted" in why for why in grade["reasons"]), grade
 
 
 def test_without_its_image_an_instance_needs_an_environment(

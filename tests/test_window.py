@@ -42,6 +42,18 @@ def test_cpu_share_apportions_the_window() -> None:
     assert e.gross_mj == 2_500 and e.attribution == "cpu-share"
 
 
+def test_a_share_that_left_out_cpu_is_the_whole_window_and_not_reliable() -> None:
+    """A run whose CPU the sandbox could not count has no share to apportion by: its
+    phase is given the whole window, said so, rather than a share near zero."""
+    why = "a sandboxed run's CPU time is not counted here (no cgroup)"
+    e = phase_energy(
+        "rapl", [PKG], snap(0, 0), snap(1_000, 10_000_000), None, share=0.001, share_unknown=why
+    )
+    assert e.gross_mj == 10_000 and e.attribution == "cpu-share"
+    assert e.valid and not e.reliable
+    assert any(r.startswith(why) for r in e.reasons), e.reasons
+
+
 def test_estimator_charges_active_watts_for_wall_time() -> None:
     now = [0]
     meter = EstimatorMeter(active_watts=20.0, clock=lambda: now[0])

@@ -46,6 +46,14 @@ class Window:
     host_cpu_start: int | None
     cpu_ns: int = 0
     energy: PhaseEnergy | None = field(default=None)
+    # Why CPU the phase's processes used is not in `cpu_ns` ("" when all of it is).
+    cpu_uncounted: str = ""
+
+    def add_run(self, cpu_ns: int, counted: str | None) -> None:
+        """A sandboxed run's CPU; `counted`: how the sandbox counted it (`uncounted`: not)."""
+        self.cpu_ns += cpu_ns
+        if counted == "uncounted":
+            self.cpu_uncounted = "a sandboxed run's CPU time is not counted here (no cgroup)"
 
 
 class Metering:
@@ -147,4 +155,5 @@ class Metering:
                 self.calibration,
                 share=share,
                 busy_ns=window.cpu_ns,
+                share_unknown=window.cpu_uncounted,
             )

@@ -82,6 +82,7 @@ def phase_energy(
     *,
     share: float | None = None,
     busy_ns: int | None = None,
+    share_unknown: str = "",
 ) -> PhaseEnergy:
     """Energy of the window [start, end].
 
@@ -90,6 +91,8 @@ def phase_energy(
     `busy_ns` is the CPU time the phase's processes used (None: not known); a
     measured domain that shows no energy at all over a window at least its
     floor long while that is positive is frozen, and the window invalid.
+    `share_unknown` says why `share` left out CPU the phase used: the window's
+    whole energy is given instead, not reliable.
     """
     wall_ns = max(0, end.t_ns - start.t_ns)
     wall_ms = wall_ns // 1_000_000
@@ -157,6 +160,10 @@ def phase_energy(
         reasons.append(f"marginal {marginal_mj} mJ is within idle noise ({noise_mj} mJ)")
 
     attribution = EXCLUSIVE
+    if share is not None and share_unknown:
+        reliable = False
+        reasons.append(f"{share_unknown}: its share is not known, this is the whole window's")
+        share = 1.0
     if share is not None:
         share = min(1.0, max(0.0, share))
         attribution = CPU_SHARE

@@ -12,6 +12,10 @@ The daemon uses the cgroup it runs in:
   offers `memory` and `pids` (a delegated group, e.g. systemd `Delegate=yes`).
   Processes may not sit in a v2 group whose children use controllers, so
   the daemon first moves itself into a `daemon` leaf of its own group.
+Each group also counts the CPU time of every process that was in it (v1: a
+`cpuacct` group beside them, where the host mounts that hierarchy; v2:
+`cpu.stat`): the run's own CPU, which bubblewrap's process tree hides from
+the daemon's `wait4`.
 Groups are made once per slot and reused; each daemon names its own
 (`jouled.pipeline.instance`), so two daemons on one host never share one.
 Where none of this works the sandbox falls back to rlimits, and every result
@@ -54,7 +58,7 @@ class Group:
     """One slot's group(s): where the sandbox's pid 1 goes and its limits are written."""
 
     kind: str  # "v1" or "v2"
-    dirs: tuple[Path, ...]  # v1: memory then pids; v2: the one group
+    dirs: tuple[Path, ...]  # v1: memory, pids, then cpuacct where there is one; v2: the group
 
     def limit(self, memory_bytes: int | None, processes: int | None) -> None:
         if self.kind == "v2":
@@ -64,7 +68,7 @@ class Group:
                 _write(group / "memory.swap.max", "0")
             _write(group / "pids.max", str(processes) if processes else "max")
             return
-        memory, pids = self.dirs
+        memory, pids = self.dirs[:2]
         value = str(memory_bytes) if memory_bytes else "-1"
         swap = memory / "memory.memsw.limit_in_bytes"
         # memsw must stay >= the memory limit: lower in the order that keeps it so.
@@ -81,6 +85,22 @@ class Group:
     def add(self, pid: int) -> None:
         for group in self.dirs:
             _write(group / "cgroup.procs", str(pid))
+
+    def cpu_ns(self) -> int | None:
+        """CPU time used so far by every process that has been in the group (None: the
+        host does not account it here). Grows for the group's life: take differences."""
+        try:
+            if self.kind == "v2":
+                for line in (self.dirs[0] / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) * 1000
+                return None
+            if len(self.dirs) < 3:
+                return None
+            return int((self.dirs[2] / "cpuacct.usage").read_text())
+        except (OSError, ValueError):
+            return None
 
     def peak_memory(self) -> int | None:
         name = "memory.peak" if self.kind == "v2" else "memory.max_usage_in_bytes"
@@ -153,6 +173,9 @@ class Groups:
             self.root / "pids" / own["pids"].lstrip("/"),
         )
         if all(d.is_dir() and os.access(d, os.W_OK) for d in dirs):
+            cpu = self.root / "cpuacct" / own.get("cpuacct", "").lstrip("/")
+            if "cpuacct" in own and cpu.is_dir() and os.access(cpu, os.W_OK):
+                return (*dirs, cpu)
             return dirs
         self.why_not = "the cgroup v1 memory and pids groups of the daemon are not writable"
         return None

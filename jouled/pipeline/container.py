@@ -152,11 +152,11 @@ def run(
         signal=-status if status is not None and status < 0 else None,
         timed_out=timed_out,
         wall_ns=wall_ns,
-        cpu_ns=0,
+        cpu_ns=0,  # the engine's daemon runs it: its CPU is not this process tree's
         output=kept.decode(errors="replace"),
         level=CONTAINER,
         output_dropped=len(raw) - len(kept),
-        isolation=isolation(engine, image, limits),
+        isolation={**isolation(engine, image, limits), "cpu": "uncounted"},
     )
 
 

@@ -201,7 +201,9 @@ class Evaluator(CheckRunner):
             before, after = self.check_pristine(
                 contract, Path(tmp), reference=not contract.has_expected_ids
             )
-            window.cpu_ns += before.result.cpu_ns + (after.result.cpu_ns if after else 0)
+            for run in (before.result, after.result if after else None):
+                if run is not None:
+                    window.add_run(run.cpu_ns, run.isolation.get("cpu"))
         assert window.energy is not None
         if runs is not None:
             runs["baseline"] = before.result
@@ -331,7 +333,7 @@ class Evaluator(CheckRunner):
                     guard.check_patch(solved, tree)
                 ids = (*expected.fail_to_pass, *expected.pass_to_pass)
                 check = self.run_check(contract, tree, ids)
-                window.cpu_ns += check.result.cpu_ns
+                window.add_run(check.result.cpu_ns, check.result.isolation.get("cpu"))
             assert window.energy is not None
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
@@ -419,7 +421,7 @@ class Evaluator(CheckRunner):
             solved = command_solver.solve(
                 command, env, contract.prompt, workdir, self.sandbox, attempt.model
             )
-            window.cpu_ns += solved.run.cpu_ns
+            window.add_run(solved.run.cpu_ns, solved.run.isolation.get("cpu"))
         runs["solve"] = solved.run
         assert window.energy is not None
         energy["solve"] = window.energy.to_wire()

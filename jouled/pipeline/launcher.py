@@ -411,6 +411,8 @@ def _supervise(
     group: Group | None,
 ) -> RunResult:
     oom_before = group.oom_kills() if group is not None else 0
+    cpu_before = group.cpu_ns() if group is not None else None
+    cpu_after: int | None = None
     status_r, status_w = pipes.pipe()
     out_r, out_w = pipes.pipe()
     passed = [status_w]
@@ -502,6 +504,8 @@ def _supervise(
         status, rusage = _reap(proc)
         _wait_gone(init)
         wall_ns = time.monotonic_ns() - begin
+        if group is not None and cpu_before is not None:
+            cpu_after = group.cpu_ns()
         _drain(streams)
         late = _late_failure(status_r, status)
         if late:
@@ -522,6 +526,14 @@ def _supervise(
             _reap(proc)
         if init is not None:
             os.close(init)
+    # bwrap's pid 1 reaps the command, and bwrap exits without reaping its pid 1, so
+    # `wait4` counts bwrap alone: the run's CPU is the cgroup's, where there is one.
+    if cpu_before is not None and cpu_after is not None:
+        cpu_ns, counted = cpu_after - cpu_before, "cgroup"
+    else:
+        cpu_ns = round((rusage.ru_utime + rusage.ru_stime) * 1e9)
+        counted = "uncounted" if prefix else "wait4"
+    isolation = {**isolation, "cpu": counted}
     signalled = os.WIFSIGNALED(status)
     # A run killed at its deadline did not exit by itself, whichever of bwrap and its
     # child the kill reached first (bwrap that outlives its child exits 128 + signal).
@@ -532,7 +544,7 @@ def _supervise(
         signal=(os.WTERMSIG(status) if signalled else int(signal.SIGKILL)) if killed else None,
         timed_out=timed_out,
         wall_ns=wall_ns,
-        cpu_ns=round((rusage.ru_utime + rusage.ru_stime) * 1e9),
+        cpu_ns=cpu_ns,
         output=tail.text(),
         level=level,
         output_dropped=tail.dropped,

@@ -426,6 +426,34 @@ HAS_CGROUP = LEVEL == BWRAP and bool(cgroup.groups().kind)
 
 
 @pytest.mark.skipif(not HAS_CGROUP, reason="this host delegates no cgroup")
+def test_a_run_s_cpu_time_is_counted_whole(workdir: Path) -> None:
+    """bwrap's pid 1 reaps the command and bwrap does not reap its pid 1, so `wait4` on
+    bwrap sees bwrap alone: the run's CPU (what energy is apportioned by) comes from
+    its cgroup, which holds every process of the run, the command's own children too."""
+    result = py(
+        """
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            while time.process_time() < 0.15:
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
+        child = os.times().children_user + os.times().children_system
+        while time.process_time() < 0.15:
+            pass
+        print("used", time.process_time() + child)
+        """,
+        workdir,
+    )
+    assert result.exit_code == 0, result.output
+    used = float(result.output.split("used")[1].split()[0])
+    assert used >= 0.25, result.output  # both processes ran their share
+    assert result.cpu_ns >= used * 1e9 * 0.95, (result.cpu_ns, used)
+    assert result.isolation["cpu"] == "cgroup"
+
+
+@pytest.mark.skipif(not HAS_CGROUP, reason="this host delegates no cgroup")
 def test_memory_is_bounded_for_the_run_as_a_whole(workdir: Path) -> None:
     result = py(
         """
@@ -483,6 +511,31 @@ def test_cgroup_v1_groups_are_made_per_slot_in_a_fake_hierarchy(tmp_path: Path) 
     assert (memory / "memory.limit_in_bytes").read_text() == str(100 << 20)
     assert (memory / "cgroup.procs").read_text() == "12345"
     assert (tmp_path / "pids" / "svc" / "jouled-run-3" / "pids.max").read_text() == "32"
+
+
+def test_cgroup_v1_counts_cpu_in_a_cpuacct_group_where_there_is_one(tmp_path: Path) -> None:
+    """A fake /sys/fs/cgroup: a slot's group in the cpuacct hierarchy holds the run's pid,
+    and its usage counter is the run's CPU; without that hierarchy, none is claimed."""
+    for controller in ("memory", "pids", "cpuacct"):
+        (tmp_path / controller / "svc").mkdir(parents=True)
+    text = "5:memory:/svc\n4:pids:/svc\n3:cpu,cpuacct:/svc\n0::/\n"
+    with cgroup.Groups(tmp_path, proc_cgroup=text).slot(1) as group:
+        assert group is not None
+        group.add(4321)
+        usage = tmp_path / "cpuacct" / "svc" / "jouled-run-1" / "cpuacct.usage"
+        assert usage.with_name("cgroup.procs").read_text() == "4321"
+        usage.write_text("123456789\n")
+        assert group.cpu_ns() == 123456789
+    plain = cgroup.Groups(tmp_path, proc_cgroup="5:memory:/svc\n4:pids:/svc\n0::/\n")
+    with plain.slot(2) as group:
+        assert group is not None and group.cpu_ns() is None
+
+
+def test_cgroup_v2_counts_cpu_from_cpu_stat(tmp_path: Path) -> None:
+    group = cgroup.Group("v2", (tmp_path,))
+    assert group.cpu_ns() is None  # no cpu.stat: not counted, not 0
+    (tmp_path / "cpu.stat").write_text("usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n")
+    assert group.cpu_ns() == 2_500_000
 
 
 def test_cgroup_v2_needs_a_delegated_group(tmp_path: Path) -> None:
