@@ -14,8 +14,11 @@ gets an instance:
   so two live daemons never share a uid, whatever their hashes.
 
 Code that runs the sandbox without a daemon (`jouled tasks check`, the
-library's own tests) uses the unnamed instance: the first block and
-`jouled-run-<slot>`.
+library's own tests, a script) gets an instance of its own process, named
+and claimed the same way from its pid (`for_process`): two such processes
+on one host, or one beside a daemon, never share a uid or a cgroup either.
+`UNNAMED` (the first block and `jouled-run-<slot>`) is what is left where no
+instance is given at all.
 """
 
 from __future__ import annotations
@@ -60,8 +63,11 @@ _claimed: dict[str, Instance] = {}  # by data dir: a second daemon object in one
 
 
 def name_of(data_dir: Path) -> str:
-    real = os.path.realpath(data_dir)
-    return hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return _name(os.path.realpath(data_dir))
+
+
+def _name(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:10]
 
 
 def for_data_dir(data_dir: Path, *, root: bool, lock_dir: Path = LOCK_DIR) -> Instance:
@@ -71,11 +77,30 @@ def for_data_dir(data_dir: Path, *, root: bool, lock_dir: Path = LOCK_DIR) -> In
     one, unclaimed. Raises OSError only where every probed block is held (256
     daemons whose hashes crowd one place), which a caller reports as a fault.
     """
-    name = name_of(data_dir)
+    return _claim(os.path.realpath(data_dir), root=root, lock_dir=lock_dir)
+
+
+def for_process(*, root: bool, lock_dir: Path = LOCK_DIR) -> Instance:
+    """The instance of this process, for sandbox runs made without a daemon: named by
+    its pid (and the time it started, so a reused pid names another), claimed as a
+    daemon's is."""
+    return _claim(f"process {os.getpid()} {_started()}", root=root, lock_dir=lock_dir)
+
+
+def _started() -> str:
+    """When this process started, in clock ticks since boot ("" where it cannot be read)."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _claim(key: str, *, root: bool, lock_dir: Path) -> Instance:
+    name = _name(key)
     start = int(name, 16) % UID_BLOCKS
     if not root:  # no pooled uids: the runs are in user namespaces of their own
         return Instance(name, UID_BASE + start * UID_POOL)
-    key = os.path.realpath(data_dir)
     if key in _claimed:
         return _claimed[key]
     try:
@@ -99,7 +124,7 @@ def for_data_dir(data_dir: Path, *, root: bool, lock_dir: Path = LOCK_DIR) -> In
             return Instance(name, UID_BASE + start * UID_POOL)
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()} {os.path.realpath(data_dir)}\n".encode())
+            os.write(fd, f"{os.getpid()} {key}\n".encode())
         _held.append(fd)
         _claimed[key] = Instance(name, UID_BASE + block * UID_POOL, str(path))
         return _claimed[key]

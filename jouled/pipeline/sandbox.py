@@ -31,6 +31,7 @@ at it unless the operator lowers `--min-isolation` explicitly.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import platform
@@ -48,7 +49,7 @@ from jouled.pipeline.bwrap import Bwrap, bwrap
 from jouled.pipeline.cgroup import Group
 from jouled.pipeline.cgroup import groups as cgroups
 from jouled.pipeline.instance import UID_BASE as UID_BASE
-from jouled.pipeline.instance import UID_POOL, UNNAMED, Instance
+from jouled.pipeline.instance import UID_POOL, Instance, for_process
 from jouled.pipeline.instance import for_data_dir as instance_for
 from jouled.pipeline.launcher import run_started
 from jouled.pipeline.limits import Limits, RunResult, rlimits
@@ -229,13 +230,14 @@ class Sandbox:
         *,
         min_level: str = BWRAP,
         secret: Sequence[Path] = (),
-        instance: Instance = UNNAMED,
+        instance: Instance | None = None,
     ) -> None:
         if min_level not in LEVELS:
             raise SandboxError(f"unknown isolation level {min_level!r}: one of {', '.join(LEVELS)}")
         self.min_level = min_level
         self.secret = [os.path.realpath(p) for p in secret]
-        self.instance = instance  # whose uids and cgroups its runs get (one daemon's own)
+        # Whose uids and cgroups its runs get: one daemon's own, else this process's.
+        self.instance = instance if instance is not None else process_instance()
 
     def close(self) -> None:
         """Remove the cgroups this sandbox's runs used (each empty once its run ended)."""
@@ -432,6 +434,30 @@ def sandbox_instance(data_dir: Path) -> Instance:
             f"cannot claim a block of sandbox uids for {data_dir}: {err}",
             hint="stop daemons this host no longer needs, or check that /run is writable",
         ) from err
+
+
+_own: dict[int, Instance] = {}  # by pid: a forked child claims its own
+
+
+def process_instance() -> Instance:
+    """This process's instance (`instance.for_process`), claimed once; the cgroups its
+    runs used are removed as it exits."""
+    pid = os.getpid()
+    if pid not in _own:
+        try:
+            _own[pid] = for_process(root=os.geteuid() == 0)
+        except OSError as err:
+            raise SandboxError(
+                f"cannot claim a block of sandbox uids for this process: {err}",
+                hint="stop daemons this host no longer needs, or check that /run is writable",
+            ) from err
+        atexit.register(_remove_own_groups, pid)
+    return _own[pid]
+
+
+def _remove_own_groups(pid: int) -> None:
+    if os.getpid() == pid:  # not in a forked child that inherited the handler
+        cgroups().remove(_own[pid].cgroup_name(slot) for slot in range(UID_POOL))
 
 
 def sandbox_level() -> str:

@@ -7,9 +7,12 @@ test names groups, as in test_sandbox.py.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +67,41 @@ def test_a_held_uid_block_sends_the_next_daemon_to_another(tmp_path: Path) -> No
     assert got.uid_base == instance.UID_BASE + ((start + 1) % instance.UID_BLOCKS) * 4096
     assert got.uid_lock.endswith(f"uids-{(start + 1) % instance.UID_BLOCKS}.lock")
     assert str(data) in Path(got.uid_lock).read_text()
+
+
+RUN_IN_SANDBOX = """
+import json, sys, tempfile
+from pathlib import Path
+from jouled.pipeline.limits import Limits
+from jouled.pipeline.sandbox import Sandbox
+work = Path(tempfile.mkdtemp())
+work.chmod(0o755)
+box = Sandbox()
+result = box.run(["cat", "/proc/self/cgroup"], work, limits=Limits(timeout_s=60))
+print(json.dumps({"iso": result.isolation, "output": result.output}))
+"""
+
+
+@needs_bwrap
+def test_two_processes_without_a_daemon_share_no_cgroup_and_no_uid() -> None:
+    """`jouled tasks check` twice on one host (or two test workers): each process is an
+    instance of its own, so one's limits are never written over the other's group and
+    one's runs can never signal the other's."""
+    seen = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", RUN_IN_SANDBOX], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        seen.append(json.loads(done.stdout))
+    a, b = (found["iso"] for found in seen)
+    assert a["instance"] and a["instance"] != b["instance"], (a, b)
+    assert a["cgroup_name"] != b["cgroup_name"], (a, b)
+    if a["uid"] == "pooled":  # as root: blocks claimed with a lock, one per live process
+        assert a["uids"] != b["uids"], (a, b)
+    if a.get("cgroup") in ("v1", "v2"):  # the run was really in its process's group
+        assert a["cgroup_name"] in seen[0]["output"], seen[0]["output"]
+        assert b["cgroup_name"] in seen[1]["output"], seen[1]["output"]
 
 
 def test_each_instance_gets_its_own_cgroups_in_a_fake_hierarchy(tmp_path: Path) -> None:
