@@ -47,11 +47,22 @@ def test_a_share_that_left_out_cpu_is_the_whole_window_and_not_reliable() -> Non
     phase is given the whole window, said so, rather than a share near zero."""
     why = "a sandboxed run's CPU time is not counted here (no cgroup)"
     e = phase_energy(
-        "rapl", [PKG], snap(0, 0), snap(1_000, 10_000_000), None, share=0.001, share_unknown=why
+        "rapl", [PKG], snap(0, 0), snap(1_000, 10_000_000), None, share=0.001, cpu_uncounted=why
     )
     assert e.gross_mj == 10_000 and e.attribution == "cpu-share"
     assert e.valid and not e.reliable
     assert any(r.startswith(why) for r in e.reasons), e.reasons
+
+
+def test_an_estimate_by_cpu_time_that_left_out_cpu_is_not_reliable() -> None:
+    cpu = Domain("estimated", "estimator", "cpu-time", 1, 100)
+    totals = [Snapshot(t_ns=t, totals_uj={"estimated": uj}) for t, uj in ((0, 0), (10**9, 5000))]
+    why = "a sandboxed run's CPU time is not counted here (no cgroup)"
+    e = phase_energy("estimator", [cpu], *totals, None, cpu_uncounted=why)
+    assert e.gross_mj == 5 and e.valid and not e.reliable
+    assert any(r.startswith(why) for r in e.reasons), e.reasons
+    wall = Domain("estimated", "estimator", "wall", 1, 100)  # time, not CPU: nothing left out
+    assert phase_energy("estimator", [wall], *totals, None, cpu_uncounted=why).reliable
 
 
 def test_estimator_charges_active_watts_for_wall_time() -> None:

@@ -155,5 +155,5 @@ class Metering:
                 self.calibration,
                 share=share,
                 busy_ns=window.cpu_ns,
-                share_unknown=window.cpu_uncounted,
+                cpu_uncounted=window.cpu_uncounted,
             )

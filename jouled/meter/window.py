@@ -82,7 +82,7 @@ def phase_energy(
     *,
     share: float | None = None,
     busy_ns: int | None = None,
-    share_unknown: str = "",
+    cpu_uncounted: str = "",
 ) -> PhaseEnergy:
     """Energy of the window [start, end].
 
@@ -91,8 +91,9 @@ def phase_energy(
     `busy_ns` is the CPU time the phase's processes used (None: not known); a
     measured domain that shows no energy at all over a window at least its
     floor long while that is positive is frozen, and the window invalid.
-    `share_unknown` says why `share` left out CPU the phase used: the window's
-    whole energy is given instead, not reliable.
+    `cpu_uncounted` says why CPU the phase used was not counted: with a `share`
+    the window's whole energy is given instead, and neither that nor an estimate
+    by CPU time is reliable.
     """
     wall_ns = max(0, end.t_ns - start.t_ns)
     wall_ms = wall_ns // 1_000_000
@@ -160,10 +161,13 @@ def phase_energy(
         reasons.append(f"marginal {marginal_mj} mJ is within idle noise ({noise_mj} mJ)")
 
     attribution = EXCLUSIVE
-    if share is not None and share_unknown:
+    if cpu_uncounted and share is not None:
         reliable = False
-        reasons.append(f"{share_unknown}: its share is not known, this is the whole window's")
+        reasons.append(f"{cpu_uncounted}: its share is not known, this is the whole window's")
         share = 1.0
+    elif cpu_uncounted and any(d.kind == "cpu-time" for d in domains):
+        reliable = False
+        reasons.append(f"{cpu_uncounted}: the estimate by CPU time leaves it out")
     if share is not None:
         share = min(1.0, max(0.0, share))
         attribution = CPU_SHARE

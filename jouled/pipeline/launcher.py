@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jouled.errors import SandboxError
+from jouled.meter.estimator import add_sandboxed_cpu
 from jouled.pipeline.cgroup import Group
 from jouled.pipeline.limits import Limits, RunResult
 from jouled.pipeline.scratch import FLOOR, Space, space_of
@@ -530,6 +531,7 @@ def _supervise(
     # `wait4` counts bwrap alone: the run's CPU is the cgroup's, where there is one.
     if cpu_before is not None and cpu_after is not None:
         cpu_ns, counted = cpu_after - cpu_before, "cgroup"
+        add_sandboxed_cpu(cpu_ns)  # for an estimate by CPU time
     else:
         cpu_ns = round((rusage.ru_utime + rusage.ru_stime) * 1e9)
         counted = "uncounted" if prefix else "wait4"

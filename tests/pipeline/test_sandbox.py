@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jouled.errors import SandboxError
+from jouled.meter.estimator import EstimatorMeter
 from jouled.pipeline import bwrap as bwrap_mod
 from jouled.pipeline import cgroup, mounts, sandbox
 from jouled.pipeline.limits import Limits, RunResult
@@ -451,6 +452,28 @@ def test_a_run_s_cpu_time_is_counted_whole(workdir: Path) -> None:
     assert used >= 0.25, result.output  # both processes ran their share
     assert result.cpu_ns >= used * 1e9 * 0.95, (result.cpu_ns, used)
     assert result.isolation["cpu"] == "cgroup"
+
+
+@pytest.mark.skipif(not HAS_CGROUP, reason="this host delegates no cgroup")
+def test_an_estimate_by_cpu_time_counts_the_sandboxed_run(workdir: Path) -> None:
+    """The estimator's CPU mode charges watts per core for the CPU of the daemon's process
+    tree, and a sandboxed run is part of it though no `wait4` of the daemon's sees it."""
+    meter = EstimatorMeter(mode="cpu", watts_per_core=5.0)
+    before = meter.snapshot()
+    result = py(
+        """
+        import time
+        while time.process_time() < 0.2:
+            pass
+        print("used", time.process_time())
+        """,
+        workdir,
+    )
+    after = meter.snapshot()
+    assert result.exit_code == 0, result.output
+    used = float(result.output.split("used")[1].split()[0])
+    charged_uj = after.totals_uj["estimated"] - before.totals_uj["estimated"]
+    assert charged_uj >= 5.0 * used * 1e6, (charged_uj, used)  # W x s = J; x 1e6 = uJ
 
 
 @pytest.mark.skipif(not HAS_CGROUP, reason="this host delegates no cgroup")
