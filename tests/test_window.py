@@ -56,13 +56,14 @@ def test_a_share_that_left_out_cpu_is_the_whole_window_and_not_reliable() -> Non
 
 def test_an_estimate_by_cpu_time_that_left_out_cpu_is_not_reliable() -> None:
     cpu = Domain("estimated", "estimator", "cpu-time", 1, 100)
-    totals = [Snapshot(t_ns=t, totals_uj={"estimated": uj}) for t, uj in ((0, 0), (10**9, 5000))]
+    a = Snapshot(t_ns=0, totals_uj={"estimated": 0})
+    b = Snapshot(t_ns=10**9, totals_uj={"estimated": 5000})
     why = "a sandboxed run's CPU time is not counted here (no cgroup)"
-    e = phase_energy("estimator", [cpu], *totals, None, cpu_uncounted=why)
+    e = phase_energy("estimator", [cpu], a, b, None, cpu_uncounted=why)
     assert e.gross_mj == 5 and e.valid and not e.reliable
     assert any(r.startswith(why) for r in e.reasons), e.reasons
     wall = Domain("estimated", "estimator", "wall", 1, 100)  # time, not CPU: nothing left out
-    assert phase_energy("estimator", [wall], *totals, None, cpu_uncounted=why).reliable
+    assert phase_energy("estimator", [wall], a, b, None, cpu_uncounted=why).reliable
 
 
 def test_estimator_charges_active_watts_for_wall_time() -> None:
