@@ -74,6 +74,7 @@ import hashlib
 import hmac
 import json
 import os
+import sys
 from typing import Any
 
 SETUP_FD, REPORT_FD = 3, 4
@@ -214,6 +215,8 @@ WANTED = frozenset(
     }
 )
 HANDLED = WANTED | INTROSPECTION | {EVENT}
+# Python 3.13+: a running frame's locals are writable through `frame.f_locals`, unaudited.
+FRAMES_WRITABLE = sys.version_info >= (3, 13)
 # The builtins the monitor's own code calls: they may not change under it.
 OWN_BUILTINS = (
     "all",

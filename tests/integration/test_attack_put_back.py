@@ -362,7 +362,8 @@ def test_a_helper_swapped_for_one_call_and_put_back_is_not_resolved(
     if sys.version_info >= (3, 14):  # no version tags to read: signed `reduced` instead
         assert integrity["level"] == "reduced", integrity
         return
-    assert integrity["level"] == "monitor", integrity
+    # 3.13's frames are writable (`reduced` for that), though its tags are read.
+    assert integrity["level"] == ("monitor" if sys.version_info < (3, 13) else "reduced")
     assert "was written and put back" in integrity["forged"], integrity
 
 

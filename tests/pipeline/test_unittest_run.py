@@ -204,7 +204,7 @@ def test_a_log_pass_the_runner_did_not_see_is_a_disagreement() -> None:
 def test_the_runner_reports_under_every_interpreter_here(scratch: Path, python: str) -> None:
     channel, output, exit_code = run(scratch, python)
     assert channel.started and channel.finished and not channel.forged, (channel, output)
-    assert channel.integrity == ("monitor" if version_of(python) >= (3, 8) else "reduced")
+    assert channel.integrity == ("monitor" if (3, 8) <= version_of(python) < (3, 13) else "reduced")
     assert {k: v for k, v in channel.outcomes.items() if k in EXPECTED} == EXPECTED, output
     assert exit_code == 1 and channel.exit == 1
     # A canary beside the tests, on no command line, came out as planted: one pass, one fail.
@@ -495,10 +495,63 @@ def test_a_value_swapped_for_one_judgement_and_put_back_is_caught(
     # The lie was told and taken: the failing test was reported passed.
     assert lie in output, output
     assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
-    if not (3, 8) <= version_of(python) < (3, 14):
+    version = version_of(python)
+    if not (3, 8) <= version < (3, 14):
         # No dict version tag the monitor can read (before 3.8 it moves on every store;
         # 3.14 lays dicts out anew): such a run is signed `reduced`, what a verifier reads.
         assert channel.integrity == "reduced", channel
         return
-    assert channel.integrity == "monitor", channel
+    # 3.13 reads tags too, but is `reduced` for its writable frames (the test below).
+    assert channel.integrity == ("monitor" if version < (3, 13) else "reduced"), channel
     assert any(named in why for why in channel.forged), channel
+
+
+LOCALS_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        expected = 6
+        got = lib.double(3)
+        self.assertEqual(got, expected)
+"""
+# The library rewrites the calling test's `expected` to what it returned: through the
+# frame `sys._getframe` hands it, whose `f_locals` writes through from Python 3.13.
+LOCALS_REWRITE = """
+import sys as _sys
+
+_double = double
+
+
+def double(x):
+    got = _double(x)
+    test_locals = _sys._getframe(1).f_locals
+    if "expected" in test_locals:
+        test_locals["expected"] = got
+        print("JBFORGED expected rewritten", flush=True)
+    return got
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_test_s_own_variables_rewritten_through_its_frame_are_never_signed_monitor(
+    scratch: Path, python: str
+) -> None:
+    """No audit event sees a frame's locals written (PEP 667 made them write through in
+    3.13), so a run on 3.13 or later cannot be signed `monitor`: the lie takes there and
+    the run says `reduced`; before 3.13 the write never reaches the test."""
+    channel, output, _ = run(scratch, python, tests=LOCALS_TESTS, forged=LOCALS_REWRITE)
+    assert "JBFORGED expected rewritten" in output, output  # the payload ran
+    outcome = channel.outcomes.get("tests.test_t.T.test_bug")
+    version = version_of(python)
+    if version >= (3, 13):
+        assert outcome == PASSED, (channel, output)  # the lie took
+        assert channel.integrity == "reduced", channel
+    else:
+        assert outcome == FAILED, (channel, output)
