@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _BUILTINS,
         _IS,
         Snapshot,
+        TestsBuiltins,
         framework_builtins,
         run_with_framework_builtins,
         version_tags,
@@ -131,6 +132,9 @@ def start(
     # The test frameworks' own builtins (audit hooks run as their modules are first run).
     builtins_ = framework_builtins() if hasattr(sys, "addaudithook") else None
     snapshot = Snapshot(origins, tag, builtins_)
+    # The test modules' own builtins (audit hooks again), brought in line at each test.
+    tests_builtins = TestsBuiltins(origins, tag) if builtins_ is not None else None
+    snapshot.tests_builtins = tests_builtins
     machinery = Machinery()
     stack = Stack(origins, machinery, main_code)
     caller, caller_file, who_did, elsewhere = (
@@ -281,7 +285,10 @@ def start(
             holder["observer"] = args[5] if len(args) > 5 else None
             holder["ran"] = None
             # A passing call's report is checked whole right after; here, the test itself.
-            for why in item_check(args[1], origins) if item_check is not None else []:
+            problems = item_check(args[1], origins) if item_check is not None else []
+            if tests_builtins is not None:
+                tests_builtins.refresh(problems)  # as the test's fixtures left them
+            for why in problems:
                 tamper(why, args[2])
         elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
             # Only the observer of the test's own function counts (another one, made
@@ -331,6 +338,11 @@ def start(
                 f'{{"event":"test","id":{_encode(test_id)},"when":{_encode(when)},'
                 f'"outcome":{_encode(outcome)},"xfail":{flag}'
             )
+            if tests_builtins is not None:  # as the phase left them (a teardown's undoing)
+                later: list[str] = []
+                tests_builtins.refresh(later)
+                for why in later:
+                    tamper(why, test_id)
         elif kind == "tamper":  # ("tamper", why): what the runner found where only it looks
             # (SymPy's reporter instance), against the running test
             found = args[1] if len(args) > 1 and type(args[1]) is str else "tampering"
@@ -595,7 +607,7 @@ def start(
             filename = code.co_filename
             trusted = origins.trusted_file(filename)
             if event == "exec" and builtins_ is not None:
-                run_with_framework_builtins(getframe(2), code, builtins_)
+                run_with_framework_builtins(getframe(2), code, builtins_, tests_builtins)
             if not trusted:
                 state["tree_ran"] = True
                 if not state["armed"]:

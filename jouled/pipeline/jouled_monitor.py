@@ -36,6 +36,10 @@ outcomes with was changed by such code:
   value swapped and put back in between;
 - the frameworks' own builtins: a copy their modules are given as they are
   first run, which nothing but the patch could change;
+- the test modules' own builtins: another copy, given to each test module that
+  never names `builtins`, brought in line with Python's at each test's start
+  and after each phase, save what the patch made, so a builtin swapped while a
+  test runs is not the one the test calls; only the monitor writes it;
 - the test modules: what their source binds stays bound, nothing their source
   never binds comes from the patch, their builtins are Python's; pytest's
   rewriting of them is checked as it runs;

@@ -49,6 +49,8 @@ class Snapshot:
         self.tag = tag  # `version_tags()`: None where this interpreter's cannot be read
         # The builtins the frameworks' modules run with (`framework_builtins`), or None.
         self.framework_builtins = builtins_
+        # The builtins the test modules run with (`TestsBuiltins`), or None.
+        self.tests_builtins: Any = None
         # [label, namespace, keys, values, strict, watched for put-backs]
         self.entries: list[list[Any]] = []
         # Each entry's version tag (a view, `version_tags`) and its value when last read.
@@ -166,7 +168,9 @@ class Snapshot:
         namespace = _MODULE_DICT(module)
         self._loader(f"test module {name}", namespace, problems)
         builtins_ = namespace.get("__builtins__")
-        if builtins_ is not _BUILTINS and builtins_ is not _MODULE_DICT(_BUILTINS):
+        ours = self.tests_builtins.namespace if self.tests_builtins is not None else None
+        python = builtins_ is _BUILTINS or builtins_ is _MODULE_DICT(_BUILTINS)
+        if not python and (ours is None or builtins_ is not ours):
             problems.append(f"test module {name} runs with builtins other than Python's")
         bound, star = source_names(filename)
         own = {}
@@ -209,6 +213,8 @@ class Snapshot:
                     module[4] = value
                     moved.append(module)
             self._test_modules(problems, moved)
+        if self.tests_builtins is not None:
+            self.tests_builtins.check(problems)
         self._sys(problems)
 
     def _put_back(self, problems: "list[str]", written: "list[int]", differ: "set[int]") -> None:
@@ -466,6 +472,71 @@ def version_tags() -> Any:
     return tag
 
 
+class TestsBuiltins:
+    """The builtins the test modules run with: Python's, as fixtures leave them.
+
+    A test calls builtins itself (`abs`, `len`, `sorted` in its assertions), so
+    code the test calls could swap one for a liar, let the test's own call take
+    the lie and put the real one back before any check. Each protected test
+    module that never names `builtins` (so never patches one for itself) is given
+    this copy as it is first run; at the start of every test (after its fixtures)
+    it is brought in line with Python's builtins, save values the patch's code
+    made. A builtin swapped while the test runs is then not the one the test
+    calls; a test that patches builtins itself runs with Python's, as before.
+    Only the monitor writes the copy: any other write is tampering.
+    """
+
+    def __init__(self, origins: Origins, tag: Any) -> None:
+        self.origins = origins
+        self.namespace: dict[str, Any] = dict(_MODULE_DICT(_BUILTINS))
+        self.view = tag(self.namespace) if tag is not None else None
+        self.mentions: dict[str, bool] = {}  # by file: whether its source names `builtins`
+        self.written = self._state()
+        self.real: list[Any] = list(self.namespace.values())  # Python's, when last taken
+
+    def _state(self) -> Any:
+        """What only the monitor's writes may change: the tag, else the values."""
+        if self.view is not None:
+            return self.view.value
+        return list(self.namespace.values())
+
+    def wanted(self, filename: str) -> bool:
+        """Whether a protected module of this file runs with the copy (its source never
+        names `builtins`, so it does not patch them for its own calls)."""
+        found = self.mentions.get(filename)
+        if found is None:
+            try:
+                with open(filename, "rb") as fh:
+                    found = b"builtins" in fh.read()
+            except OSError:
+                found = True
+            self.mentions[filename] = found
+        return not found
+
+    def refresh(self, problems: "list[str]") -> None:
+        """At a test's start: take what Python's builtins hold now (a fixture's patch,
+        its undoing), save what the patch's code made."""
+        self.check(problems)
+        real = _MODULE_DICT(_BUILTINS)
+        now = list(real.values())
+        if same(now, self.real):
+            return  # Python's builtins hold what they held: nothing to take
+        self.real = now
+        copy = self.namespace
+        for name, value in list(real.items()):
+            if copy.get(name, _MISSING) is not value and not self.origins.from_tree(value):
+                copy[name] = value
+        for name in [name for name in copy if name not in real]:
+            del copy[name]
+        self.written = self._state()
+
+    def check(self, problems: "list[str]") -> None:
+        now = self._state()
+        if not (now == self.written if self.view is not None else same(now, self.written)):
+            problems.append("the test modules' builtins were written by the code under test")
+            self.written = now
+
+
 def framework_builtins() -> "dict[str, Any]":
     """A copy of Python's builtins for the test frameworks' modules to run with.
 
@@ -479,12 +550,15 @@ def framework_builtins() -> "dict[str, Any]":
     return dict(_MODULE_DICT(_BUILTINS))
 
 
-def run_with_framework_builtins(frame: Any, code: Any, builtins_: "dict[str, Any]") -> None:
+def run_with_framework_builtins(
+    frame: Any, code: Any, builtins_: "dict[str, Any]", tests: Any = None
+) -> None:
     """At the `exec` audit event of `code` (`frame`: the caller of `exec`), before it
     runs: a framework module's namespace gets `builtins_` (its functions keep what they
-    are made with), and any other that got them from the code calling `exec` (`exec`
-    fills in its caller's: pytest's rewritten test modules, SymPy's test files) gets
-    Python's back."""
+    are made with), a protected test module's the tests' own (`tests`, a
+    `TestsBuiltins`, where it wants them), and any other that got them from the code
+    calling `exec` (`exec` fills in its caller's: pytest's rewritten test modules,
+    SymPy's test files) gets Python's back."""
     if frame is None:
         return
     local = frame.f_locals
@@ -506,7 +580,17 @@ def run_with_framework_builtins(frame: Any, code: Any, builtins_: "dict[str, Any
             and name not in ("builtins", "ast")
             and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
         )
-        if framework and (now is _BUILTINS or now is _MODULE_DICT(_BUILTINS)):
+        python = now is _BUILTINS or now is _MODULE_DICT(_BUILTINS)
+        filename = code.co_filename
+        if framework and python:
             namespace["__builtins__"] = builtins_
+        elif (
+            not framework
+            and tests is not None
+            and (python or now is builtins_)
+            and tests.origins.is_protected(filename)
+            and tests.wanted(filename)
+        ):
+            namespace["__builtins__"] = tests.namespace
         elif not framework and now is builtins_:
             namespace["__builtins__"] = _MODULE_DICT(_BUILTINS)

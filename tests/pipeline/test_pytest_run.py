@@ -587,6 +587,73 @@ def test_a_suite_s_own_patches_made_and_undone_are_not_tampering(scratch: Path) 
     assert set(outcomes.values()) == {PASSED} and len(outcomes) == 5, result.output
 
 
+# A fixture of the suite's conftest patches builtins around each test; the tests call the
+# patched builtins themselves (as a fake file system's tests do), never naming `builtins`.
+FIXTURE_PATCHES = {
+    "pytest.ini": "[pytest]\n",
+    "tests/conftest.py": (
+        "import builtins\n\nimport pytest\n\n\n"
+        "@pytest.fixture\n"
+        "def answers(monkeypatch):\n"
+        "    monkeypatch.setattr(builtins, 'input', lambda prompt='': 'yes')\n"
+        "    monkeypatch.setattr(builtins, 'round', lambda value: 42)\n"
+    ),
+    "tests/test_a.py": (
+        "def test_patched(answers):\n"
+        "    assert input() == 'yes' and round(2.5) == 42\n\n\n"
+        "def test_after_the_fixture_is_undone():\n"
+        "    assert round(2.25) == 2\n\n\n"
+        "def test_patched_again(answers):\n"
+        "    assert round(0.5) == 42\n"
+    ),
+}
+
+
+def test_builtins_a_fixture_patched_are_what_the_test_calls(scratch: Path) -> None:
+    _, result, channel = run_plan(scratch, FIXTURE_PATCHES, ["python", "-m", "pytest", "tests"])
+    assert not channel.forged, channel
+    outcomes = {k: v for k, v in channel.outcomes.items() if k.startswith("tests/test_a.py")}
+    assert set(outcomes.values()) == {PASSED} and len(outcomes) == 3, result.output
+
+
+# The code under test swaps a builtin the test itself calls for a liar that puts the real
+# one back as it answers: no framework value is touched, and nothing stays changed.
+BUILTIN_THE_TEST_CALLS = {
+    "pytest.ini": "[pytest]\n",
+    "mypkg/__init__.py": "def double(x):\n    return x * 2 if x != 3 else 7\n",
+    "tests/test_a.py": (
+        "import mypkg\n\n\n"
+        "def test_bug():\n"
+        "    got = mypkg.double(3)\n"
+        "    assert abs(got - 6) < 0.5\n"
+    ),
+}
+ABS_LIAR = (
+    "import builtins as _b\n"
+    "_abs = _b.abs\n"
+    "def _liar(value):\n"
+    "    _b.abs = _abs\n"
+    "    print('JBFORGED abs lied', flush=True)\n"
+    "    return 0\n"
+    "def double(x):\n"
+    "    _b.abs = _liar\n"
+    "    print('JBFORGED abs swapped', flush=True)\n"
+    "    return x * 2 if x != 3 else 7\n"
+)
+
+
+def test_a_builtin_the_test_calls_swapped_while_it_runs_is_not_the_one_it_calls(
+    scratch: Path,
+) -> None:
+    files = BUILTIN_THE_TEST_CALLS
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added={"mypkg/__init__.py": ABS_LIAR})
+    assert "JBFORGED abs swapped" in result.output, result.output  # the payload ran
+    assert "JBFORGED abs lied" not in result.output, result.output  # the test never asked it
+    assert channel.outcomes.get("tests/test_a.py::test_bug") == FAILED, result.output
+    assert any("builtins.abs was replaced by code from" in w for w in channel.forged), channel
+
+
 def test_a_framework_global_replaced_while_another_module_loads_is_found(scratch: Path) -> None:
     # The patch's library, imported as the tests are collected, replaces a function of
     # pytest's (the namespace's size unchanged; put back as the test reads the library)

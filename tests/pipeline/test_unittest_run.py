@@ -506,6 +506,91 @@ def test_a_value_swapped_for_one_judgement_and_put_back_is_caught(
     assert any(named in why for why in channel.forged), channel
 
 
+ABS_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        got = lib.double(3)
+        self.assertLess(abs(got - 6), 0.5)
+"""
+# The library swaps a builtin the test calls itself for a liar that puts the real one
+# back as it answers: no framework value is touched, and nothing stays changed.
+ABS_LIAR = """
+import builtins as _b
+
+_double = double
+_abs = _b.abs
+
+
+def _liar(value):
+    _b.abs = _abs
+    print("JBFORGED abs lied", flush=True)
+    return 0
+
+
+def double(x):
+    _b.abs = _liar
+    print("JBFORGED abs swapped", flush=True)
+    return _double(x)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_builtin_the_test_calls_swapped_while_it_runs_is_not_the_one_it_calls(
+    scratch: Path, python: str
+) -> None:
+    """Test modules run with builtins of their own, brought in line with Python's at each
+    test's start: the liar is never asked (before 3.8, without audit hooks, it is, and
+    the run says `reduced`)."""
+    channel, output, _ = run(scratch, python, tests=ABS_TESTS, forged=ABS_LIAR)
+    assert "JBFORGED abs swapped" in output, output  # the payload ran
+    outcome = channel.outcomes.get("tests.test_t.T.test_bug")
+    if version_of(python) < (3, 8):
+        assert channel.integrity == "reduced", channel
+        return
+    assert "JBFORGED abs lied" not in output, output
+    assert outcome == FAILED, (channel, output)
+    assert any("builtins.abs was replaced by code from" in w for w in channel.forged), channel
+
+
+# The same liar put into the test module's own builtins, reached through the module.
+COPY_LIAR = """
+import sys as _sys
+
+_double = double
+
+
+def double(x):
+    copy = vars(_sys.modules["tests.test_t"])["__builtins__"]
+    real = copy["abs"]
+
+    def liar(value):
+        copy["abs"] = real
+        print("JBFORGED abs lied", flush=True)
+        return 0
+
+    copy["abs"] = liar
+    print("JBFORGED abs swapped", flush=True)
+    return _double(x)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_the_test_modules_own_builtins_written_is_tampering(scratch: Path, python: str) -> None:
+    if version_of(python) < (3, 8):
+        pytest.skip("no audit hooks: test modules run with Python's builtins")
+    channel, output, _ = run(scratch, python, tests=ABS_TESTS, forged=COPY_LIAR)
+    assert "JBFORGED abs lied" in output, output  # the payload ran, and the test took it
+    assert any("test modules' builtins were written" in w for w in channel.forged), channel
+
+
 LOCALS_TESTS = """\
 import unittest
 
