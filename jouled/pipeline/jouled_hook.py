@@ -286,6 +286,9 @@ def start(
             holder["ran"] = None
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []
+            # Test modules imported since the last check (unittest's loader imports them
+            # just before the first test) are taken in before the test runs.
+            snapshot.scan_modules(problems)
             if tests_builtins is not None:
                 tests_builtins.refresh(problems)  # as the test's fixtures left them
             for why in problems:

@@ -59,7 +59,9 @@ class Snapshot:
         self.seen_modules: dict[str, Any] = {}
         self.module_count = -1
         self.classes: dict[tuple[str, str], Any] = {}
-        # name: [name, namespace, what its source binds, its tag view, the tag when read]
+        # name: [name, namespace, its values not from the tree, its tag view, the tag when
+        # read, its names and values when last compared, the names its functions declare
+        # global, the names its source binds]
         self.test_modules: dict[str, Any] = {}
         self.sys_values: list[Any] = []
         self.fresh: list[tuple[str, Any, str]] = []  # test modules not yet compared
@@ -167,12 +169,15 @@ class Snapshot:
     ) -> None:
         namespace = _MODULE_DICT(module)
         self._loader(f"test module {name}", namespace, problems)
+        # A warning attributed to the module keeps its registry here: made now, so that
+        # every later write to the namespace is somebody's code, never the interpreter's.
+        namespace.setdefault("__warningregistry__", {})
         builtins_ = namespace.get("__builtins__")
         ours = self.tests_builtins.namespace if self.tests_builtins is not None else None
         python = builtins_ is _BUILTINS or builtins_ is _MODULE_DICT(_BUILTINS)
         if not python and (ours is None or builtins_ is not ours):
             problems.append(f"test module {name} runs with builtins other than Python's")
-        bound, star = source_names(filename)
+        bound, star, declared = source_names(filename)
         own = {}
         for attr, value in list(namespace.items()):
             found = self.origins.from_tree(value)
@@ -185,7 +190,9 @@ class Snapshot:
             if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == name:
                 self._take_class(f"{name}.{attr}", value, problems, strict=True)
         tag = self.tag(namespace) if self.tag is not None else None
-        self.test_modules[name] = [name, namespace, own, tag, tag.value if tag else 0]
+        keys, values = list(namespace), list(namespace.values())
+        entry = [name, namespace, own, tag, tag.value if tag else 0, keys, values, declared, bound]
+        self.test_modules[name] = entry
         self.fresh.append((name, module, filename))
 
     def check(self, problems: "list[str]", scan: bool = True) -> None:
@@ -199,7 +206,7 @@ class Snapshot:
             self.scan_modules(problems)
         if self.tag is None:
             self._compare(problems, range(len(self.entries)))
-            self._test_modules(problems, list(self.test_modules.values()))
+            self._test_modules(problems, list(self.test_modules.values()), written=False)
         else:
             now = list(map(_VALUE, self.tags))
             written = list(_compress(_COUNT(), map(_NE, now, self.tag_values)))
@@ -212,7 +219,7 @@ class Snapshot:
                 if value != module[4]:
                     module[4] = value
                     moved.append(module)
-            self._test_modules(problems, moved)
+            self._test_modules(problems, moved, written=True)
         if self.tests_builtins is not None:
             self.tests_builtins.check(problems)
         self._sys(problems)
@@ -262,11 +269,35 @@ class Snapshot:
             entry[2], entry[3] = now_keys, now_values
         return differ
 
-    def _test_modules(self, problems: "list[str]", modules: "list[Any]") -> None:
-        for name, namespace, own, _, _ in modules:
+    def _test_modules(self, problems: "list[str]", modules: "list[Any]", written: bool) -> None:
+        """A test module's namespace is the test's: what its source binds stays bound, and
+        nothing changes but the names its functions declare `global` (and names its
+        source binds that it had not bound yet: a runner script's body, still running).
+        One `written` (its tag moved) that holds what it held had a value swapped and put
+        back: a function the test calls, swapped for the test's call."""
+        for module in modules:
+            name, namespace, own, _, _, keys, values, declared, bound = module
             for attr, value in own.items():
-                if namespace.get(attr, _MISSING) is not value:
+                if namespace.get(attr, _MISSING) is not value and attr not in declared:
                     problems.append(f"{name}.{attr}, bound by the test module, was rebound")
+            now = list(namespace.values())
+            if len(namespace) == len(keys) and same(now, values):
+                if written:
+                    problems.append(f"test module {name} was written and put back")
+                continue
+            before = dict(zip(keys, values))  # noqa: B905 - Python 3.6 runs this too
+            for attr in list(namespace):
+                if attr in own or attr in declared:
+                    continue  # judged above; the test's own to bind as it runs
+                if attr not in before:
+                    if attr not in bound:
+                        problems.append(f"test module {name} gained {attr}, which it never binds")
+                elif namespace.get(attr) is not before[attr]:
+                    problems.append(f"{name}.{attr} was rebound")
+            for attr in keys:
+                if attr not in namespace and attr not in declared:
+                    problems.append(f"{name}.{attr} was deleted")
+            module[5], module[6] = list(namespace), now
 
     def _sys(self, problems: "list[str]") -> None:
         now = self._sys_values()
@@ -300,9 +331,10 @@ def same(now: "list[Any]", before: "list[Any]") -> bool:
 _BUILTINS = sys.modules["builtins"]
 
 
-def source_names(filename: str) -> "tuple[frozenset[str], bool]":
-    """The names a module's source binds at its top level (or declares global), and
-    whether it star-imports (which binds names the source does not spell).
+def source_names(filename: str) -> "tuple[frozenset[str], bool, frozenset[str]]":
+    """The names a module's source binds at its top level (or declares global), whether
+    it star-imports (which binds names the source does not spell), and the names its
+    functions declare global (which they may bind at any time).
 
     Only statements and their binding targets are walked, never expressions at
     large (a test module's parameter tables can be most of it); function and
@@ -313,9 +345,10 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
             source = fh.read()
         tree = _COMPILE(source, filename, "exec", _ONLY_AST)
     except (OSError, SyntaxError, ValueError):
-        return frozenset(), True
+        return frozenset(), True, frozenset()
     says_global = b"global" in source
     names: set[str] = set()
+    declared: set[str] = set()
     star = False
     todo = list(tree.body)
     while todo:
@@ -332,6 +365,7 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
                 todo.extend(_globals_in(node))
         elif kind == "Global":
             names.update(node.names)
+            declared.update(node.names)
         elif kind == "Name":
             names.add(node.id)
         elif kind in ("Tuple", "List", "Starred"):
@@ -353,7 +387,7 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool]":
             todo.append(node.value.target)
         elif kind == "Match":
             star = True  # pattern captures bind names in too many shapes to follow
-    return frozenset(names), star
+    return frozenset(names), star, frozenset(declared)
 
 
 def defined_names(filename: str) -> "frozenset[str]":

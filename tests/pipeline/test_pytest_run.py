@@ -609,6 +609,44 @@ FIXTURE_PATCHES = {
 }
 
 
+# A test module's own writes to its namespace: a cache its functions declare global, and
+# the registry a warning attributed to it keeps there.
+MODULE_WRITES = """\
+import warnings
+
+_cache = None
+
+
+def cached():
+    global _cache
+    if _cache is None:
+        _cache = object()
+    return _cache
+
+
+def test_filled():
+    assert cached() is cached()
+
+
+def test_warns():
+    warnings.warn("careful", UserWarning)
+
+
+def test_reset():
+    global _cache
+    _cache = None
+    assert cached() is not None
+"""
+
+
+def test_a_test_module_s_own_writes_are_not_tampering(scratch: Path) -> None:
+    files = {"pytest.ini": "[pytest]\n", "tests/test_a.py": MODULE_WRITES}
+    _, result, channel = run_plan(scratch, files, ["python", "-m", "pytest", "tests"])
+    assert not channel.forged, channel
+    outcomes = {k: v for k, v in channel.outcomes.items() if k.startswith("tests/test_a.py")}
+    assert set(outcomes.values()) == {PASSED} and len(outcomes) == 3, result.output
+
+
 def test_builtins_a_fixture_patched_are_what_the_test_calls(scratch: Path) -> None:
     _, result, channel = run_plan(scratch, FIXTURE_PATCHES, ["python", "-m", "pytest", "tests"])
     assert not channel.forged, channel

@@ -591,6 +591,58 @@ def test_the_test_modules_own_builtins_written_is_tampering(scratch: Path, pytho
     assert any("test modules' builtins were written" in w for w in channel.forged), channel
 
 
+# The test module's own name for a function it calls, swapped for the test's call and put
+# back by the liar as it answers (only for the call the bug is in: the other test's call
+# leaves nothing changed).
+ISCLOSE_TESTS = """\
+import unittest
+from math import isclose
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        got = lib.double(3)
+        self.assertTrue(isclose(got, 6))
+"""
+ISCLOSE_LIAR = """
+import sys as _sys
+
+_double = double
+
+
+def double(x):
+    names = vars(_sys.modules["tests.test_t"])
+    real = names["isclose"]
+
+    def liar(*args, **kwargs):
+        names["isclose"] = real
+        print("JBFORGED isclose lied", flush=True)
+        return True
+
+    if x == 3:
+        names["isclose"] = liar
+    return _double(x)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_test_module_s_own_name_swapped_and_put_back_is_caught(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, tests=ISCLOSE_TESTS, forged=ISCLOSE_LIAR)
+    assert "JBFORGED isclose lied" in output, output  # the payload ran, the test took it
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == PASSED, (channel, output)
+    if not (3, 8) <= version_of(python) < (3, 14):
+        assert channel.integrity == "reduced", channel  # no version tag to read
+        return
+    assert any("test module tests.test_t was written and put back" in w for w in channel.forged)
+
+
 LOCALS_TESTS = """\
 import unittest
 
