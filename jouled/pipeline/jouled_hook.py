@@ -248,9 +248,8 @@ def start(
         if kind == "start":  # ("start", framework, its version)
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
             # Without version tags a framework value swapped and put back within a test
-            # goes unseen. From 3.13 a frame's `f_locals` writes through to the running
-            # frame (PEP 667) and no audit event sees it: code the test calls may rewrite
-            # the test's own variables (`expected`) through a frame it was handed.
+            # goes unseen; from 3.13 a frame's `f_locals` writes through (PEP 667), unseen:
+            # code the test calls may rewrite the test's variables through its frame.
             reduced = capped == "reduced" or not sealed or let_in or tag is None
             reduced = reduced or FRAMES_WRITABLE
             level = "reduced" if reduced else level
@@ -286,11 +285,8 @@ def start(
             holder["ran"] = None
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []
-            # Test modules imported since the last check (unittest's loader imports them
-            # just before the first test) are taken in before the test runs.
-            snapshot.scan_modules(problems)
-            if tests_builtins is not None:
-                tests_builtins.refresh(problems)  # as the test's fixtures left them
+            snapshot.scan_modules(problems)  # test modules unittest imported just now
+            problems += tests_builtins.refresh() if tests_builtins else []  # after fixtures
             for why in problems:
                 tamper(why, args[2])
         elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
@@ -341,11 +337,8 @@ def start(
                 f'{{"event":"test","id":{_encode(test_id)},"when":{_encode(when)},'
                 f'"outcome":{_encode(outcome)},"xfail":{flag}'
             )
-            if tests_builtins is not None:  # as the phase left them (a teardown's undoing)
-                later: list[str] = []
-                tests_builtins.refresh(later)
-                for why in later:
-                    tamper(why, test_id)
+            for why in tests_builtins.refresh() if tests_builtins else []:  # after a teardown
+                tamper(why, test_id)
         elif kind == "tamper":  # ("tamper", why): what the runner found where only it looks
             # (SymPy's reporter instance), against the running test
             found = args[1] if len(args) > 1 and type(args[1]) is str else "tampering"

@@ -547,14 +547,16 @@ class TestsBuiltins:
             self.mentions[filename] = found
         return not found
 
-    def refresh(self, problems: "list[str]") -> None:
-        """At a test's start: take what Python's builtins hold now (a fixture's patch,
-        its undoing), save what the patch's code made."""
+    def refresh(self) -> "list[str]":
+        """At a test's start and after each phase: take what Python's builtins hold now
+        (a fixture's patch, its undoing), save what the patch's code made; returns what
+        was found written meanwhile."""
+        problems: list[str] = []
         self.check(problems)
         real = _MODULE_DICT(_BUILTINS)
         now = list(real.values())
         if same(now, self.real):
-            return  # Python's builtins hold what they held: nothing to take
+            return problems  # Python's builtins hold what they held: nothing to take
         self.real = now
         copy = self.namespace
         for name, value in list(real.items()):
@@ -563,6 +565,7 @@ class TestsBuiltins:
         for name in [name for name in copy if name not in real]:
             del copy[name]
         self.written = self._state()
+        return problems
 
     def check(self, problems: "list[str]") -> None:
         now = self._state()

@@ -506,20 +506,20 @@ def test_a_value_swapped_for_one_judgement_and_put_back_is_caught(
     assert any(named in why for why in channel.forged), channel
 
 
-ABS_TESTS = """\
-import unittest
+def double_tests(bug: str, imports: str = "") -> str:
+    """A test module of two tests of `lib.double`: one it gets right, and `test_bug`, whose
+    body (`bug`, one statement a line) the bug fails."""
+    body = "".join(f"        {line}\n" for line in bug.splitlines())
+    return (
+        f"import unittest\n{imports}\nimport lib\n\n\n"
+        "class T(unittest.TestCase):\n"
+        "    def test_ok(self):\n"
+        "        self.assertEqual(lib.double(2), 4)\n\n"
+        f"    def test_bug(self):\n{body}"
+    )
 
-import lib
 
-
-class T(unittest.TestCase):
-    def test_ok(self):
-        self.assertEqual(lib.double(2), 4)
-
-    def test_bug(self):
-        got = lib.double(3)
-        self.assertLess(abs(got - 6), 0.5)
-"""
+ABS_TESTS = double_tests("got = lib.double(3)\nself.assertLess(abs(got - 6), 0.5)")
 # The library swaps a builtin the test calls itself for a liar that puts the real one
 # back as it answers: no framework value is touched, and nothing stays changed.
 ABS_LIAR = """
@@ -594,21 +594,9 @@ def test_the_test_modules_own_builtins_written_is_tampering(scratch: Path, pytho
 # The test module's own name for a function it calls, swapped for the test's call and put
 # back by the liar as it answers (only for the call the bug is in: the other test's call
 # leaves nothing changed).
-ISCLOSE_TESTS = """\
-import unittest
-from math import isclose
-
-import lib
-
-
-class T(unittest.TestCase):
-    def test_ok(self):
-        self.assertEqual(lib.double(2), 4)
-
-    def test_bug(self):
-        got = lib.double(3)
-        self.assertTrue(isclose(got, 6))
-"""
+ISCLOSE_TESTS = double_tests(
+    "got = lib.double(3)\nself.assertTrue(isclose(got, 6))", "from math import isclose\n"
+)
 ISCLOSE_LIAR = """
 import sys as _sys
 
@@ -643,21 +631,7 @@ def test_a_test_module_s_own_name_swapped_and_put_back_is_caught(
     assert any("test module tests.test_t was written and put back" in w for w in channel.forged)
 
 
-LOCALS_TESTS = """\
-import unittest
-
-import lib
-
-
-class T(unittest.TestCase):
-    def test_ok(self):
-        self.assertEqual(lib.double(2), 4)
-
-    def test_bug(self):
-        expected = 6
-        got = lib.double(3)
-        self.assertEqual(got, expected)
-"""
+LOCALS_TESTS = double_tests("expected = 6\ngot = lib.double(3)\nself.assertEqual(got, expected)")
 # The library rewrites the calling test's `expected` to what it returned: through the
 # frame `sys._getframe` hands it, whose `f_locals` writes through from Python 3.13.
 LOCALS_REWRITE = """
