@@ -341,11 +341,16 @@ class T(unittest.TestCase):
     def test_bug(self):
         self.assertAlmostEqual(lib.mean([1, 2, 3, 4]), 2.5)
 """
+
+
 # The library, called for the argument of the check, swaps Python's `abs` for one that
 # says "no difference" once and puts the real one back as it does: the check it makes
 # next is the one it lies to. Nothing of unittest's is touched, and `builtins` is where
 # test suites patch and put back for themselves.
-ABS_PUT_BACK = """
+def abs_swapped_in(function: str) -> str:
+    """What the patch appends to the library: each call of `function` swaps `abs` for a
+    liar that puts the real one back as it answers its first caller."""
+    return f"""
 import builtins as _builtins
 _real_abs = _builtins.abs
 
@@ -356,14 +361,17 @@ def _lying_abs(x):
     return 0
 
 
-_mean = mean
+_real_{function} = {function}
 
 
-def mean(xs):
+def {function}(*args):
     _builtins.abs = _lying_abs
     print("JBFORGED abs swapped", flush=True)
-    return _mean(xs)
+    return _real_{function}(*args)
 """
+
+
+ABS_PUT_BACK = abs_swapped_in("mean")
 
 
 @pytest.mark.parametrize("python", interpreters())
@@ -522,24 +530,7 @@ def double_tests(bug: str, imports: str = "") -> str:
 ABS_TESTS = double_tests("got = lib.double(3)\nself.assertLess(abs(got - 6), 0.5)")
 # The library swaps a builtin the test calls itself for a liar that puts the real one
 # back as it answers: no framework value is touched, and nothing stays changed.
-ABS_LIAR = """
-import builtins as _b
-
-_double = double
-_abs = _b.abs
-
-
-def _liar(value):
-    _b.abs = _abs
-    print("JBFORGED abs lied", flush=True)
-    return 0
-
-
-def double(x):
-    _b.abs = _liar
-    print("JBFORGED abs swapped", flush=True)
-    return _double(x)
-"""
+ABS_LIAR = abs_swapped_in("double")
 
 
 @pytest.mark.parametrize("python", interpreters())
