@@ -17,8 +17,6 @@ Code that runs the sandbox without a daemon (`jouled tasks check`, the
 library's own tests, a script) gets an instance of its own process, named
 and claimed the same way from its pid (`for_process`): two such processes
 on one host, or one beside a daemon, never share a uid or a cgroup either.
-`UNNAMED` (the first block and `jouled-run-<slot>`) is what is left where no
-instance is given at all.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ _PROBES = 256  # blocks tried past the hashed one before giving up
 
 @dataclass(frozen=True)
 class Instance:
-    name: str  # "" for the unnamed instance
+    name: str
     uid_base: int  # the first uid of its block
     uid_lock: str = ""  # the lock file it holds on its block ("" when none could be taken)
 
@@ -50,13 +48,11 @@ class Instance:
         return self.uid_base, self.uid_base + UID_POOL - 1
 
     def cgroup_name(self, slot: int) -> str:
-        return f"jouled-{self.name}-run-{slot}" if self.name else f"jouled-run-{slot}"
+        return f"jouled-{self.name}-run-{slot}"
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "uids": list(self.uid_range)}
 
-
-UNNAMED = Instance("", UID_BASE)
 
 _held: list[int] = []  # lock descriptors kept open for the life of the process
 _claimed: dict[str, Instance] = {}  # by data dir: a second daemon object in one process reuses it

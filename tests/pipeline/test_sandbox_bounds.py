@@ -47,7 +47,6 @@ def test_an_instance_is_named_by_its_data_dir(tmp_path: Path) -> None:
     assert instance.name_of(a) == instance.name_of(tmp_path / "x" / ".." / "a")
     one = instance.for_data_dir(a, root=False)
     assert one.cgroup_name(3) == f"jouled-{one.name}-run-3"
-    assert instance.UNNAMED.cgroup_name(3) == "jouled-run-3"
     low, high = one.uid_range
     assert high - low == instance.UID_POOL - 1 and high < 2**32 - 1
 
