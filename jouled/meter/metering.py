@@ -53,7 +53,9 @@ class Window:
         """A sandboxed run's CPU; `counted`: how the sandbox counted it (`uncounted`: not)."""
         self.cpu_ns += cpu_ns
         if counted == "uncounted":
-            self.cpu_uncounted = "a sandboxed run's CPU time is not counted here (no cgroup)"
+            self.cpu_uncounted = (
+                "a sandboxed run's CPU time is not counted (no cgroup, or a container)"
+            )
 
 
 class Metering:
