@@ -50,18 +50,15 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         observing,
     )
     from jouled.pipeline.jouled_snapshot import (
-        _BUILTINS,
         _IS,
         Snapshot,
         TestsBuiltins,
         framework_builtins,
+        own_builtins,
         run_with_framework_builtins,
         version_tags,
     )
-    from jouled.pipeline.jouled_stack import (
-        Machinery,
-        Stack,
-    )
+    from jouled.pipeline.jouled_stack import Machinery, Stack
 
 
 def start(
@@ -105,8 +102,8 @@ def start(
         if isinstance(value, type) and _TYPE_DICT(value).get("__module__") == runner["__name__"]
     ]
     own_values = [list(namespace.values()) for namespace in own]
-    builtins_namespace = _MODULE_DICT(_BUILTINS)
-    builtin_names = OWN_BUILTINS
+    builtins_namespace, builtin_names = own_builtins(runner)
+    private = builtin_names is not OWN_BUILTINS
     builtins_values = [builtins_namespace.get(name) for name in builtin_names]
     _list, _all, _map, _len, _is, _zip = list, all, map, len, _IS, zip
 
@@ -115,6 +112,8 @@ def start(
             now = _list(namespace.values())
             if _len(now) != _len(before) or not _all(_map(_is, now, before)):
                 return True
+        if private and _len(builtins_namespace) != _len(builtin_names):
+            return True
         now = _list(_map(builtins_namespace.get, builtin_names))
         return not _all(_map(_is, now, builtins_values))
 

@@ -23,8 +23,11 @@ called through code the patch did not write (every frame between the runner
 and its `main`), and only after checking that nothing the framework computes
 outcomes with was changed by such code:
 
-- the runner's own namespace and classes, and the builtins it calls, compared
-  first, with functions bound at start;
+- the runner's own namespace and classes, and its builtins, compared first,
+  with functions bound at start: the boot gives the namespace a copy of the
+  builtins of its own, so a builtin a test suite patches (`open` under a fake
+  file system) is not one the monitor calls, and any write to the copy is
+  tampering;
 - the module globals of pytest, pluggy, unittest, `ast`, `django.test`,
   SymPy's test runner and the builtins, and the attributes of their classes
   that define behaviour in Python, taken when the run arms and compared at
@@ -221,7 +224,8 @@ WANTED = frozenset(
 HANDLED = WANTED | INTROSPECTION | {EVENT}
 # Python 3.13+: a running frame's locals are writable through `frame.f_locals`, unaudited.
 FRAMES_WRITABLE = sys.version_info >= (3, 13)
-# The builtins the monitor's own code calls: they may not change under it.
+# The builtins the monitor's own code calls, compared where it runs with Python's
+# (without the boot's copy of its own): they may not change under it.
 OWN_BUILTINS = (
     "all",
     "any",

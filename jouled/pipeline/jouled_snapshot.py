@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
         JUDGING_HELPERS,
         MEMORY_MODULES,
+        OWN_BUILTINS,
         SYS_WATCHED,
         WATCHED,
         WATCHED_PREFIXES,
@@ -572,6 +573,18 @@ class TestsBuiltins:
         if not (now == self.written if self.view is not None else same(now, self.written)):
             problems.append("the test modules' builtins were written by the code under test")
             self.written = now
+
+
+def own_builtins(namespace: "dict[str, Any]") -> "tuple[dict[str, Any], tuple[str, ...]]":
+    """The builtins the functions of the monitor's `namespace` call, and which of them to
+    compare: all of a copy of its own (the boot gives it one, which nothing else calls or
+    writes), or, where they are Python's (run without the boot), `OWN_BUILTINS`."""
+    builtins_ = namespace.get("__builtins__")
+    if type(builtins_) is not dict:
+        builtins_ = _MODULE_DICT(builtins_)
+    if builtins_ is _MODULE_DICT(_BUILTINS):
+        return builtins_, OWN_BUILTINS
+    return builtins_, tuple(builtins_)
 
 
 def framework_builtins() -> "dict[str, Any]":

@@ -64,12 +64,14 @@ def boot(layout: Layout, runner: Path) -> str:
     """`python -c` code that executes the monitor's files and the runner, then `main`.
 
     Each file's code is taken from its `.code` twin when that was compiled for this
-    interpreter (marshal's format is the interpreter's), else compiled from source.
+    interpreter (marshal's format is the interpreter's), else compiled from source. The
+    namespace has a copy of the builtins of its own: what a test suite patches in Python's
+    (`open` under a fake file system) is not what the monitor and the runner call.
     """
     files = [f"{layout.ro}/{source.name}" for source in (*MONITOR, runner)]
     return (
-        "import sys, os, marshal; sys.path[:] = [p for p in sys.path if p]; "
-        "ns = {'__name__': '__jouled__'}; "
+        "import sys, os, marshal, builtins; sys.path[:] = [p for p in sys.path if p]; "
+        "ns = {'__name__': '__jouled__', '__builtins__': dict(vars(builtins))}; "
         "tag = getattr(sys.implementation, 'cache_tag', None); "
         "load = lambda f: marshal.loads(open(f + '.' + tag + '.code', 'rb').read()) "
         "if tag and os.path.exists(f + '.' + tag + '.code') "

@@ -538,6 +538,41 @@ def test_a_builtin_class_replaced_is_found(scratch: Path) -> None:
     assert any("builtins.KeyError, a class, was replaced" in w for w in channel.forged), channel
 
 
+# The code under test reaches the runner's namespace through a function of its plugin
+# and writes a builtin there: the runner's builtins are a copy of its own, all compared.
+RUNNER_BUILTINS = (
+    "import sys\n"
+    "def _plugins():\n"
+    "    frame = sys._getframe(1)\n"
+    "    while frame is not None:\n"
+    "        config = getattr(frame.f_locals.get('item'), 'config', None)\n"
+    "        if config is not None:\n"
+    "            return config.pluginmanager.get_plugins()\n"
+    "        frame = frame.f_back\n"
+    "def double(x):\n"
+    "    runner = [p for p in _plugins() if 'pytest_runtest_logreport' in type(p).__dict__\n"
+    "              and not type(p).__module__.startswith(('_pytest', 'pytest'))]\n"
+    "    copy = type(runner[0]).__dict__['pytest_runtest_logreport'].__globals__['__builtins__']\n"
+    "    real = copy['min']\n"
+    "    copy['min'] = lambda *args: real(*args)\n"
+    "    private = copy is not vars(__import__('builtins'))\n"
+    "    print('JBFORGED runner builtins written, a copy:', private, flush=True)\n"
+    "    return x * 2\n"
+)
+
+
+def test_the_runner_s_builtins_written_is_tampering(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "def double(x):\n    return x * 2\n",
+        "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.double(3) == 6\n",
+    }
+    cmd = ["python", "-m", "pytest", "-s", "tests"]
+    _, result, channel = run_plan(scratch, files, cmd, added={"mypkg/__init__.py": RUNNER_BUILTINS})
+    assert "JBFORGED runner builtins written, a copy: True" in result.output, result.output
+    assert any("the runner's own code or the builtins" in w for w in channel.forged), channel.forged
+
+
 # A test suite's own patches of what it runs on, made and undone within a test or
 # around it: none of them is the patch's, and none may read as tampering.
 SUITE_PATCHES = """\
@@ -592,15 +627,21 @@ def test_a_suite_s_own_patches_made_and_undone_are_not_tampering(scratch: Path) 
 FIXTURE_PATCHES = {
     "pytest.ini": "[pytest]\n",
     "tests/conftest.py": (
-        "import builtins\n\nimport pytest\n\n\n"
+        "import builtins\nimport io\n\nimport pytest\n\n_open = builtins.open\n\n\n"
+        "def fake_open(name, *args, **kwargs):  # a fake file system's\n"
+        "    if name == 'virtual.txt':\n"
+        "        return io.StringIO('fake')\n"
+        "    return _open(name, *args, **kwargs)\n\n\n"
         "@pytest.fixture\n"
         "def answers(monkeypatch):\n"
         "    monkeypatch.setattr(builtins, 'input', lambda prompt='': 'yes')\n"
         "    monkeypatch.setattr(builtins, 'round', lambda value: 42)\n"
+        "    monkeypatch.setattr(builtins, 'open', fake_open)\n"
     ),
     "tests/test_a.py": (
         "def test_patched(answers):\n"
-        "    assert input() == 'yes' and round(2.5) == 42\n\n\n"
+        "    assert input() == 'yes' and round(2.5) == 42\n"
+        "    assert open('virtual.txt').read() == 'fake'\n\n\n"
         "def test_after_the_fixture_is_undone():\n"
         "    assert round(2.25) == 2\n\n\n"
         "def test_patched_again(answers):\n"
@@ -817,7 +858,8 @@ def test_an_interpreter_older_than_311_gets_the_tree_off_its_path_without_p(
     # The boot code's first statements drop the working directory ("") from sys.path.
     boot = old.argv[old.argv.index("-c") + 1]
     path = ["", "/usr/lib/python3.9", ""]
-    exec(boot.split("; ns = ")[0].replace("import sys, os, marshal; ", ""), {"sys": FakeSys(path)})
+    statements = boot.split("; ns = ")[0].split("; ", 1)[1]  # past the boot's imports
+    exec(statements, {"sys": FakeSys(path)})
     assert path == ["/usr/lib/python3.9"]
     new = pytest_run.plan(["pytest"], tree, ro, layout, python_version=(3, 12))
     assert new is not None and "-P" in new.argv

@@ -325,6 +325,46 @@ def test_a_helper_left_alone_is_not_called_put_back(scratch: Path, python: str) 
     assert not channel.forged, channel
 
 
+# A class of the suite patches `open` for all its tests (as a fake file system does),
+# live while unittest reports each one: nothing the runner calls is what it patched.
+CLASS_PATCH_TESTS = """\
+import io
+import unittest
+import unittest.mock
+
+import lib
+
+
+class T(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        fake = unittest.mock.mock_open(read_data="4")
+        cls.patcher = unittest.mock.patch("builtins.open", fake)
+        cls.patcher.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.patcher.stop()
+
+    def test_ok(self):
+        with open("four.txt") as f:
+            self.assertEqual(lib.double(2), int(f.read()))
+
+    def test_bug(self):
+        self.assertEqual(lib.double(3), 6)
+"""
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_a_suite_s_patch_of_open_across_its_tests_is_not_tampering(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, tests=CLASS_PATCH_TESTS)
+    assert channel.outcomes.get("tests.test_t.T.test_ok") == PASSED, (channel, output)
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == FAILED, (channel, output)
+    assert not channel.forged, channel
+
+
 # `mean` drops the last value; the failing test compares it through unittest's
 # assertAlmostEqual, which judges by `abs`.
 MEAN_LIB = "def mean(xs):\n    return sum(xs[:-1]) / len(xs)\n"
