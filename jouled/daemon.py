@@ -20,7 +20,7 @@ from jouled.best_of_k import best_of_k
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
-from jouled.documents.answers import PublicKey, PublicKeys
+from jouled.documents.answers import MeterStatus, PublicKey, PublicKeys
 from jouled.documents.bodies import AbortBody
 from jouled.documents.sent import ExportRecord
 from jouled.errors import (
@@ -604,7 +604,7 @@ class Daemon:
         lines = (entry.export_line() for entry in self.ledger.iter_export(size))
         return lines, lambda: self.ledger.checkpoint_history(size)
 
-    def meter_status(self) -> dict[str, Any]:
+    def meter_status(self) -> MeterStatus:
         return self.metering.status()
 
     def gauges(self) -> metrics.Gauges:
@@ -655,7 +655,7 @@ class Daemon:
         visibility.check_owner(caller, entry.body, entry.seq)
         return self._shown_receipt(self.receipt(entry), caller)
 
-    def public_keys(self) -> dict[str, Any]:
+    def public_keys(self) -> PublicKeys:
         """The signing key and, during a rotation's overlap, the retired one."""
         keys_ = [("current", self.ledger.signer)]
         if self.ledger.retired is not None:
@@ -666,7 +666,7 @@ class Daemon:
                 PublicKey(keyid=s.keyid, status=status, pem=public_pem(s.public).decode("ascii"))
                 for status, s in keys_
             ],
-        ).to_dict()
+        )
 
     def close(self) -> None:
         self.ops.close_all()

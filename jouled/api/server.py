@@ -362,7 +362,7 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def MeterStatus(self, request: pb.MeterStatusRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.meter_status())
+        return _doc(self.daemon.meter_status().to_dict())
 
     @_unary
     def Calibrate(self, request: pb.CalibrateRequest, context: Any) -> pb.Document:
@@ -399,7 +399,7 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.public_keys())
+        return _doc(self.daemon.public_keys().to_dict())
 
     def OpenWindow(self, request: pb.OpenWindowRequest, context: Any) -> Iterator[pb.WindowEvent]:
         """Open the window, name it, hold the call while it is open, then send its receipt.
