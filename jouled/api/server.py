@@ -127,8 +127,7 @@ def _task(c: Contract, caller: Identity) -> pb.Task:
     )
 
 
-def _receipt(document: dict[str, Any]) -> pb.Receipt:
-    r = Receipt.parse(document)
+def _receipt(r: Receipt) -> pb.Receipt:
     return pb.Receipt(
         seq=r.seq,
         task_id=r.task_id,
@@ -140,8 +139,7 @@ def _receipt(document: dict[str, Any]) -> pb.Receipt:
     )
 
 
-def _op_receipt(document: dict[str, Any]) -> pb.OpReceipt:
-    r = OpReceipt.parse(document)
+def _op_receipt(r: OpReceipt) -> pb.OpReceipt:
     return pb.OpReceipt(
         seq=r.seq,
         window_id=r.window_id,
