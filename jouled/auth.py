@@ -99,7 +99,13 @@ class Identity:
                     hint="leave --solver out, or ask for a token bound to a solver prefix",
                 )
             return self.name
-        solver = requested or (prefix if prefix else self.name)
+        if not requested and not self.name.startswith(prefix):
+            # The credential's name is not one it may sign: a bare prefix is no solver.
+            raise UsageError(
+                f"name the solver: {self.name}'s results are signed under {prefix!r}",
+                hint=f"give a solver name that starts with {prefix!r} ({prefix}<something>)",
+            )
+        solver = requested or self.name
         if not solver.startswith(prefix):
             raise DeniedError(
                 f"solver {requested!r} does not start with {prefix!r}, the prefix your "
