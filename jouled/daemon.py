@@ -579,6 +579,7 @@ class Daemon:
                 suite=suite or None, axis=axis, merge_digests=merge_digests
             ),
         )
+        self._known_suite(suite, rows)
         return pages.page(rows, page_size, page_token, version)
 
     def best_of_k(
@@ -591,7 +592,14 @@ class Daemon:
             self._frontier.results,  # op windows do not change best-of-k
             lambda: best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
         )
+        self._known_suite(suite, rows)
         return pages.page(rows, page_size, page_token, version)
+
+    def _known_suite(self, suite: str, rows: list[Any]) -> None:
+        """A suite neither registered nor in the ledger is NotFoundError, as for ListTasks
+        (a suite whose tasks were since removed still has its rows)."""
+        if suite and not rows:
+            self.registry.list(suite)
 
     def export(self) -> tuple[Iterator[str], Callable[[], list[str]]]:
         """The export lines and the checkpoint history of one tree: the ledger as it is now.

@@ -15,7 +15,7 @@ from jouled.config import Config
 from jouled.daemon import Daemon
 from jouled.documents.bodies import ResultBody
 from jouled.documents.sent import Receipt
-from jouled.errors import UsageError
+from jouled.errors import NotFoundError, UsageError
 from jouled.submission import Submission
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,3 +131,11 @@ def test_a_result_in_an_older_shape_still_gets_a_receipt(daemon: Daemon) -> None
     assert receipt.entry is not None and receipt.entry.payload_bytes() == entry.payload
     body = ResultBody.parse(receipt.entry.parsed_payload().body)
     assert body.to_dict() == old and body.attempt_id is None
+
+
+def test_an_unknown_suite_is_not_found_in_the_frontier_and_best_of_k(daemon: Daemon) -> None:
+    for ask in (daemon.frontier, daemon.best_of_k):
+        with pytest.raises(NotFoundError) as err:
+            ask("nosuch")
+        assert "nosuch" in err.value.message and "smoke" in err.value.hint
+        assert ask("smoke")["rows"] == []  # a registered suite with no result yet
