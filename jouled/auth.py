@@ -220,8 +220,14 @@ def add_token(path: Path, name: str, roles: Iterable[str], solver_prefix: str | 
     ]
     if solver_prefix is not None:
         lines.append(f'solver_prefix = "{solver_prefix}"')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as err:
+        raise UsageError(
+            f"cannot write the tokens file {path}: {err.strerror}",
+            hint="--tokens names a file (created if missing), e.g. $JOULED_HOME/tokens.toml",
+        ) from None
     with os.fdopen(fd, "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n\n")
     TokenStore.load(path)  # the file still parses
