@@ -259,7 +259,7 @@ class Client:
         """Grade `patch` (a unified diff's bytes) against `task_id`: the signed receipt.
 
         `rollout` None: the daemon numbers it, one above the highest index this
-        (task, solver, run) has used, so a second attempt never lands on the first's
+        (task, solver, model, run) has used, so a second attempt never lands on the first's
         index; the receipt's body says which it got. `claimed`: the agent's own
         figures, `tokens_in`, `tokens_out`, `usd_micros`, `joules_mj` (whole numbers),
         signed as claimed. `progress(phase, message)` sees the daemon's progress.

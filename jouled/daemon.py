@@ -373,7 +373,7 @@ class Daemon:
         try:
             if next_rollout:  # held until the attempt ends: by then its result is signed
                 attempt.rollout, release = self.rollouts.take(
-                    attempt.contract.task_id, attempt.solver, attempt.run_id
+                    attempt.contract.task_id, attempt.solver, attempt.run_id, attempt.model
                 )
             self.queue.put(job, self.running)
         except BaseException:
