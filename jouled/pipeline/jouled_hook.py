@@ -189,7 +189,7 @@ def start(
         "item_id": None,  # the running test's id, for a report that names none
         "unnamed": 0,  # reports made with no test running
     }
-    reported: set[str] = set()
+    reported: set[tuple[str, str]] = set()
     plugin_codes: list[Any] = []
     # Memory modules: withheld from every import unless the daemon allows them; any in
     # the process before the monitor (a .pth file of the environment's) is open to all.
@@ -212,9 +212,9 @@ def start(
             out = out[write(REPORT_FD, out) :]
 
     def tamper(why: str, test_id: str = "") -> None:
-        if why in reported:
+        if (why, test_id) in reported:  # once per finding and test: each test it touched
             return
-        reported.add(why)
+        reported.add((why, test_id))
         record(f'{{"event":"tamper","id":{_encode(test_id)},"why":{_encode(why[:500])}')
 
     def integrity() -> "list[str]":

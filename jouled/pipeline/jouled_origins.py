@@ -320,8 +320,13 @@ def stand_in_problems(function: Any, origins: "Origins") -> "list[str]":
                 if name.startswith("<") or origins.inside(origins.realpath(name)):
                     return []
                 return [f"the test runs {code.co_name} of {name}, not a function of the suite's"]
-            if not any(_held(cell) is wrapped for cell in _FUNC_CLOSURE(layer) or ()):
+            held = [_held(cell) for cell in _FUNC_CLOSURE(layer) or ()]
+            if not any(value is wrapped for value in held):
                 return [f"the test's {code.co_name} says it wraps what it does not hold"]
+            for value in held:  # a context manager of Python's driven by the patch's code
+                found = _drives(value, origins)
+                if found:
+                    return [f"the test runs in {code.co_name}, driven by code from {found}"]
             layer = wrapped
     return ["the test's wrappers never end"]
 
@@ -371,6 +376,25 @@ def machinery_problems(cls: Any, origins: "Origins") -> "list[str]":
 
 def _same_file(a: str, b: str) -> bool:
     return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _drives(value: Any, origins: "Origins") -> str:
+    """The file of the patch's generator an object holds (`contextlib`'s context managers
+    run one: its `except` decides whether the test's raise goes on), "" when none."""
+    try:
+        namespace = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return ""
+    if type(namespace) is not dict:
+        return ""
+    for held in list(namespace.values()):
+        kind = type(held)
+        if kind is _types.GeneratorType or kind is _types.AsyncGeneratorType:
+            code = held.gi_code if kind is _types.GeneratorType else held.ag_code
+            found = origins.code_from_tree(code)
+            if found:
+                return found
+    return ""
 
 
 def _held(cell: Any) -> Any:
@@ -445,6 +469,7 @@ def observer(audit: Any, function: Any, test_id: str) -> Any:
 
 
 _TYPE_NAME = type.__dict__["__name__"].__get__
+_types = __import__("types")
 
 
 def _raised(raised: BaseException) -> str:

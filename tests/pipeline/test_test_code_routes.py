@@ -96,19 +96,56 @@ def _on_collection():
                 print("JBFORGED stood in for", key, flush=True)
 """
 )
-# The same, with a function of the standard library's that takes no argument and returns.
+# The same with a function of the standard library's that takes no argument and returns:
+# claiming to wrap the test, and claiming nothing.
 STOOD_IN_BY_A_LIBRARY_FUNCTION = STOOD_IN.replace(
     "stand_in = _functools.partial({}.update)", "import tempfile as _t; stand_in = _t.gettempdir"
 )
+STOOD_IN_QUIETLY = STOOD_IN_BY_A_LIBRARY_FUNCTION.replace("stand_in.__wrapped__ = value", "pass")
 
 
-@pytest.mark.parametrize("payload", [STOOD_IN, STOOD_IN_BY_A_LIBRARY_FUNCTION])
+# The test function wrapped, in its module, by a decorator of Python's own (contextlib's)
+# around a generator of the patch's that swallows the test's failure: every layer is
+# code the patch did not write, and the wrapper holds the test it names.
+SWALLOWED_BY_A_CONTEXT_MANAGER = (
+    ON_COLLECTION
+    + """
+import contextlib as _contextlib
+
+
+def _swallow():
+    try:
+        yield
+    except AssertionError:
+        print("JBFORGED failure swallowed", flush=True)
+
+
+def _on_collection():
+    for module, namespace in _test_modules():
+        for key, value in list(namespace.items()):
+            if key.startswith("test") and type(value) is type(_on_collection):
+                namespace[key] = _contextlib.contextmanager(_swallow)()(value)
+                print("JBFORGED stood in for", key, flush=True)
+"""
+)
+
+
+@pytest.mark.parametrize(
+    "payload, why",
+    [
+        (STOOD_IN, "the test is a builtin"),
+        (STOOD_IN_BY_A_LIBRARY_FUNCTION, "the test's gettempdir says it wraps what it does not"),
+        (STOOD_IN_QUIETLY, "the test runs gettempdir of"),
+        (SWALLOWED_BY_A_CONTEXT_MANAGER, "the test runs in inner, driven by code from"),
+    ],
+    ids=["builtin", "library-function", "library-function-quietly", "context-manager"],
+)
 def test_a_test_function_stood_in_for_before_the_first_look_is_found(
-    scratch: Path, payload: str
+    scratch: Path, payload: str, why: str
 ) -> None:
     output, forged = graded(scratch, PLAIN_TEST, "VALUE = 1\n", payload)
     assert "JBFORGED stood in for test_real" in output, output
-    assert any("test_real" in why and "not" in why for why in forged), forged
+    assert any(why in found and "test_real" in found for found in forged), forged
 
 
 ASYNC_CASE = (
