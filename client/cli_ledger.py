@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from jb_client.cli_args import Argument, Option
 from jb_client.cli_common import (
     CLAIM_MAX,
     EXIT_USAGE,
@@ -28,9 +28,7 @@ from jouled.errors import JouledError, VerificationError
 
 
 def export(
-    out: Annotated[
-        Path, typer.Option("--out", help="JSONL file to write (a directory for a fleet).")
-    ],
+    out: Annotated[Path, Option("--out", help="JSONL file to write (a directory for a fleet).")],
     as_json: Json = False,
 ) -> None:
     """Export the ledger (JSONL entries, plus the checkpoint history beside it).
@@ -52,26 +50,26 @@ def export(
 
 
 def verify(
-    file: Annotated[Path, typer.Argument(help="An export written by `jb-client export`.")],
+    file: Annotated[Path, Argument(help="An export written by `jb-client export`.")],
     pubkey: Annotated[
-        list[Path] | None, typer.Option("--pubkey", help="Pinned public key (PEM), all entries.")
+        list[Path] | None, Option("--pubkey", help="Pinned public key (PEM), all entries.")
     ] = None,
     trust: Annotated[
         Path | None,
-        typer.Option(help="JSON trust file: pinned keys with the entry range each may sign."),
+        Option(help="JSON trust file: pinned keys with the entry range each may sign."),
     ] = None,
     checkpoint: Annotated[
-        Path | None, typer.Option(help="The daemon's checkpoint note, fetched separately.")
+        Path | None, Option(help="The daemon's checkpoint note, fetched separately.")
     ] = None,
     since: Annotated[
         Path | None,
-        typer.Option(help="A checkpoint you saved earlier: the export must extend it."),
+        Option(help="A checkpoint you saved earlier: the export must extend it."),
     ] = None,
     merkle_only: Annotated[
-        bool, typer.Option(help="Skip entry signatures (chain and Merkle root only).")
+        bool, Option(help="Skip entry signatures (chain and Merkle root only).")
     ] = False,
     workers: Annotated[
-        int, typer.Option(help="Processes parsing and checking entries (0: every core).")
+        int, Option(help="Processes parsing and checking entries (0: every core).")
     ] = 0,
     as_json: Json = False,
 ) -> None:
@@ -104,7 +102,7 @@ def verify(
         )
     except OSError as err:
         render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise SystemExit(EXIT_USAGE) from None
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):
             emit({"ok": False, "seq": err.seq, "error": err.message})
@@ -123,8 +121,8 @@ def verify(
 
 
 def audit(
-    receipt: Annotated[Path, typer.Argument(help="A receipt from `submit --json`.")],
-    pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
+    receipt: Annotated[Path, Argument(help="A receipt from `submit --json`.")],
+    pubkey: Annotated[list[Path], Option("--pubkey", help="Pinned public key (PEM).")],
     as_json: Json = False,
 ) -> None:
     """Check one receipt alone: its signature, its inclusion proof and its checkpoint."""
@@ -137,7 +135,7 @@ def audit(
         result = audit_receipt(doc, keys)
     except ValueError as err:
         render.err.print(f"[red]error:[/] {receipt} is not a JSON receipt: {err}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise SystemExit(EXIT_USAGE) from None
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):
             emit({"ok": False, "seq": err.seq, "error": err.message})
@@ -161,10 +159,8 @@ def checkpoint_cmd(as_json: Json = False) -> None:
 
 
 def proof(
-    seq: Annotated[int, typer.Option("--seq", min=0, max=CLAIM_MAX, help="Ledger entry.")],
-    tree_size: Annotated[
-        int, typer.Option(min=0, max=CLAIM_MAX, help="Tree size (0: latest).")
-    ] = 0,
+    seq: Annotated[int, Option("--seq", min=0, max=CLAIM_MAX, help="Ledger entry.")],
+    tree_size: Annotated[int, Option(min=0, max=CLAIM_MAX, help="Tree size (0: latest).")] = 0,
     as_json: Json = False,
 ) -> None:
     """An inclusion proof of one entry in the ledger's Merkle tree."""
@@ -176,11 +172,9 @@ def proof(
 
 
 def consistency(
-    old: Annotated[
-        int, typer.Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")
-    ],
+    old: Annotated[int, Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")],
     new: Annotated[
-        int, typer.Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
+        int, Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
     ] = 0,
     as_json: Json = False,
 ) -> None:

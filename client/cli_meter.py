@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from jb_client.cli_args import Argument, Option
 from jb_client.cli_common import (
     EXIT_USAGE,
     Json,
@@ -34,7 +34,7 @@ def meter(as_json: Json = False) -> None:
 
 
 def calibrate(
-    seconds: Annotated[int, typer.Option(min=1, max=600, help="Seconds of quiet to sample.")] = 10,
+    seconds: Annotated[int, Option(min=1, max=600, help="Seconds of quiet to sample.")] = 10,
     as_json: Json = False,
 ) -> None:
     """Re-measure idle power on the daemon's host (keep the host quiet meanwhile)."""
@@ -46,15 +46,15 @@ def calibrate(
 
 
 def meter_run(
-    command: Annotated[list[str], typer.Argument(help="The command to meter, after `--`.")],
-    label: Annotated[str, typer.Option("--label", help="What the command is (a short name).")],
-    task: Annotated[str, typer.Option("--task", help="The task it works on (SUITE/NAME).")] = "",
-    run_id: Annotated[str, typer.Option(help="The run the work belongs to.")] = "",
+    command: Annotated[list[str], Argument(help="The command to meter, after `--`.")],
+    label: Annotated[str, Option("--label", help="What the command is (a short name).")],
+    task: Annotated[str, Option("--task", help="The task it works on (SUITE/NAME).")] = "",
+    run_id: Annotated[str, Option(help="The run the work belongs to.")] = "",
     rollout: Annotated[
-        int, typer.Option(min=0, max=ROLLOUT_MAX, help="Rollout index within the run.")
+        int, Option(min=0, max=ROLLOUT_MAX, help="Rollout index within the run.")
     ] = 0,
     receipt_file: Annotated[
-        Path | None, typer.Option("--receipt", help="Write the op receipt (JSON) here.")
+        Path | None, Option("--receipt", help="Write the op receipt (JSON) here.")
     ] = None,
     as_json: Json = False,
 ) -> None:
@@ -83,4 +83,4 @@ def meter_run(
         emit(receipt.to_dict())
     else:
         render.op_receipt_line(receipt)
-    raise typer.Exit(status if status >= 0 else 128 - status)
+    raise SystemExit(status if status >= 0 else 128 - status)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from jb_client.cli_args import Option
 from jb_client.cli_common import (
     Json,
     connect,
@@ -22,12 +22,10 @@ from jouled.errors import JouledError, Kind
 
 
 def swebench(
-    dataset: Annotated[Path, typer.Option(help="SWE-bench records (JSON, JSONL).")],
-    predictions: Annotated[Path, typer.Option(help="Predictions (SWE-bench format).")],
-    suite: Annotated[
-        str, typer.Option(help="Suite for the registered tasks.")
-    ] = "swebench-verified",
-    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    dataset: Annotated[Path, Option(help="SWE-bench records (JSON, JSONL).")],
+    predictions: Annotated[Path, Option(help="Predictions (SWE-bench format).")],
+    suite: Annotated[str, Option(help="Suite for the registered tasks.")] = "swebench-verified",
+    run_id: Annotated[str, Option(help="Default: a fresh id.")] = "",
     as_json: Json = False,
 ) -> None:
     """Grade SWE-bench predictions: register the records with the daemon, submit each patch.
