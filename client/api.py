@@ -27,6 +27,7 @@ from jb_client.target import default_target, normalise
 from jb_client.taskinfo import TaskInfo
 
 from jouled.errors import DocumentError, Kind
+from jouled.limits import CALIBRATE_MAX_S, ROLLOUT_MAX
 from jouled.v1 import jouled_pb2 as pb
 from jouled.v1 import jouled_pb2_grpc as pb_grpc
 
@@ -88,6 +89,20 @@ def _check_fetch_dest(dest: Path, force: bool) -> None:
         )
 
 
+class _ClosedStub:
+    """What a closed client's calls reach: a ClientError each, not gRPC's ValueError."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def closed(*args: Any, **kwargs: Any) -> Any:
+            raise ClientError(
+                "this client is closed",
+                Kind.FAILED_PRECONDITION,
+                hint="make a new Client; `with Client() as c:` closes it as the block ends",
+            )
+
+        return closed
+
+
 class Client:
     def __init__(
         self,
@@ -106,6 +121,12 @@ class Client:
         $JB_TOKEN, $JB_CA, $JB_INSECURE. Nothing is sent until the first call."""
         env = os.environ if env is None else env
         self.target = normalise(str(target) if target else default_target(env))
+        if timeout_s is not None and not (isinstance(timeout_s, int | float) and timeout_s > 0):
+            raise ClientError(
+                f"timeout_s must be a positive number of seconds, not {timeout_s!r}",
+                Kind.INVALID_ARGUMENT,
+                hint="give timeout_s in seconds (e.g. 30), or None to wait as long as a call takes",
+            )
         self.timeout_s = timeout_s
         creds = channel_credentials(
             self.target,
@@ -127,6 +148,7 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
+        self._stub = _ClosedStub()  # type: ignore[assignment]
 
     def wait_ready(self, timeout_s: float = 60, alive: Callable[[], bool] | None = None) -> None:
         """Block until the daemon's health service says SERVING.
@@ -237,7 +259,7 @@ class Client:
         """Grade `patch` (a unified diff's bytes) against `task_id`: the signed receipt.
 
         `rollout` None: the daemon numbers it, one above the highest index this
-        (task, solver, run) has used, so a second attempt never lands on the first's
+        (task, solver, model, run) has used, so a second attempt never lands on the first's
         index; the receipt's body says which it got. `claimed`: the agent's own
         figures, `tokens_in`, `tokens_out`, `usd_micros`, `joules_mj` (whole numbers),
         signed as claimed. `progress(phase, message)` sees the daemon's progress.
@@ -255,7 +277,7 @@ class Client:
             model=check_text("model", model),
             agent=check_text("agent", agent),
             run_id=check_text("run_id", run_id),
-            rollout=0 if rollout is None else check_count("rollout", rollout, 2**32 - 1),
+            rollout=0 if rollout is None else check_count("rollout", rollout, ROLLOUT_MAX),
             next_rollout=rollout is None,
             claimed=pb.Claimed(**check_claimed(claimed)),
             idempotency_key=check_text("idempotency_key", idempotency_key) or fresh_key(),
@@ -279,7 +301,7 @@ class Client:
             task_id=check_text("task_id", task_id),
             solver=check_text("solver", solver),
             run_id=check_text("run_id", run_id),
-            rollout=check_count("rollout", rollout, 2**32 - 1),
+            rollout=check_count("rollout", rollout, ROLLOUT_MAX),
             idempotency_key=check_text("idempotency_key", idempotency_key) or fresh_key(),
             model=check_text("model", model),
         )
@@ -475,7 +497,7 @@ class Client:
 
     def calibrate(self, seconds: int) -> Calibration:
         """Measure the host's idle power for `seconds` (operators only): signed."""
-        request = pb.CalibrateRequest(seconds=check_count("seconds", seconds, 2**32 - 1))
+        request = pb.CalibrateRequest(seconds=check_count("seconds", seconds, CALIBRATE_MAX_S))
         return _answer(docs.Calibration, self._doc(self._stub.Calibrate, request))
 
     # -- op windows -------------------------------------------------------------------------
@@ -492,7 +514,7 @@ class Client:
             label=check_text("label", label),
             task_id=check_text("task_id", task_id),
             run_id=check_text("run_id", run_id),
-            rollout=check_count("rollout", rollout, 2**32 - 1),
+            rollout=check_count("rollout", rollout, ROLLOUT_MAX),
             pid=check_count("pid", pid, 2**32 - 1),
         )
         # No deadline: the call lasts as long as the window (the daemon bounds both).

@@ -164,7 +164,11 @@ def calibration_lines(cal: dict[str, Any]) -> list[tuple[str, str]]:
     head = f"ledger entry {seq}" if seq is not None else "calibration"
     head += f", {when}" if when else ""
     head += f" ({_age(age)} ago)" if isinstance(age, int | float) else ""
-    head += f", {cal.get('seconds', '?')} s of {cal.get('source', '?')}"
+    seconds, source = cal.get("seconds", "?"), cal.get("source", "?")
+    if seconds == 0:  # no domain is measured: an estimator has no idle draw to sample
+        head += f", {source}: nothing measured, so no idle to sample"
+    else:
+        head += f", {seconds} s of {source}"
     lines = [("calibration", head)]
     for name, d in sorted((cal.get("domains") or {}).items()):
         if isinstance(d, dict):

@@ -6,8 +6,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Protocol
 
+from jouled.documents.sent import Receipt
 from jouled.errors import BusyError, PreconditionError
 from jouled.pipeline.evaluate import Attempt, Progress
 
@@ -18,7 +19,7 @@ class Job:
     def __init__(self, attempt: Attempt, progress: Progress) -> None:
         self.attempt = attempt
         self.progress = progress
-        self.future: Future[dict[str, Any]] = Future()
+        self.future: Future[Receipt] = Future()
         self.cancelled = threading.Event()
         self.started = threading.Event()
 
@@ -95,7 +96,7 @@ class Admission(Protocol):
 class Ticket:
     """A submission the daemon accepted: its receipt to come, its place in the queue."""
 
-    def __init__(self, future: Future[dict[str, Any]], daemon: Admission, job: Job | None) -> None:
+    def __init__(self, future: Future[Receipt], daemon: Admission, job: Job | None) -> None:
         self.future = future
         self._daemon = daemon
         self._job = job
@@ -108,11 +109,11 @@ class Ticket:
         if self._job is not None:
             self._daemon.cancel(self._job)
 
-    def through(self, view: Callable[[dict[str, Any]], dict[str, Any]]) -> Ticket:
+    def through(self, view: Callable[[Receipt], Receipt]) -> Ticket:
         """The same attempt, its receipt passed through `view` once it comes."""
-        shown: Future[dict[str, Any]] = Future()
+        shown: Future[Receipt] = Future()
 
-        def done(f: Future[dict[str, Any]]) -> None:
+        def done(f: Future[Receipt]) -> None:
             try:
                 shown.set_result(view(f.result()))
             except BaseException as err:

@@ -99,7 +99,13 @@ class Identity:
                     hint="leave --solver out, or ask for a token bound to a solver prefix",
                 )
             return self.name
-        solver = requested or (prefix if prefix else self.name)
+        if not requested and not self.name.startswith(prefix):
+            # The credential's name is not one it may sign: a bare prefix is no solver.
+            raise UsageError(
+                f"name the solver: {self.name}'s results are signed under {prefix!r}",
+                hint=f"give a solver name that starts with {prefix!r} ({prefix}<something>)",
+            )
+        solver = requested or self.name
         if not solver.startswith(prefix):
             raise DeniedError(
                 f"solver {requested!r} does not start with {prefix!r}, the prefix your "
@@ -214,8 +220,14 @@ def add_token(path: Path, name: str, roles: Iterable[str], solver_prefix: str | 
     ]
     if solver_prefix is not None:
         lines.append(f'solver_prefix = "{solver_prefix}"')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as err:
+        raise UsageError(
+            f"cannot write the tokens file {path}: {err.strerror}",
+            hint="--tokens names a file (created if missing), e.g. $JOULED_HOME/tokens.toml",
+        ) from None
     with os.fdopen(fd, "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n\n")
     TokenStore.load(path)  # the file still parses

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import threading
@@ -20,9 +21,9 @@ from jouled.best_of_k import best_of_k
 from jouled.config import Config
 from jouled.contracts import Contract, TaskRegistry, swebench
 from jouled.contracts.contract import iter_tree
-from jouled.documents.answers import PublicKey, PublicKeys
+from jouled.documents.answers import MeterStatus, PublicKey, PublicKeys
 from jouled.documents.bodies import AbortBody
-from jouled.documents.sent import ExportRecord
+from jouled.documents.sent import OpReceipt, Receipt
 from jouled.errors import (
     BusyError,
     CancelledError,
@@ -120,7 +121,7 @@ class Daemon:
             grading=lambda: len(self.queue) > 0 or self.running > 0,
         )
         # Attempts running, by (agent, idempotency key).
-        self._inflight: dict[tuple[str, str], Future[dict[str, Any]]] = {}
+        self._inflight: dict[tuple[str, str], Future[Receipt]] = {}
         self._inflight_lock = threading.Lock()
         self.registrations = Registrations(
             self.registry,
@@ -223,7 +224,7 @@ class Daemon:
         self,
         sub: Submission,
         progress: Progress | None = None,
-    ) -> dict[str, Any]:
+    ) -> Receipt:
         """Validate, queue, evaluate, sign; the receipt. Idempotent on `idempotency_key`."""
         return self.start(sub, progress).future.result()
 
@@ -254,13 +255,13 @@ class Daemon:
             phase, visibility.progress_message(phase, message, hidden=True)
         )
 
-    def _shown_receipt(self, receipt: dict[str, Any], caller: Identity | None) -> dict[str, Any]:
+    def _shown_receipt(self, receipt: Receipt, caller: Identity | None) -> Receipt:
         """A receipt as `caller` may see it (from the signed body the receipt carries)."""
         if visibility.sees_all(caller):
             return receipt
-        record = ExportRecord.parse(receipt["entry"])
-        body = record.parsed_payload().body
-        visibility.check_owner(caller, body, record.seq)
+        entry = receipt.entry
+        body = entry.parsed_payload().body if entry else self.ledger.get(receipt.seq).body
+        visibility.check_owner(caller, body, receipt.seq)
         return visibility.receipt(receipt, self._secrecy(body))
 
     def _secrecy(self, body: Mapping[str, Any]) -> visibility.Secrecy:
@@ -294,7 +295,7 @@ class Daemon:
         with self._inflight_lock:
             running = self._inflight.get(key)
             if running is None:
-                mine: Future[dict[str, Any]] = Future()
+                mine: Future[Receipt] = Future()
                 self._inflight[key] = mine
         if running is not None:
             # A call waiting on an attempt holds a place, whoever's attempt it is.
@@ -318,7 +319,7 @@ class Daemon:
             self._settle(key, mine, None, err)
             raise
 
-        def done(f: Future[dict[str, Any]]) -> None:
+        def done(f: Future[Receipt]) -> None:
             err = f.exception()
             self._settle(key, mine, None if err else f.result(), err)
 
@@ -328,8 +329,8 @@ class Daemon:
     def _settle(
         self,
         key: tuple[str, str],
-        mine: Future[dict[str, Any]],
-        receipt: dict[str, Any] | None,
+        mine: Future[Receipt],
+        receipt: Receipt | None,
         err: BaseException | None,
     ) -> None:
         # The slot is given up first: whoever comes next finds the signed result.
@@ -341,16 +342,14 @@ class Daemon:
             assert receipt is not None
             mine.set_result(receipt)
 
-    def _replay_of(
-        self, running: Future[dict[str, Any]], attempt: Attempt
-    ) -> Future[dict[str, Any]]:
-        out: Future[dict[str, Any]] = Future()
+    def _replay_of(self, running: Future[Receipt], attempt: Attempt) -> Future[Receipt]:
+        out: Future[Receipt] = Future()
 
-        def done(f: Future[dict[str, Any]]) -> None:
+        def done(f: Future[Receipt]) -> None:
             try:
                 receipt = f.result()
-                check_same(self.ledger.get(receipt["seq"]), attempt)
-                out.set_result({**receipt, "replayed": True})
+                check_same(self.ledger.get(receipt.seq), attempt)
+                out.set_result(dataclasses.replace(receipt, replayed=True))
             except BaseException as err:
                 out.set_exception(err)
 
@@ -374,7 +373,7 @@ class Daemon:
         try:
             if next_rollout:  # held until the attempt ends: by then its result is signed
                 attempt.rollout, release = self.rollouts.take(
-                    attempt.contract.task_id, attempt.solver, attempt.run_id
+                    attempt.contract.task_id, attempt.solver, attempt.run_id, attempt.model
                 )
             self.queue.put(job, self.running)
         except BaseException:
@@ -440,7 +439,7 @@ class Daemon:
                 with self._running_lock:
                     self._running -= 1
 
-    def _run(self, job: Job) -> dict[str, Any]:
+    def _run(self, job: Job) -> Receipt:
         attempt, progress = job.attempt, job.progress
         # A patch that does not apply is rejected here, before the journal sees it.
         with self.evaluator.prepared(attempt, progress) as tree:
@@ -507,7 +506,7 @@ class Daemon:
             return document
         return visibility.logs(document, self._secrecy(body))
 
-    def receipt(self, entry: Entry, *, replayed: bool = False) -> dict[str, Any]:
+    def receipt(self, entry: Entry, *, replayed: bool = False) -> Receipt:
         """Everything needed to check one result alone: entry, proof, checkpoint."""
         tail = self.logs.output_tail(entry.body)
         return receipts.result_receipt(self.ledger, entry, tail, replayed=replayed)
@@ -540,7 +539,7 @@ class Daemon:
         request = WindowRequest(label, agent, task_id, run_id, rollout, pid)
         return self.ops.open(request, peer_pid=peer_pid, peer_uid=peer_uid)
 
-    def close_window(self, window_id: str, *, caller: Identity | None) -> dict[str, Any]:
+    def close_window(self, window_id: str, *, caller: Identity | None) -> OpReceipt:
         """Close an open window of the caller (an operator may close anyone's)."""
         limits.name("window id", window_id)
         owner = None if caller is None or OPERATOR in caller.roles else caller.name
@@ -550,7 +549,7 @@ class Daemon:
         """Sign every open window as abandoned: the daemon is stopping."""
         self.ops.close_all()
 
-    def _sign_op(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _sign_op(self, body: dict[str, Any]) -> OpReceipt:
         entry = self.ledger.append("op", body)
         self._frontier.add_op(entry.body)
         self.counts.op(entry.body)
@@ -580,6 +579,7 @@ class Daemon:
                 suite=suite or None, axis=axis, merge_digests=merge_digests
             ),
         )
+        self._known_suite(suite, rows)
         return pages.page(rows, page_size, page_token, version)
 
     def best_of_k(
@@ -592,7 +592,14 @@ class Daemon:
             self._frontier.results,  # op windows do not change best-of-k
             lambda: best_of_k(self.ledger.result_bodies(suite), suite=suite or None),
         )
+        self._known_suite(suite, rows)
         return pages.page(rows, page_size, page_token, version)
+
+    def _known_suite(self, suite: str, rows: list[Any]) -> None:
+        """A suite neither registered nor in the ledger is NotFoundError, as for ListTasks
+        (a suite whose tasks were since removed still has its rows)."""
+        if suite and not rows:
+            self.registry.list(suite)
 
     def export(self) -> tuple[Iterator[str], Callable[[], list[str]]]:
         """The export lines and the checkpoint history of one tree: the ledger as it is now.
@@ -604,7 +611,7 @@ class Daemon:
         lines = (entry.export_line() for entry in self.ledger.iter_export(size))
         return lines, lambda: self.ledger.checkpoint_history(size)
 
-    def meter_status(self) -> dict[str, Any]:
+    def meter_status(self) -> MeterStatus:
         return self.metering.status()
 
     def gauges(self) -> metrics.Gauges:
@@ -629,7 +636,7 @@ class Daemon:
 
     def get_receipt(
         self, idempotency_key: str = "", seq: int | None = None, caller: Identity | None = None
-    ) -> dict[str, Any]:
+    ) -> Receipt:
         """A result's receipt again, by its idempotency key or its seq, with a fresh proof.
 
         A key finds the caller's own result (keys belong to the credential that used
@@ -655,7 +662,7 @@ class Daemon:
         visibility.check_owner(caller, entry.body, entry.seq)
         return self._shown_receipt(self.receipt(entry), caller)
 
-    def public_keys(self) -> dict[str, Any]:
+    def public_keys(self) -> PublicKeys:
         """The signing key and, during a rotation's overlap, the retired one."""
         keys_ = [("current", self.ledger.signer)]
         if self.ledger.retired is not None:
@@ -666,7 +673,7 @@ class Daemon:
                 PublicKey(keyid=s.keyid, status=status, pem=public_pem(s.public).decode("ascii"))
                 for status, s in keys_
             ],
-        ).to_dict()
+        )
 
     def close(self) -> None:
         self.ops.close_all()

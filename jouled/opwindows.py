@@ -43,6 +43,7 @@ from typing import Any, cast
 from jouled import __version__, limits
 from jouled.documents.bodies import OpBody
 from jouled.documents.parts import EnergyWindow
+from jouled.documents.sent import OpReceipt
 from jouled.errors import BusyError, DeniedError, NotFoundError, UsageError
 from jouled.meter.base import Snapshot
 from jouled.meter.metering import Metering, host_busy_cpu_ns
@@ -156,7 +157,7 @@ class OpWindow:
     host_cpu_start: int | None = None
     holds_host: bool = False
     closed: threading.Event = field(default_factory=threading.Event)
-    receipt: dict[str, Any] | None = None
+    receipt: OpReceipt | None = None
     error: BaseException | None = None
     _ending: bool = False
 
@@ -171,7 +172,7 @@ class OpWindows:
     def __init__(
         self,
         metering: Metering,
-        sign: Callable[[dict[str, Any]], dict[str, Any]],
+        sign: Callable[[dict[str, Any]], OpReceipt],
         *,
         max_open: int,
         max_per_agent: int,
@@ -294,7 +295,7 @@ class OpWindows:
             )
         return window
 
-    def close(self, window_id: str, agent: str | None) -> dict[str, Any]:
+    def close(self, window_id: str, agent: str | None) -> OpReceipt:
         return self._end(self.get(window_id, agent), CLOSED)
 
     def abandon(self, window: OpWindow, end: str) -> None:
@@ -313,7 +314,7 @@ class OpWindows:
                 None,
             )
 
-    def _end(self, window: OpWindow, end: str) -> dict[str, Any]:
+    def _end(self, window: OpWindow, end: str) -> OpReceipt:
         with self._cond:
             if window._ending or window.id not in self._open:
                 raise NotFoundError(f"op window {window.id} is already closed")
@@ -347,7 +348,7 @@ class OpWindows:
                 self._open.pop(window.id, None)
                 self._cond.notify_all()
             window.closed.set()
-        log.info("op window %s ended (%s): entry %s", window.id, end, window.receipt["seq"])
+        log.info("op window %s ended (%s): entry %s", window.id, end, window.receipt.seq)
         return window.receipt
 
     def _energy(self, window: OpWindow, end: Snapshot) -> PhaseEnergy:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from jouled import limits
 from jouled.documents.bodies import OpBody, ResultBody
@@ -16,7 +16,7 @@ from jouled.ledger.store import Ledger
 
 def result_receipt(
     ledger: Ledger, entry: Entry, output_tail: str, *, replayed: bool = False
-) -> dict[str, Any]:
+) -> Receipt:
     """Everything needed to check one result alone: entry, proof, checkpoint."""
     note = ledger.checkpoint_note()
     size = parse_note(note)[0].size
@@ -30,10 +30,10 @@ def result_receipt(
         checkpoint=note,
         output_tail=output_tail,
         replayed=replayed,
-    ).to_dict()
+    )
 
 
-def op_receipt(ledger: Ledger, entry: Entry) -> dict[str, Any]:
+def op_receipt(ledger: Ledger, entry: Entry) -> OpReceipt:
     """An op entry with what checks it alone: proof and checkpoint."""
     note = ledger.checkpoint_note()
     size = parse_note(note)[0].size
@@ -44,7 +44,7 @@ def op_receipt(ledger: Ledger, entry: Entry) -> dict[str, Any]:
         entry=ExportRecord.parse(entry.export_record()),
         proof=cast(InclusionProof, ledger.inclusion_proof(entry.seq, size)),
         checkpoint=note,
-    ).to_dict()
+    )
 
 
 def result_entry(ledger: Ledger, seq: int) -> Entry:

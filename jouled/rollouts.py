@@ -1,4 +1,7 @@
-"""The next free rollout index of a (task, solver, run), for a submit that names none."""
+"""The next free rollout index of a (task, solver, model, run), for a submit that names none.
+
+The frontier and best-of-k count a solver's rollouts per model: two models submitted
+under one solver and run each start at rollout 0, so "within k" means the same for both."""
 
 from __future__ import annotations
 
@@ -9,11 +12,11 @@ from jouled import limits
 from jouled.errors import UsageError
 from jouled.ledger.store import Ledger
 
-Key = tuple[str, str, str]  # (task id, solver, run id)
+Key = tuple[str, str, str, str]  # (task id, solver, model, run id)
 
 
 class NextRollout:
-    """Hands out rollout indices one above the highest a (task, solver, run) has used.
+    """Hands out rollout indices one above the highest a (task, solver, model, run) has used.
 
     "Used" is what the ledger holds (results and aborts) and what attempts still in
     flight were handed, so that two attempts in flight at once never get the same
@@ -27,20 +30,24 @@ class NextRollout:
         self._lock = threading.Lock()
         self._held: dict[Key, set[int]] = {}
 
-    def take(self, task_id: str, solver: str, run_id: str) -> tuple[int, Callable[[], None]]:
+    def take(
+        self, task_id: str, solver: str, run_id: str, model: str = ""
+    ) -> tuple[int, Callable[[], None]]:
         """The index, and the call that gives it back once its attempt has ended."""
-        key = (task_id, solver, run_id)
+        key = (task_id, solver, model, run_id)
         with self._lock:
             ((recorded,),) = self._ledger.fetch(
                 "SELECT max(rollout) FROM entries WHERE kind IN ('result', 'abort') "
-                "AND task_id = ? AND solver = ? AND coalesce(run_id, '') = ?",
+                "AND task_id = ? AND solver = ? AND coalesce(model, '') = ? "
+                "AND coalesce(run_id, '') = ?",
                 key,
             )
             held = self._held.get(key, set())
             index = max(-1 if recorded is None else int(recorded), *held, -1) + 1
             if index > limits.ROLLOUT_MAX:
                 raise UsageError(
-                    f"{task_id} by {solver} in run {run_id!r} has used rollout "
+                    f"{task_id} by {solver}{f' ({model})' if model else ''} in run {run_id!r} "
+                    "has used rollout "
                     f"{limits.ROLLOUT_MAX:,}, the last index: there is no next one",
                     hint="start a new run (--run-id), or name the rollout (--rollout N)",
                 )

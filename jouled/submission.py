@@ -29,7 +29,7 @@ class Submission:
     model: str = ""
     agent: str = ""
     run_id: str = ""
-    rollout: int | None = 0  # None: the next free index of (task, solver, run) (rollouts.py)
+    rollout: int | None = 0  # None: the next free index of (task, solver, model, run) (rollouts.py)
     claimed: Mapping[str, int] = field(default_factory=dict)
     idempotency_key: str = ""
     # Who asks: names its results and bounds what it may sign. None: an in-process

@@ -20,12 +20,14 @@ daemon no longer holds) is treated as if it did, since nothing says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jouled.auth import AUDITOR, OPERATOR, Identity
 from jouled.contracts import Contract
+from jouled.documents.sent import Receipt
 from jouled.errors import DeniedError
 
 # Said in every answer an agent gets with something withheld.
@@ -93,19 +95,19 @@ def expected_ids(contract: Contract, ids: Iterable[str], caller: Identity | None
     return Secrecy(True, contract).visible(ids)
 
 
-def receipt(document: dict[str, Any], secrecy: Secrecy) -> dict[str, Any]:
+def receipt(document: Receipt, secrecy: Secrecy) -> Receipt:
     """An agent's view of a receipt: whole, or without what hidden tests keep back."""
     if not secrecy.hidden:
         return document
-    return {
-        **document,
-        "entry": None,
-        "output_tail": "",
-        "verdict": None,
-        "tests_failed": secrecy.visible(document.get("tests_failed", [])),
-        "tests_missing": secrecy.visible(document.get("tests_missing", [])),
-        "withheld": WITHHELD,
-    }
+    return dataclasses.replace(
+        document,
+        entry=None,
+        output_tail="",
+        verdict=None,
+        tests_failed=secrecy.visible(document.tests_failed),
+        tests_missing=secrecy.visible(document.tests_missing),
+        withheld=WITHHELD,
+    )
 
 
 def logs(document: dict[str, Any], secrecy: Secrecy) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import pytest
 from jouled import visibility
 from jouled.auth import AGENT, AUDITOR, OPERATOR, Identity
 from jouled.contracts import TaskRegistry
+from jouled.documents.sent import ExportRecord, Receipt
+from jouled.documents.vocabulary import Status
 from jouled.errors import DeniedError
 
 TASKS = Path(__file__).resolve().parents[1] / "tasks"
@@ -58,18 +60,35 @@ def test_visible_ids_are_those_of_test_files_an_agent_was_given() -> None:
 
 def test_a_receipt_and_logs_keep_counts_and_visible_ids_only() -> None:
     secrecy = visibility.Secrecy.of(SLIDING, {"task_digest": SLIDING.digest})
-    receipt = {
-        "seq": 4,
-        "tests": {"expected": 9, "passed": 7, "failed": 2, "missing": 0},
-        "tests_failed": [VISIBLE, HIDDEN],
-        "tests_missing": [],
-        "output_tail": "FAILED " + HIDDEN,
-        "verdict": None,
-        "entry": {"payload": "..."},
-    }
+    receipt = Receipt(
+        seq=4,
+        task_id=SLIDING.task_id,
+        patch_sha256="ab" * 32,
+        status=Status.UNRESOLVED,
+        resolved=False,
+        tests={"expected": 9, "passed": 7, "failed": 2, "missing": 0},
+        energy={},
+        solver="agent",
+        leaf_hash="cd" * 32,
+        tests_failed=[VISIBLE, HIDDEN],
+        tests_missing=[HIDDEN],
+        output_tail="FAILED " + HIDDEN,
+        verdict={"resolved": False, "tests_failed": [HIDDEN]},
+        entry=ExportRecord(
+            seq=4,
+            payload="e30=",
+            payload_type="application/json",
+            signatures=[],
+            leaf_hash="cd" * 32,
+        ),
+        proof={"seq": 4, "leaf_hash": "cd" * 32, "tree_size": 5, "root": "ef" * 32, "hashes": []},
+        checkpoint="note",
+    )
     shown = visibility.receipt(receipt, secrecy)
-    assert shown["tests"] == receipt["tests"] and shown["tests_failed"] == [VISIBLE]
-    assert shown["entry"] is None and shown["output_tail"] == "" and shown["withheld"]
+    assert shown.tests == receipt.tests and shown.tests_failed == [VISIBLE]
+    assert shown.tests_missing == [] and shown.verdict is None
+    assert shown.entry is None and shown.output_tail == "" and shown.withheld
+    assert shown.proof == receipt.proof and shown.seq == 4
     logs = {
         "seq": 4,
         "runs": {

@@ -40,6 +40,7 @@ def test_a_failed_read_makes_the_window_invalid_not_zero() -> None:
 def test_cpu_share_apportions_the_window() -> None:
     e = phase_energy("rapl", [PKG], snap(0, 0), snap(1_000, 10_000_000), None, share=0.25)
     assert e.gross_mj == 2_500 and e.attribution == "cpu-share"
+    assert e.domains == {"package-0": 2_500}  # each domain's gross is the phase's share too
 
 
 def test_a_share_that_left_out_cpu_is_the_whole_window_and_not_reliable() -> None:

@@ -127,8 +127,7 @@ def _task(c: Contract, caller: Identity) -> pb.Task:
     )
 
 
-def _receipt(document: dict[str, Any]) -> pb.Receipt:
-    r = Receipt.parse(document)
+def _receipt(r: Receipt) -> pb.Receipt:
     return pb.Receipt(
         seq=r.seq,
         task_id=r.task_id,
@@ -140,8 +139,7 @@ def _receipt(document: dict[str, Any]) -> pb.Receipt:
     )
 
 
-def _op_receipt(document: dict[str, Any]) -> pb.OpReceipt:
-    r = OpReceipt.parse(document)
+def _op_receipt(r: OpReceipt) -> pb.OpReceipt:
     return pb.OpReceipt(
         seq=r.seq,
         window_id=r.window_id,
@@ -362,7 +360,7 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def MeterStatus(self, request: pb.MeterStatusRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.meter_status())
+        return _doc(self.daemon.meter_status().to_dict())
 
     @_unary
     def Calibrate(self, request: pb.CalibrateRequest, context: Any) -> pb.Document:
@@ -399,7 +397,7 @@ class Servicer(pb_grpc.JouledServicer):
 
     @_unary
     def PublicKeys(self, request: pb.PublicKeysRequest, context: Any) -> pb.Document:
-        return _doc(self.daemon.public_keys())
+        return _doc(self.daemon.public_keys().to_dict())
 
     def OpenWindow(self, request: pb.OpenWindowRequest, context: Any) -> Iterator[pb.WindowEvent]:
         """Open the window, name it, hold the call while it is open, then send its receipt.

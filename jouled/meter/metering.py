@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from jouled.documents.answers import MeterStatus
 from jouled.meter.base import Calibration, Meter, Snapshot
@@ -70,7 +69,7 @@ class Metering:
         self._waiting_lock = threading.Lock()
         self.holder = ""
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> MeterStatus:
         """The meter, the attribution policy and the calibration in force (with its age)."""
         cal = self.calibration
         described = dict(self.meter.describe())  # what the meter says of itself beyond these
@@ -89,7 +88,7 @@ class Metering:
                 "idle_w": {name: d.idle_mw / 1000 for name, d in sorted(cal.domains.items())},
             },
             extra=described,
-        ).to_dict()
+        )
 
     @contextmanager
     def phase(

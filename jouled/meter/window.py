@@ -168,12 +168,15 @@ def phase_energy(
     elif cpu_uncounted and any(d.kind == "cpu-time" for d in domains):
         reliable = False
         reasons.append(f"{cpu_uncounted}: the estimate by CPU time leaves it out")
+    domain_mj = {name: uj // 1000 for name, uj in gross_uj.items()}
     if share is not None:
         share = min(1.0, max(0.0, share))
         attribution = CPU_SHARE
         gross_mj = round(gross_mj * share)
         idle_mj = round(idle_mj * share)
         marginal_mj = round(marginal_mj * share)
+        # Each domain's gross is the phase's too: its share, as the total is.
+        domain_mj = {name: round(mj * share) for name, mj in domain_mj.items()}
 
     return PhaseEnergy(
         gross_mj=gross_mj if valid else None,
@@ -184,7 +187,7 @@ def phase_energy(
         attribution=attribution,
         wall_ms=wall_ms,
         domains={
-            d.name: gross_uj[d.name] // 1000 if valid else None
+            d.name: domain_mj[d.name] if valid else None
             for d in sorted(domains, key=lambda d: d.name)
         },
         reasons=tuple(reasons),

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _FunctionType,
         _top,
         initializing,
-        observing,
+        passed_problems,
     )
     from jouled.pipeline.jouled_snapshot import (
         _IS,
@@ -303,8 +303,9 @@ def start(
                 holder["ran"] = raised
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
+            running = holder["item_id"]
             if test_id is None:  # the running test's report (SymPy's reporter names none)
-                test_id, holder["item_id"] = holder["item_id"], None
+                test_id, holder["item_id"] = running, None
                 if test_id is None:
                     holder["unnamed"] += 1
                     test_id = f"<no test {holder['unnamed']}>"
@@ -312,15 +313,8 @@ def start(
             # reports by where they come from (a change that stays is found at the next
             # passing call or at the end).
             problems = integrity() if when == "call" and outcome == "passed" else []
-            if when == "call" and outcome == "passed" and test_id == holder["observed"]:
-                ran = holder["ran"]
-                observer = holder["observer"]  # none where the runner observes no wrapper
-                if observer is not None and not observing(observer, holder["function"]):
-                    problems.append("the test's observer no longer calls the test's function")
-                if ran is None and holder["strict"]:
-                    problems.append("the report says passed but the test's function never ran")
-                elif ran:
-                    problems.append(f"the report says passed but the test raised {ran}")
+            if when == "call" and outcome == "passed":
+                problems += passed_problems(holder, test_id, running, origins)
             found = origins.from_tree(type(report))
             if found:
                 problems.append(f"the report is an instance of a class from {found}")
@@ -521,6 +515,10 @@ def start(
                     module = _TYPE_DICT(target).get("__module__")
                     if type(module) is str and _top(module) in WATCHED and not initializing(module):
                         refuse(f"{name} of class {module}.{target.__qualname__} was written")
+                    elif origins.test_class(target):  # the suite's own test case
+                        found = patch_on_stack(getframe(2)) or elsewhere()
+                        if found:
+                            refuse(f"{name} of test class {target.__qualname__} written by {found}")
             elif name == "__class__" and len(args) > 2:
                 # An object of the test framework's (a report, an item, a result) may not
                 # become the tree's; any other object's class is the program's business

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
         EVENT,
         MAX_DYNAMIC,
+        WATCHED,
+        WATCHED_PREFIXES,
         _CodeType,
         read_setup,
     )
@@ -52,6 +54,16 @@ class Origins:
 
     def is_protected(self, filename: str) -> bool:
         return not self.outside(filename) and self.realpath(filename) in self.protected
+
+    def test_class(self, cls: Any) -> bool:
+        """Whether `cls` is a unittest test case of the suite's own (its module's file is
+        protected): its machinery (`run`, `_callTestMethod`) and its methods are the test's."""
+        case = self._modules.get("unittest.case")
+        base = _MODULE_DICT(case).get("TestCase") if type(case) is type(sys) else None
+        if base is None or not any(k is base for k in _TYPE_MRO(cls)):
+            return False
+        filename = _module_file(self._modules.get(_TYPE_DICT(cls).get("__module__")))
+        return bool(filename) and self.is_protected(filename)
 
     def inside(self, path: str) -> bool:
         return path == self.root or path.startswith(self.root + os.sep)
@@ -221,8 +233,11 @@ _SHA256 = hashlib.sha256
 _Partial = type(__import__("functools").partial(int))
 _FUNC_CODE = _FunctionType.__code__.__get__  # type: ignore[attr-defined]
 _FUNC_CLOSURE = _FunctionType.__closure__.__get__  # type: ignore[attr-defined]
+_FUNC_DICT = _FunctionType.__dict__["__dict__"].__get__  # type: ignore[index]
 _METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
 _TYPE_DICT: Any = type.__dict__["__dict__"].__get__
+_TYPE_MRO: Any = type.__dict__["__mro__"].__get__
+_TYPE_QUALNAME: Any = type.__dict__["__qualname__"].__get__
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
 _PLAIN |= {type(len), type([].append), type(sys), type(int.__add__), type(str.join)}
 
@@ -263,6 +278,108 @@ def observing(observed: Any, function: Any) -> bool:
     return cells[names.index("function")].cell_contents is function
 
 
+def passed_problems(
+    holder: "dict[str, Any]", test_id: str, running: Any, origins: "Origins"
+) -> "list[str]":
+    """Why a call reported passed is not the running test's own function, run and
+    returned (`holder`: what the runner said of the running test, `running` its id)."""
+    if test_id != running:
+        return [f"a passing report of {test_id} came while {running or 'no test'} was running"]
+    if test_id != holder["observed"]:
+        return []
+    problems = stand_in_problems(holder["function"], origins)
+    observed = holder["observer"]  # none where the runner observes no wrapper
+    if observed is not None and not observing(observed, holder["function"]):
+        problems.append("the test's observer no longer calls the test's function")
+    ran = holder["ran"]
+    if ran is None and holder["strict"]:
+        problems.append("the report says passed but the test's function never ran")
+    elif ran:
+        problems.append(f"the report says passed but the test raised {ran}")
+    return problems
+
+
+def stand_in_problems(function: Any, origins: "Origins") -> "list[str]":
+    """Why what ran for a test is not shown to be a function of the suite's: followed
+    through partials, methods and wrappers that hold what they wrap (`__wrapped__`
+    alone is a claim anything can carry), it must end in a Python function of a file
+    in the tree, not a builtin or a function of Python's or a library's."""
+    layer = function
+    for _ in range(100):
+        if type(layer) is _Partial:
+            layer = layer.func
+        elif type(layer) is _MethodType:
+            layer = _METHOD_FUNC(layer)
+        elif type(layer) is not _FunctionType:
+            return [f"the test is a {_TYPE_NAME(type(layer))}, not a function of the suite's"]
+        else:
+            code = _FUNC_CODE(layer)
+            wrapped = _FUNC_DICT(layer).get("__wrapped__")
+            if wrapped is None:
+                name = code.co_filename
+                if name.startswith("<") or origins.inside(origins.realpath(name)):
+                    return []
+                return [f"the test runs {code.co_name} of {name}, not a function of the suite's"]
+            if not any(_held(cell) is wrapped for cell in _FUNC_CLOSURE(layer) or ()):
+                return [f"the test's {code.co_name} says it wraps what it does not hold"]
+            layer = wrapped
+    return ["the test's wrappers never end"]
+
+
+# What unittest calls on a test case to run it (and the async case's own).
+MACHINERY = (
+    "run",
+    "__call__",
+    "debug",
+    "_callTestMethod",
+    "_callSetUp",
+    "_callTearDown",
+    "_callCleanup",
+    "doCleanups",
+    "_callAsync",
+    "_callMaybeAsync",
+    "_setupAsyncioRunner",
+    "_setupAsyncioLoop",
+)
+
+
+def machinery_problems(cls: Any, origins: "Origins") -> "list[str]":
+    """Why a test case class may not run its tests through unittest's machinery: what
+    unittest calls on a test (`MACHINERY`), where a class of the suite's or a library's
+    holds it, must be a function of that class's own file. Class attributes are written
+    with no audit event, so a `run` or `_callTestMethod` put on a test class later (a
+    builtin, unittest's own `run` past the runner's) is found by what it is."""
+    problems: list[str] = []
+    for klass in _TYPE_MRO(cls):
+        namespace = _TYPE_DICT(klass)
+        module = namespace.get("__module__")
+        if type(module) is not str or _top(module) in WATCHED:
+            continue  # the frameworks' classes: compared whole at every check
+        if module.startswith(WATCHED_PREFIXES):
+            continue
+        filename = _module_file(sys.modules.get(module))
+        for name in MACHINERY:
+            value = namespace.get(name)
+            if value is None:
+                continue
+            code = _FUNC_CODE(value) if type(value) is _FunctionType else None
+            if code is None or not filename or not _same_file(code.co_filename, filename):
+                label = _TYPE_QUALNAME(klass)
+                problems.append(f"{label}.{name} of the test case is not its own file's code")
+    return problems
+
+
+def _same_file(a: str, b: str) -> bool:
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _held(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
 def _module_file(module: Any) -> str:
     if type(module) is not type(sys):
         return ""
@@ -297,16 +414,29 @@ def nested_codes(function: Any) -> "tuple[Any, ...]":
 
 def observer(audit: Any, function: Any, test_id: str) -> Any:
     """`function` wrapped to tell the monitor (through `audit`) how each call of it ended:
-    the name of what it raised, or "" when it returned."""
+    the name of what it raised, or "" when it returned; a coroutine function's observer
+    is one too, and hears how the coroutine ended, not the event loop that runs it."""
+
+    if _iscoroutinefunction(function):
+
+        @_functools.wraps(function)
+        async def observed_coroutine(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = await function(*args, **kwargs)
+            except BaseException as raised:
+                audit(EVENT, "ran", test_id, _raised(raised))
+                raise
+            audit(EVENT, "ran", test_id, "")
+            return result
+
+        return observed_coroutine
 
     @_functools.wraps(function)
     def observed(*args: Any, **kwargs: Any) -> Any:
         try:
             result = function(*args, **kwargs)
         except BaseException as raised:
-            # The class's own name (a metaclass cannot answer for it); never "" for a raise.
-            named = _TYPE_NAME(type(raised))
-            audit(EVENT, "ran", test_id, named if type(named) is str and named else "an exception")
+            audit(EVENT, "ran", test_id, _raised(raised))
             raise
         audit(EVENT, "ran", test_id, "")
         return result
@@ -315,6 +445,16 @@ def observer(audit: Any, function: Any, test_id: str) -> Any:
 
 
 _TYPE_NAME = type.__dict__["__name__"].__get__
+
+
+def _raised(raised: BaseException) -> str:
+    """What a test raised, by its class's own name (a metaclass cannot answer for it);
+    never "" (a return)."""
+    named = _TYPE_NAME(type(raised))
+    return named if type(named) is str and named else "an exception"
+
+
+_iscoroutinefunction = __import__("inspect").iscoroutinefunction
 _COMPILE = compile
 _ONLY_AST = 0x400
 

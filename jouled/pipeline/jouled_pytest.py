@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         _attr,
         _FunctionType,
         function_problems,
+        machinery_problems,
         nested_codes,
         observer,
     )
@@ -213,7 +214,19 @@ def item_problems(item: Any, origins: "Origins") -> "list[str]":
     function = namespace.get("_obj", namespace.get("obj"))
     if function is not None:
         problems += function_problems(function, origins)
+    instance = unittest_case(item)
+    if instance is not None:
+        problems += machinery_problems(type(instance), origins)  # a unittest case's
     return problems
+
+
+def unittest_case(item: Any) -> Any:
+    """The unittest case a pytest item runs (pytest's own attribute for it differs by
+    version), None for any other item."""
+    if type(item).__name__ != "TestCaseFunction":
+        return None
+    namespace = getattr(item, "__dict__", {})
+    return namespace.get("_testcase", namespace.get("_instance"))
 
 
 # -- the plugin -----------------------------------------------------------------------------
@@ -319,6 +332,12 @@ def make_plugin(
             audit(EVENT, "item", item, item.nodeid, how, function, observed)
             if observed is not None:
                 item.obj = observed
+                if how == "raised" and _inspect.iscoroutinefunction(function):
+                    # pytest leaves an async unittest case to unittest, which looks the
+                    # method up on the test itself: the observer goes there.
+                    instance = unittest_case(item)
+                    if instance is not None:
+                        setattr(instance, item.name, observed)
 
         def pytest_runtest_logreport(self, report: Any) -> None:
             audit(
@@ -339,7 +358,8 @@ def make_plugin(
         and how far that holds: "strict" for a plain function (pytest calls `item.obj`,
         so a report may say `passed` only for a function that ran and returned),
         "raised" for a unittest case (pytest versions differ in how they call it: only
-        a raise it reports counts), None for anything else (doctests, other plugins)."""
+        a raise it reports counts) and a coroutine function (the plugin that runs it
+        may call it its own way), None for anything else (doctests, other plugins)."""
         kind = type(item)
         if kind.__module__ == "_pytest.python" and kind.__name__ == "Function":
             how = "strict"
@@ -348,8 +368,9 @@ def make_plugin(
         else:
             return None, None
         function = item.__dict__.get("_obj")
-        if function is None or _inspect.iscoroutinefunction(function):
+        if function is None:
             return None, None
+        how = "raised" if _inspect.iscoroutinefunction(function) else how
         return observer(audit, function, item.nodeid), how
 
     return Reporter()

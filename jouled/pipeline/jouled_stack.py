@@ -199,16 +199,21 @@ class Stack:
         return ""
 
     def library_import(self, frame: Any) -> bool:
-        """Whether the first frame outside the import system is the top-level code of a
-        module the patch did not write, being imported (its arguments are its own)."""
-        while frame is not None and frame.f_code.co_filename.startswith("<frozen "):
+        """Whether the frames from `frame` up, outside the import system, are code the
+        patch did not write up to the top-level code of a module being imported (its
+        arguments are its own: asyncio's import remakes code through `types.coroutine`)."""
+        depth = 0
+        while frame is not None and depth < 50:
+            code = frame.f_code
+            if self.origins.code_from_tree(code):
+                return False
+            if code.co_name == "<module>" and not code.co_filename.startswith("<frozen "):
+                module = self.modules.get(frame.f_globals.get("__name__"))
+                # Not a module's code run again, on globals of somebody's choosing.
+                return getattr(module, "__dict__", None) is frame.f_globals
             frame = frame.f_back
-        if frame is None or frame.f_code.co_name != "<module>":
-            return False
-        module = self.modules.get(frame.f_globals.get("__name__"))
-        if getattr(module, "__dict__", None) is not frame.f_globals:
-            return False  # a module's code run again, on globals of somebody's choosing
-        return not self.origins.code_from_tree(frame.f_code)
+            depth += 1
+        return False
 
     def bytecode_problem(self, frame: Any) -> str:
         """Why the bytecode an import is reading cannot be trusted: a file the run could

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     from jouled.pipeline.jouled_origins import (
         Origins,
         function_problems,
+        machinery_problems,
         nested_codes,
         observer,
     )
@@ -56,6 +57,9 @@ def test_problems(test: Any, origins: "Origins") -> "list[str]":
     found = origins.from_tree(type(test))
     if found:
         return [f"the test is an instance of a class from {found}"]
+    machinery = machinery_problems(type(test), origins)
+    if machinery:
+        return machinery
     namespace = getattr(test, "__dict__", {})
     method = namespace.get(name) if isinstance(namespace, dict) else None
     if method is None:
@@ -115,7 +119,7 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         if type(name) is not str or type(namespace) is not dict or name in namespace:
             return None, None
         method = getattr(test, name, None)
-        if method is None or _inspect.iscoroutinefunction(method):
+        if method is None:
             return None, None
         return observer(audit, method, test_id(test)), method
 
@@ -138,7 +142,10 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         watching = (
             observed is not None and type(namespace) is dict and namespace.get(name) is observed
         )
-        audit(EVENT, "item", test, tid, "strict" if watching else None, method, observed)
+        # A coroutine's observer hears it end wherever its event loop runs it: its raise
+        # counts (a loop made to swallow it is found), as for pytest's coroutines.
+        how = ("raised" if _inspect.iscoroutinefunction(method) else "strict") if watching else None
+        audit(EVENT, "item", test, tid, how, method, observed)
         return original_start(self, test)
 
     def addSubTest(self: Any, test: Any, subtest: Any, err: Any) -> Any:

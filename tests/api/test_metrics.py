@@ -87,7 +87,7 @@ def test_a_signed_result_moves_the_counters(daemon: Daemon, server: MetricsServe
     grade = energy[(("op", "grade"), ("source", "estimator"))]
     graded = [e.body["energy"]["grade"]["gross_mj"] for e in daemon.ledger.entries("result")]
     assert grade == pytest.approx(sum(graded) / 1000)
-    assert receipt["energy"]["grade"]["gross_mj"] in graded
+    assert receipt.energy["grade"]["gross_mj"] in graded
     assert m["jouled_ledger_entries"][()] == daemon.ledger.size
 
 

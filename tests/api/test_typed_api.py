@@ -137,6 +137,34 @@ def test_malformed_calls_are_client_errors(offline: Client, call: Any) -> None:
     assert caught.value.kind == Kind.INVALID_ARGUMENT and caught.value.hint
 
 
+@pytest.mark.parametrize(
+    ("call", "bound"),
+    [
+        (lambda c: c.submit(TASK, b"", rollout=10_001), "from 0 to 10,000"),
+        (lambda c: c.calibrate(601), "from 0 to 600"),
+    ],
+)
+def test_a_range_hint_names_the_daemon_s_own_bound(offline: Client, call: Any, bound: str) -> None:
+    with pytest.raises(ClientError) as caught:
+        call(offline)
+    assert caught.value.kind == Kind.INVALID_ARGUMENT and bound in caught.value.hint
+
+
+def test_a_closed_client_says_so(tmp_path: Path) -> None:
+    client = Client(tmp_path / "nobody.sock")
+    client.close()
+    with pytest.raises(ClientError) as caught:
+        client.tasks()  # gRPC's own "Cannot invoke RPC on closed channel!" is a ValueError
+    assert caught.value.kind == Kind.FAILED_PRECONDITION and "new Client" in caught.value.hint
+
+
+@pytest.mark.parametrize("timeout_s", [-1, 0, "30"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(tmp_path: Path, timeout_s: Any) -> None:
+    with pytest.raises(ClientError) as caught:
+        Client(tmp_path / "nobody.sock", timeout_s=timeout_s)
+    assert caught.value.kind == Kind.INVALID_ARGUMENT and "seconds" in caught.value.hint
+
+
 def test_an_absent_daemon_is_unavailable_with_a_hint(offline: Client) -> None:
     with pytest.raises(ClientError) as caught:
         offline.tasks()

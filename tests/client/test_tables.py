@@ -417,3 +417,11 @@ def test_the_readme_numbers_revisions_as_the_json_and_the_tables_do() -> None:
     said = re.search(r"`revision` (\d+)[^,;.]*?, then (\d+)", " ".join(readme.split()))
     assert said is not None, "the README says how revisions are numbered"
     assert [int(said[1]), int(said[2])] == revisions
+
+
+def test_an_estimator_s_calibration_says_it_sampled_nothing_not_zero_seconds() -> None:
+    cal = {"source": "estimator", "seconds": 0, "seq": 2, "domains": {}}
+    head = dict(meter_text.calibration_lines(cal))["calibration"]
+    assert "estimator: nothing measured, so no idle to sample" in head and "0 s" not in head
+    rapl = dict(meter_text.calibration_lines({**cal, "source": "rapl", "seconds": 10}))
+    assert "10 s of rapl" in rapl["calibration"]

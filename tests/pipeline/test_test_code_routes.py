@@ -1,0 +1,369 @@
+"""Routes that keep a test's own code from running, or from being heard, while its report
+says passed: each a source-only patch to the library, run for real under the monitor.
+
+Each payload prints a marker (`JBFORGED ...`) to prove it ran; each run must come out
+with the forgery found. The routes: the test class's machinery rewritten (`run`,
+`_callTestMethod`, a test method stood in for), the event loop that runs an async test
+made to swallow its failure, the test function replaced in its module before the
+monitor first looks, and a passing report handed to the runner's plugin for a test
+that never ran (by a `weakref.finalize` callback, no frame of the patch's on the stack).
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.test_pytest_run import run_plan
+from tests.pipeline.test_unittest_run import interpreters, run, version_of
+
+CMD = ["python", "-m", "pytest", "-s", "tests"]
+# Interpreters whose runs are signed `monitor` (audit hooks, readable version tags).
+MONITORED = [p for p in interpreters() if (3, 8) <= version_of(p) < (3, 13)]
+
+
+def graded(scratch: Path, test: str, before: str, after: str) -> tuple[str, list[str]]:
+    """A pytest task whose library the patch changes from `before` to `after`."""
+    files = {"pytest.ini": "[pytest]\n", "mypkg/__init__.py": before, "tests/test_a.py": test}
+    _, result, channel = run_plan(scratch, files, CMD, added={"mypkg/__init__.py": after})
+    return result.output, list(channel.forged)
+
+
+# Library code that runs as pytest's collection looks through a test module's values
+# (it asks each for `__test__`), after the module was imported.
+ON_COLLECTION = """
+import sys as _sys
+import unittest as _unittest
+VALUE = 1
+
+
+def _test_modules():
+    me = _sys.modules[__name__]
+    for module in list(_sys.modules.values()):
+        namespace = getattr(module, "__dict__", {})
+        if any(value is me for value in list(namespace.values())):
+            yield module, namespace
+
+
+def __getattr__(name):
+    if name == "__test__":
+        _on_collection()
+    raise AttributeError(name)
+"""
+
+UNITTEST_CASE = (
+    "import unittest\n\nimport mypkg\n\n\nclass T(unittest.TestCase):\n"
+    "    def test_real(self):\n        self.assertEqual(mypkg.VALUE, 2)\n"
+)
+RUN_REPLACED = (
+    ON_COLLECTION
+    + """
+def _on_collection():
+    for _, namespace in _test_modules():
+        for value in list(namespace.values()):
+            if isinstance(value, type) and issubclass(value, _unittest.TestCase):
+                print("JBFORGED run replaced on", value.__qualname__, flush=True)
+                value.run = dict  # a value of Python's: calling the test runs nothing
+"""
+)
+
+
+def test_a_test_class_s_run_replaced_by_the_library_is_found(scratch: Path) -> None:
+    output, forged = graded(scratch, UNITTEST_CASE, "VALUE = 1\n", RUN_REPLACED)
+    assert "JBFORGED run replaced on T" in output, output
+    assert any("T.run of the test case is not its own file" in why for why in forged), forged
+
+
+PLAIN_TEST = "import mypkg\n\n\ndef test_real():\n    assert mypkg.VALUE == 2\n"
+# The test function swapped, in its module, for a callable of Python's own that returns
+# None, carrying the real function as `__wrapped__` (a claim anything can make).
+STOOD_IN = (
+    ON_COLLECTION
+    + """
+import functools as _functools
+
+
+def _on_collection():
+    for module, namespace in _test_modules():
+        for key, value in list(namespace.items()):
+            if key.startswith("test") and type(value) is type(_on_collection):
+                stand_in = _functools.partial({}.update)
+                stand_in.__wrapped__ = value
+                namespace[key] = stand_in
+                print("JBFORGED stood in for", key, flush=True)
+"""
+)
+# The same, with a function of the standard library's that takes no argument and returns.
+STOOD_IN_BY_A_LIBRARY_FUNCTION = STOOD_IN.replace(
+    "stand_in = _functools.partial({}.update)", "import tempfile as _t; stand_in = _t.gettempdir"
+)
+
+
+@pytest.mark.parametrize("payload", [STOOD_IN, STOOD_IN_BY_A_LIBRARY_FUNCTION])
+def test_a_test_function_stood_in_for_before_the_first_look_is_found(
+    scratch: Path, payload: str
+) -> None:
+    output, forged = graded(scratch, PLAIN_TEST, "VALUE = 1\n", payload)
+    assert "JBFORGED stood in for test_real" in output, output
+    assert any("test_real" in why and "not" in why for why in forged), forged
+
+
+ASYNC_CASE = (
+    "import unittest\n\nimport mypkg\n\n\nclass T(unittest.IsolatedAsyncioTestCase):\n"
+    "    async def test_real(self):\n        self.assertEqual(mypkg.VALUE, 2)\n"
+)
+# The event loop's runner, a class of asyncio's, made to swallow the test's failure.
+LOOP_SWALLOWS = (
+    ON_COLLECTION
+    + """
+def _swallowing(run):
+    def swallowing(self, *args, **kwargs):
+        try:
+            return run(self, *args, **kwargs)
+        except AssertionError:
+            print("JBFORGED async failure swallowed", flush=True)
+    return swallowing
+
+
+def _on_collection():
+    events = _sys.modules.get("asyncio.base_events")
+    loop = events.BaseEventLoop if events is not None else None
+    if loop is not None and "_jb" not in vars(loop):
+        loop.run_until_complete = _swallowing(loop.run_until_complete)
+        loop._jb = True
+"""
+)
+
+
+def test_an_async_test_s_failure_swallowed_by_its_event_loop_is_found(scratch: Path) -> None:
+    output, forged = graded(scratch, ASYNC_CASE, "VALUE = 1\n", LOOP_SWALLOWS)
+    assert "JBFORGED async failure swallowed" in output, output
+    assert any("raised AssertionError" in why for why in forged), forged
+
+
+TWO_TESTS = (
+    "import mypkg\n\n\ndef test_ok():\n    assert mypkg.double(2) == 4\n\n\n"
+    "def test_real():\n    assert mypkg.double(3) == 6\n"
+)
+DOUBLE = "def double(x):\n    return x * 2 if x != 3 else 7\n"
+# The failing test is hidden from collection; a finalizer, set off as pytest drops the
+# passing test's fixtures, hands the runner's plugin a passing report of it.
+REPORT_BY_FINALIZER = textwrap.dedent(
+    """
+    import sys as _sys
+    import weakref as _weakref
+
+
+    def double(x):
+        frame = _sys._getframe(1)
+        while frame is not None and "pyfuncitem" not in frame.f_locals:
+            frame = frame.f_back
+        if frame is not None:
+            from _pytest.reports import TestReport
+            item = frame.f_locals["pyfuncitem"]
+            nodeid = item.nodeid.rsplit("::", 1)[0] + "::test_real"
+            where = (item.location[0], 7, "test_real")
+            report = TestReport(nodeid, where, {}, "passed", None, "call")
+            trigger = type("Trigger", (), {})()
+            _weakref.finalize(trigger, item.ihook.pytest_runtest_logreport, report=report)
+            item.funcargs["_jb"] = trigger
+            print("JBFORGED report armed", flush=True)
+        return x * 2 if x != 3 else 7
+
+
+    def __getattr__(name):
+        if name == "__test__":
+            for module in list(_sys.modules.values()):
+                found = getattr(module, "__dict__", {}).get("test_real")
+                if found is not None and getattr(found, "__module__", None) == module.__name__:
+                    found.__test__ = False
+        raise AttributeError(name)
+    """
+)
+
+
+def test_a_passing_report_for_a_test_that_is_not_running_is_found(scratch: Path) -> None:
+    output, forged = graded(scratch, TWO_TESTS, DOUBLE, REPORT_BY_FINALIZER)
+    assert "JBFORGED report armed" in output, output
+    assert any("tests/test_a.py::test_real" in why for why in forged), forged
+
+
+# -- the unittest runner (Django's runtests.py style), on every monitored interpreter ------
+
+UNITTEST_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        self.assertEqual(lib.double(3), 6)
+"""
+# Library code that runs as unittest's loader looks through the test module: it asks
+# `isinstance(lib, type)`, which reads the module's `__class__`, a property here.
+ON_LOADING = """
+import sys as _sys
+import types as _types
+import unittest as _unittest
+
+
+class _Module(_types.ModuleType):
+    @property
+    def __class__(self):
+        if not _busy:
+            _busy.append(1)
+            try:
+                _on_load()
+            finally:
+                _busy.clear()
+        return _types.ModuleType
+
+
+_busy = []
+_sys.modules[__name__].__class__ = _Module
+
+
+def _test_classes():
+    me = _sys.modules[__name__]
+    for module in list(_sys.modules.values()):
+        namespace = getattr(module, "__dict__", {})
+        if any(value is me for value in list(namespace.values())):
+            for value in list(namespace.values()):
+                if isinstance(value, type) and issubclass(value, _unittest.TestCase):
+                    yield value
+"""
+# unittest's own `run` (from the closure of the runner's, which installs the observer) put
+# on the test class, and a builtin that never calls the test as its method caller.
+BYPASS = (
+    ON_LOADING
+    + """
+def _on_load():
+    wrapper = _unittest.TestCase.__dict__["run"]
+    cells = [c.cell_contents for c in wrapper.__closure__ or ()]
+    original = [c for c in cells if getattr(c, "__qualname__", "") == "TestCase.run"][0]
+    for cls in _test_classes():
+        if "run" not in vars(cls):
+            print("JBFORGED bypass on", cls.__qualname__, flush=True)
+            cls.run = original
+            cls._callTestMethod = id
+"""
+)
+METHOD_STOOD_IN = (
+    ON_LOADING
+    + """
+import functools as _functools
+
+
+def _on_load():
+    for cls in _test_classes():
+        for key, value in list(vars(cls).items()):
+            if key.startswith("test") and type(value) is type(_on_load):
+                stand_in = _functools.partial({}.update)
+                stand_in.__wrapped__ = value
+                print("JBFORGED stood in for", key, flush=True)
+                setattr(cls, key, stand_in)
+"""
+)
+LOOP_SWALLOWS_UNITTEST = (
+    ON_LOADING
+    + """
+def _swallowing(run):
+    def swallowing(self, *args, **kwargs):
+        try:
+            return run(self, *args, **kwargs)
+        except AssertionError:
+            print("JBFORGED async failure swallowed", flush=True)
+    return swallowing
+
+
+def _on_load():
+    events = _sys.modules.get("asyncio.base_events")
+    loop = events.BaseEventLoop if events is not None else None
+    if loop is not None and "_jb" not in vars(loop):
+        loop.run_until_complete = _swallowing(loop.run_until_complete)
+        loop._jb = True
+"""
+)
+ASYNC_TESTS = UNITTEST_TESTS.replace(
+    "unittest.TestCase", "unittest.IsolatedAsyncioTestCase"
+).replace("    def test_", "    async def test_")
+
+
+@pytest.mark.parametrize("python", MONITORED)
+@pytest.mark.parametrize(
+    "payload, marker, why",
+    [
+        (BYPASS, "JBFORGED bypass on T", "T.run of the test case is not its own file"),
+        (METHOD_STOOD_IN, "JBFORGED stood in for test_bug", "the test is a builtin"),
+    ],
+    ids=["bypass", "stand-in"],
+)
+def test_the_unittest_runner_finds_the_library_s_writes_to_a_test_class(
+    scratch: Path, python: str, payload: str, marker: str, why: str
+) -> None:
+    channel, output, _ = run(scratch, python, forged=payload, tests=UNITTEST_TESTS)
+    assert marker in output, output
+    assert any(why in found for found in channel.forged), channel.forged
+
+
+@pytest.mark.parametrize("python", [p for p in MONITORED if version_of(p) >= (3, 8)])
+def test_the_unittest_runner_hears_an_async_test_s_failure_its_loop_swallowed(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, forged=LOOP_SWALLOWS_UNITTEST, tests=ASYNC_TESTS)
+    assert "JBFORGED async failure swallowed" in output, output
+    assert any("raised AssertionError" in found for found in channel.forged), channel.forged
+
+
+# -- what must not read as tampering ---------------------------------------------------------
+
+# A library that imports asyncio as it is imported itself (asyncio's own import remakes
+# code objects: `types.coroutine`), and async tests that pass for real.
+ASYNC_LIBRARY = (
+    "\nimport asyncio\n\n\nasync def double(x):\n    await asyncio.sleep(0)\n    return 2 * x\n"
+)
+ASYNC_PASSING = """\
+import unittest
+
+import lib
+
+
+class T(unittest.IsolatedAsyncioTestCase):
+    async def test_double(self):
+        self.assertEqual(await lib.double(3), 6)
+
+    def test_plain(self):
+        self.assertTrue(True)
+"""
+
+
+@pytest.mark.parametrize("python", [sys.executable])
+def test_an_async_library_and_its_passing_async_tests_are_not_tampering(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(
+        scratch, python, forged=ASYNC_LIBRARY, tests=ASYNC_PASSING, lib="VALUE = 1\n"
+    )
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests.test_t.T.test_double") == "passed", output
+    assert channel.outcomes.get("tests.test_t.T.test_plain") == "passed", output
+
+
+def test_an_async_library_under_pytest_is_not_tampering(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": "VALUE = 1\n",
+        "tests/test_a.py": ASYNC_PASSING.replace("import lib", "import mypkg as lib"),
+    }
+    patched = {"mypkg/__init__.py": "VALUE = 1\n" + ASYNC_LIBRARY}
+    _, result, channel = run_plan(scratch, files, CMD, added=patched)
+    assert not channel.forged, channel.forged
+    outcomes = {k: v for k, v in channel.outcomes.items() if k.startswith("tests/test_a.py")}
+    assert set(outcomes.values()) == {"passed"} and len(outcomes) == 2, result.output
