@@ -16,6 +16,7 @@ from jb_client.cli_common import (
     ask,
     connect,
     emit,
+    error,
     fail,
     progress,
     read_file,
@@ -153,7 +154,7 @@ def run(
         with connect() as c:
             found = c.tasks(suite)
             if not found:
-                render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
+                error(f"no tasks in suite {suite!r}")
                 raise SystemExit(EXIT_USAGE)
             total = len(found) * len(names) * rollouts
             n = 0

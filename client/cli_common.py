@@ -106,8 +106,8 @@ def connect() -> Client:
     from jb_client.api import Client
 
     if len(state.targets) > 1 or state.fleet is not None:
-        render.err.print(
-            "[red]error:[/] this command talks to one daemon; give --target once "
+        error(
+            "this command talks to one daemon; give --target once "
             "(run, frontier and export take a fleet)"
         )
         raise SystemExit(EXIT_USAGE)
@@ -133,7 +133,7 @@ def ask(call: Callable[[Client], T]) -> T:
 def fail(err: JouledError) -> NoReturn:
     if state.verbose:
         raise err
-    render.err.print(f"[red]error:[/] {err.diagnostics()}", highlight=False)
+    error(err.diagnostics())
     if isinstance(err, VerificationError):
         raise SystemExit(EXIT_FAILED_CHECK)
     if err.kind == Kind.UNAVAILABLE:
@@ -141,17 +141,23 @@ def fail(err: JouledError) -> NoReturn:
     raise SystemExit(EXIT_USAGE if err.kind != Kind.INTERNAL else EXIT_FAILED_CHECK)
 
 
+def error(message: str) -> None:
+    """`error: MESSAGE` on stderr, the message (a path, an id, the daemon's words) as
+    written: every error the CLI reports goes through here."""
+    render.err.print(render.marked("[red]error:[/] {}", message))
+
+
 def emit(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def progress(phase: str, message: str) -> None:
-    render.err.print(f"[dim]{phase:>9}[/] {message}", highlight=False)
+    render.err.print(render.marked("[dim]{}[/] {}", f"{phase:>9}", message))
 
 
 def read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as err:
-        render.err.print(f"[red]error:[/] cannot read {path}: {err.strerror}")
+        error(f"cannot read {path}: {err.strerror}")
         raise SystemExit(EXIT_USAGE) from None

@@ -14,6 +14,7 @@ from jb_client.cli_common import (
     Json,
     ask,
     emit,
+    error,
     fail,
     read_file,
     render,
@@ -101,7 +102,7 @@ def verify(
             history=history,
         )
     except OSError as err:
-        render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
+        error(f"cannot read {err.filename}: {err.strerror}")
         raise SystemExit(EXIT_USAGE) from None
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):
@@ -112,11 +113,14 @@ def verify(
     else:
         extra = "" if report.parquet_rows is None else f", Parquet {report.parquet_rows} rows"
         render.out.print(
-            f"[green]ok[/] {report.entries} entries, root {report.root[:16]}…, "
-            f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
-            "signed by "
-            + ", ".join(k[:16] for k in report.keyids)
-            + (" (signatures not checked)" if merkle_only else "")
+            render.marked(
+                "[green]ok[/] {}",
+                f"{report.entries} entries, root {report.root[:16]}…, "
+                f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
+                "signed by "
+                + ", ".join(k[:16] for k in report.keyids)
+                + (" (signatures not checked)" if merkle_only else ""),
+            )
         )
 
 
@@ -134,7 +138,7 @@ def audit(
         doc = json.loads(read_file(receipt))
         result = audit_receipt(doc, keys)
     except ValueError as err:
-        render.err.print(f"[red]error:[/] {receipt} is not a JSON receipt: {err}")
+        error(f"{receipt} is not a JSON receipt: {err}")
         raise SystemExit(EXIT_USAGE) from None
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):
@@ -144,8 +148,11 @@ def audit(
         emit(result)
     else:
         render.out.print(
-            f"[green]ok[/] entry {result['seq']} ({result['task_id']}, {result['status']}) is "
-            f"signed and included in the tree of {result['tree_size']} entries"
+            render.marked(
+                "[green]ok[/] {}",
+                f"entry {result['seq']} ({result['task_id']}, {result['status']}) is "
+                f"signed and included in the tree of {result['tree_size']} entries",
+            )
         )
 
 

@@ -13,6 +13,7 @@ from jb_client.cli_common import (
     ask,
     connect,
     emit,
+    error,
     fail,
     render,
 )
@@ -71,7 +72,7 @@ def meter_run(
             try:
                 status = subprocess.run(command).returncode
             except OSError as err:
-                render.err.print(f"[red]error:[/] cannot run {command[0]}: {err.strerror}")
+                error(f"cannot run {command[0]}: {err.strerror}")
                 status = 127
     except JouledError as err:
         fail(err)

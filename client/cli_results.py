@@ -19,6 +19,7 @@ from jb_client.cli_common import (
     ask,
     connect,
     emit,
+    error,
     fail,
     read_file,
     render,
@@ -168,7 +169,7 @@ def receipt(
 ) -> None:
     """A result's receipt again, with a fresh inclusion proof (by idempotency key or seq)."""
     if not key and seq is None:
-        render.err.print("[red]error:[/] give --key or --seq")
+        error("give --key or --seq")
         raise SystemExit(EXIT_USAGE)
     r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
     if as_json:

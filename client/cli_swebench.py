@@ -52,7 +52,7 @@ def swebench(
     def skip(instance_id: str, reason: str) -> None:
         malformed.append({"instance_id": instance_id, "reason": reason})
         shown = f"{instance_id}: {reason}" if instance_id else reason
-        render.err.print(f"[yellow]malformed prediction skipped:[/] {shown}", highlight=False)
+        render.err.print(render.marked("[yellow]malformed prediction skipped:[/] {}", shown))
 
     try:
         records = load_records(dataset)
@@ -64,13 +64,18 @@ def swebench(
         missing = sorted(set(preds) - {r.instance_id for r in records})
         if missing:
             render.err.print(
-                f"[yellow]warning:[/] {len(missing)} predictions name instances "
-                f"not in {dataset}: {', '.join(missing[:5])}"
+                render.marked(
+                    "[yellow]warning:[/] {}",
+                    f"{len(missing)} predictions name instances "
+                    f"not in {dataset}: {', '.join(missing[:5])}",
+                )
             )
         with connect() as c:
             reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
             for s in reg.skipped:
-                render.err.print(f"[yellow]skipped[/] {s.instance_id}: {s.reason}")
+                render.err.print(
+                    render.marked("[yellow]skipped[/] {}: {}", s.instance_id, s.reason)
+                )
             for n, task_id in enumerate(reg.registered, 1):
                 pred = preds[task_id.split("/", 1)[1]]
                 render.err.print(f"[{n}/{len(reg.registered)}] {task_id}", highlight=False)
@@ -99,8 +104,9 @@ def swebench(
                             )
                         )
                         render.err.print(
-                            f"[yellow]not graded[/] {pred.instance_id}: {err.code}",
-                            highlight=False,
+                            render.marked(
+                                "[yellow]not graded[/] {}: {}", pred.instance_id, err.code
+                            )
                         )
                         continue
                     if err.kind != Kind.INVALID_ARGUMENT:
