@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 from jb_client.cli_fleet import fleet_export, is_fleet
 
-from jouled.errors import JouledError, VerificationError
+from jouled.errors import JouledError, UsageError, VerificationError
 
 
 def export(
@@ -87,7 +88,7 @@ def verify(
 
         history_file = checkpoint_history_path(file)
         if history_file.is_file():
-            history = split_notes(history_file.read_text(encoding="utf-8"))
+            history = _history(history_file, split_notes)
         for note in (checkpoint, since):
             if note is not None:
                 notes.append(read_file(note).decode("utf-8"))
@@ -191,3 +192,24 @@ def consistency(
         emit(p.to_dict())
     else:
         render.kv(f"consistency {p.old_size} -> {p.new_size}", p, hashes=len(p.hashes))
+
+
+def _history(path: Path, split_notes: Callable[[str], list[str]]) -> list[str]:
+    """The checkpoint notes of the history file beside an export; a usage error, naming
+    the line, where it is not one JSON object {"note": ...} a line."""
+    hint = (
+        f"export again with `jb-client export`, or move {path.name} away to verify "
+        "without the checkpoint history"
+    )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        fail(UsageError(f"{path} is not a checkpoint history: not UTF-8 text", hint=hint))
+    notes = []
+    for n, line in enumerate(text.splitlines(), 1):
+        try:
+            notes += split_notes(line)
+        except (ValueError, KeyError, TypeError) as err:
+            why = f"no note ({err})" if isinstance(err, KeyError) else str(err)
+            fail(UsageError(f"{path} line {n} is not a checkpoint note: {why}", hint=hint))
+    return notes

@@ -21,7 +21,7 @@ from jb_client.cli_common import (
 if TYPE_CHECKING:
     pass
 
-from jouled.errors import JouledError
+from jouled.errors import JouledError, UsageError
 from jouled.limits import ROLLOUT_MAX
 
 
@@ -66,6 +66,10 @@ def meter_run(
     """
     import subprocess
 
+    if receipt_file is not None:
+        # Before the window opens: a receipt that cannot be written is a usage error,
+        # not an op window signed and then lost.
+        _check_writable(receipt_file)
     status = EXIT_USAGE
     try:
         with connect() as c, c.op(label, task_id=task, run_id=run_id, rollout=rollout) as window:
@@ -78,10 +82,29 @@ def meter_run(
         fail(err)
     receipt = window.receipt
     assert receipt is not None
-    if receipt_file is not None:
-        receipt_file.write_text(json.dumps(receipt.to_dict(), indent=2, sort_keys=True) + "\n")
     if as_json:
         emit(receipt.to_dict())
     else:
         render.op_receipt_line(receipt)
+    if receipt_file is not None:
+        try:
+            receipt_file.write_text(json.dumps(receipt.to_dict(), indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            from jb_client.errors import write_error
+
+            fail(write_error(receipt_file, err))
     raise SystemExit(status if status >= 0 else 128 - status)
+
+
+def _check_writable(path: Path) -> None:
+    """Fail with a usage error unless `path` is a file that can be written (or created)."""
+    import os
+
+    hint = "name a file in a directory you can write, for --receipt"
+    if path.is_dir():
+        fail(UsageError(f"--receipt {path} is a directory", hint=hint))
+    parent = path.parent
+    if not parent.is_dir():
+        fail(UsageError(f"cannot write --receipt {path}: no directory {parent}", hint=hint))
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        fail(UsageError(f"cannot write --receipt {path}: permission denied", hint=hint))
