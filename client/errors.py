@@ -7,6 +7,7 @@ else is the transport's, and says how to reach the daemon.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import grpc
@@ -81,7 +82,7 @@ def rpc_error(err: grpc.RpcError, target: str, timeout_s: float | None) -> Clien
         )
     if code == grpc.StatusCode.UNAVAILABLE:
         return ClientError(
-            f"cannot reach the daemon at {target}: {details}",
+            f"cannot reach the daemon at {target}: {transport_reason(details)}",
             Kind.UNAVAILABLE,
             hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
         )
@@ -101,6 +102,21 @@ def rpc_error(err: grpc.RpcError, target: str, timeout_s: float | None) -> Clien
             "send less at once (a patch may be 1 MiB)",
         )
     return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
+
+
+def transport_reason(details: str) -> str:
+    """gRPC's account of a failed connection as one readable line: "failed to connect
+    to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to
+    remote host: Connection refused" says "Connection refused"."""
+    text = details.strip().splitlines()[0] if details.strip() else "no reason given"
+    _, found, last = text.partition("last error:")
+    if found:
+        text = last.strip()
+        text = re.sub(r"^[A-Z_]+: ", "", text)  # the status code's name
+        text = re.sub(r"^(ipv4|ipv6|unix|unix-abstract):\S+: ", "", text)  # the address
+        text = re.sub(r"^Failed to connect to remote host: ", "", text)
+        text = re.sub(r"^connect failed: addr: \S+ error: ", "", text)
+    return text or details
 
 
 def write_error(path: Path, err: OSError) -> ClientError:
