@@ -89,7 +89,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     check or an unreachable daemon ends in SystemExit with its exit code."""
     import sys
 
-    from jb_client.cli_common import HELP, main_options
+    from jb_client.cli_common import HELP, main_options, quiet_grpc
+
+    quiet_grpc()
 
     cli_args.run(
         sys.argv[1:] if argv is None else list(argv),

@@ -5,8 +5,9 @@ failed check, 2 usage or a rejected request, 3 the daemon cannot be reached)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -59,6 +60,25 @@ class State:
 
 
 state = State()
+
+
+# The environment variables `quiet_grpc` set (a command's child process is run without them).
+QUIETED: dict[str, str] = {}
+
+
+def quiet_grpc(env: MutableMapping[str, str] | None = None) -> None:
+    """Keep gRPC's C core from logging to the CLI's stderr ("I1207 ... Handshake
+    failed"): the CLI reports each failure itself, as one error and a hint. Set before
+    gRPC loads, and only where the user has not set them (to debug the transport)."""
+    env = os.environ if env is None else env
+    for name, value in (("GRPC_VERBOSITY", "NONE"), ("GRPC_TRACE", "")):
+        if name not in env:
+            env[name] = QUIETED[name] = value
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a command the CLI runs: the user's, without `quiet_grpc`'s."""
+    return {k: v for k, v in os.environ.items() if k not in QUIETED}
 
 
 def main_options(

@@ -11,6 +11,7 @@ from jb_client.cli_common import (
     EXIT_USAGE,
     Json,
     ask,
+    child_env,
     connect,
     emit,
     error,
@@ -74,7 +75,7 @@ def meter_run(
     try:
         with connect() as c, c.op(label, task_id=task, run_id=run_id, rollout=rollout) as window:
             try:
-                status = subprocess.run(command).returncode
+                status = subprocess.run(command, env=child_env()).returncode
             except OSError as err:
                 error(f"cannot run {command[0]}: {err.strerror}")
                 status = 127

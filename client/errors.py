@@ -74,11 +74,17 @@ def rpc_error(err: grpc.RpcError, target: str, timeout_s: float | None) -> Clien
     if code == grpc.StatusCode.UNAVAILABLE and (
         "handshake" in details.lower() or "ssl" in details.lower()
     ):
+        tls = (
+            "pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it wants "
+            "client certificates)"
+        )
         return ClientError(
-            f"TLS with {target} failed: {details}",
+            f"TLS with {target} failed: {tls_reason(transport_reason(details))}",
             Kind.UNAVAILABLE,
-            hint="pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it "
-            "wants client certificates)",
+            hint=f"a daemon on this host may listen in plaintext: pass --insecure / "
+            f"$JB_INSECURE=1; if it serves TLS, {tls}"
+            if is_loopback(target)
+            else tls,
         )
     if code == grpc.StatusCode.UNAVAILABLE:
         return ClientError(
@@ -102,6 +108,35 @@ def rpc_error(err: grpc.RpcError, target: str, timeout_s: float | None) -> Clien
             "send less at once (a patch may be 1 MiB)",
         )
     return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
+
+
+def is_loopback(target: str) -> bool:
+    """Whether `target` (HOST:PORT) names this host: localhost, 127.0.0.0/8 or ::1."""
+    import ipaddress
+
+    host = target.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:")
+    host = host.rpartition(":")[0].strip("[]").lstrip("/")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_reason(text: str) -> str:
+    """OpenSSL's reason for a failed handshake, without its error codes:
+    "... SSL_ERROR_SSL: error:100000f7:SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER:
+    ..." says "handshake failed (WRONG_VERSION_NUMBER: the daemon did not answer in TLS)"."""
+    found = re.search(r"OPENSSL_internal:([A-Z0-9_]+)", text)
+    if found is None:
+        return text
+    reason = found.group(1)
+    if reason == "WRONG_VERSION_NUMBER":
+        reason += ": the daemon did not answer in TLS"
+    elif reason == "CERTIFICATE_VERIFY_FAILED":
+        reason += ": its certificate does not chain to the CA trusted here"
+    return f"handshake failed ({reason})"
 
 
 def transport_reason(details: str) -> str:
