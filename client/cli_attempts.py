@@ -145,10 +145,18 @@ def run(
     With several targets (or --fleet) the suite is spread across the hosts and the
     frontier merges their verified ledgers.
     """
+    names = [s.strip() for s in solvers.split(",") if s.strip()]
+    if not names:
+        fail(
+            UsageError(
+                f"--solvers {solvers!r} names no solver",
+                hint="name the daemon-hosted solvers to run, comma separated "
+                "(e.g. --solvers reference,noop)",
+            )
+        )
     if is_fleet():
         return fleet_run(suite, solvers, rollouts, run_id, model, as_json)
     run_id = run_id or os.urandom(6).hex()
-    names = [s.strip() for s in solvers.split(",") if s.strip()]
     receipts: list[Receipt] = []
     try:
         with connect() as c:

@@ -50,3 +50,11 @@ def test_meter_run_checks_its_receipt_path_before_the_window(
     usage_error(done, str(receipt))
     assert "op x:" not in done.stderr  # no window was opened, none signed
     assert daemon.ledger_size() == size
+
+
+@pytest.mark.parametrize("solvers", ["", " , "])
+def test_run_with_no_solvers_is_a_usage_error(daemon: Daemon, solvers: str) -> None:
+    size = daemon.ledger_size()
+    done = daemon.client("run", "--suite", "smoke", "--solvers", solvers)
+    usage_error(done, "names no solver")
+    assert daemon.ledger_size() == size
