@@ -89,10 +89,16 @@ def verify(
         history_file = checkpoint_history_path(file)
         if history_file.is_file():
             history = _history(history_file, split_notes)
-        for note in (checkpoint, since):
+        for option, note in (("--checkpoint", checkpoint), ("--since", since)):
             if note is not None:
-                notes.append(read_file(note).decode("utf-8"))
+                notes.append(_note(option, note))
         parquet = parquet_path(file)
+        # What the export lacks, and so was not checked: said, never passed over.
+        not_checked = []
+        if not parquet.is_file():
+            not_checked.append(f"no Parquet snapshot at {parquet}")
+        if not history_file.is_file():
+            not_checked.append(f"no checkpoint history at {history_file}")
         report = verify_file(
             file,
             keys,
@@ -109,20 +115,27 @@ def verify(
         if as_json and isinstance(err, VerificationError):
             emit({"ok": False, "seq": err.seq, "error": err.message})
         fail(err)
+    if report.entries == 0:
+        not_checked.insert(0, "no entries: the export is empty")
     if as_json:
-        emit(report.to_json())
+        emit({**report.to_json(), "not_checked": not_checked})
     else:
         extra = "" if report.parquet_rows is None else f", Parquet {report.parquet_rows} rows"
-        render.out.print(
-            render.marked(
-                "[green]ok[/] {}",
-                f"{report.entries} entries, root {report.root[:16]}…, "
-                f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
-                "signed by "
-                + ", ".join(k[:16] for k in report.keyids)
-                + (" (signatures not checked)" if merkle_only else ""),
+        if not report.entries:
+            render.out.print(render.marked("[yellow]empty[/] {}: no entries to verify", file))
+        else:
+            render.out.print(
+                render.marked(
+                    "[green]ok[/] {}",
+                    f"{report.entries} entries, root {report.root[:16]}…, "
+                    f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
+                    "signed by "
+                    + ", ".join(k[:16] for k in report.keyids)
+                    + (" (signatures not checked)" if merkle_only else ""),
+                )
             )
-        )
+        if not_checked:
+            render.out.print(render.marked("[yellow]not checked:[/] {}", "; ".join(not_checked)))
 
 
 def audit(
@@ -213,3 +226,23 @@ def _history(path: Path, split_notes: Callable[[str], list[str]]) -> list[str]:
             why = f"no note ({err})" if isinstance(err, KeyError) else str(err)
             fail(UsageError(f"{path} line {n} is not a checkpoint note: {why}", hint=hint))
     return notes
+
+
+def _note(option: str, path: Path) -> str:
+    """The checkpoint note `option` names; a usage error where the file holds none."""
+    from jouled.errors import DocumentError
+    from jouled.ledger.checkpoint import parse_note
+
+    try:
+        text = read_file(path).decode("utf-8")
+        parse_note(text)
+    except (UnicodeDecodeError, ValueError, DocumentError, VerificationError) as err:
+        why = getattr(err, "message", None) or str(err)
+        fail(
+            UsageError(
+                f"{option} {path} is not a checkpoint note: {why}",
+                hint="give the note `jb-client checkpoint` printed (or the daemon's "
+                "checkpoint.note), unchanged",
+            )
+        )
+    return text
