@@ -67,6 +67,7 @@ def meter_run(
     """
     import subprocess
 
+    _check_runnable(command[0])
     if receipt_file is not None:
         # Before the window opens: a receipt that cannot be written is a usage error,
         # not an op window signed and then lost.
@@ -109,3 +110,19 @@ def _check_writable(path: Path) -> None:
         fail(UsageError(f"cannot write --receipt {path}: no directory {parent}", hint=hint))
     if not os.access(path if path.exists() else parent, os.W_OK):
         fail(UsageError(f"cannot write --receipt {path}: permission denied", hint=hint))
+
+
+def _check_runnable(program: str) -> None:
+    """Fail with a usage error, before any window opens, unless `program` is found and
+    executable: a command that cannot start has no energy to sign."""
+    import os
+    import shutil
+
+    hint = "give the command's path, or a name on your $PATH, after `--`"
+    if os.sep in program:
+        if not os.path.isfile(program):
+            fail(UsageError(f"cannot run {program}: no such file", hint=hint))
+        if not os.access(program, os.X_OK):
+            fail(UsageError(f"cannot run {program}: not executable", hint=hint))
+    elif shutil.which(program) is None:
+        fail(UsageError(f"cannot run {program}: not found on $PATH", hint=hint))

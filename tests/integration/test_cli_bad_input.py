@@ -122,3 +122,12 @@ def test_a_malformed_note_is_a_usage_error(
     note.write_text("junk\n")
     done = daemon.client("verify", str(export), "--pubkey", str(daemon.pubkey), option, str(note))
     usage_error(done, f"{option} {note} is not a checkpoint note")
+
+
+@pytest.mark.parametrize("program", ["/nonexistent/cmd", "no-such-command-here", "/etc/passwd"])
+def test_meter_run_checks_the_command_runs_before_the_window(daemon: Daemon, program: str) -> None:
+    size = daemon.ledger_size()
+    done = daemon.client("meter-run", "--label", "build", "--", program)
+    usage_error(done, f"cannot run {program}")
+    assert "op build:" not in done.stderr  # no window was opened, none signed
+    assert daemon.ledger_size() == size
