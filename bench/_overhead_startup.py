@@ -28,8 +28,8 @@ from _overhead_fixtures import (
 STARTUP_AIM = 1.5
 GRPC_IMPORT = '`python -c "import grpc"`'
 # The libraries every command that calls the daemon needs: gRPC, the generated stubs
-# (protobuf) and the CLI's parser.
-FLOOR_IMPORTS = "import grpc, typer, jouled.v1.jouled_pb2_grpc"
+# (protobuf) and the CLI's parser (argparse; typer before the switch in cli_args).
+FLOOR_IMPORTS = "import grpc, argparse, jouled.v1.jouled_pb2_grpc"
 
 
 @dataclass

@@ -23,7 +23,7 @@ from jb_client.channel import channel_credentials
 from jb_client.errors import ClientError, rpc_error, write_error
 from jb_client.later import Later
 from jb_client.paths import checkpoint_history_path, parquet_path
-from jb_client.target import default_target, normalise
+from jb_client.target import default_target, normalise, problem
 from jb_client.taskinfo import TaskInfo
 
 from jouled.errors import DocumentError, Kind
@@ -121,6 +121,14 @@ class Client:
         $JB_TOKEN, $JB_CA, $JB_INSECURE. Nothing is sent until the first call."""
         env = os.environ if env is None else env
         self.target = normalise(str(target) if target else default_target(env))
+        wrong = problem(self.target)
+        if wrong is not None:
+            raise ClientError(
+                f"target {self.target!r} is {wrong}",
+                Kind.INVALID_ARGUMENT,
+                hint="give unix:PATH, a socket's absolute path, or HOST:PORT with a port "
+                "from 1 to 65535 (--target or $JB_TARGET)",
+            )
         if timeout_s is not None and not (isinstance(timeout_s, int | float) and timeout_s > 0):
             raise ClientError(
                 f"timeout_s must be a positive number of seconds, not {timeout_s!r}",

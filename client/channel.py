@@ -9,14 +9,35 @@ from jb_client.errors import ClientError
 
 from jouled.errors import Kind
 
+# What each TLS file is given by, and the PEM block it must hold.
+_FILES = {
+    "CA certificate": ("--ca / $JB_CA", b"-----BEGIN CERTIFICATE-----"),
+    "client certificate": ("--cert / $JB_CERT", b"-----BEGIN CERTIFICATE-----"),
+    "client key": ("--key / $JB_KEY", b"PRIVATE KEY-----"),
+}
+
 
 def _read_file(path: str | Path, what: str) -> bytes:
+    """A TLS file's PEM text, read before any connection: gRPC would report a file it
+    cannot use only as a failed handshake."""
+    given, block = _FILES[what]
     try:
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
     except OSError as err:
         raise ClientError(
-            f"cannot read the {what} {path}: {err.strerror}", Kind.INVALID_ARGUMENT
+            f"cannot read the {what} {path}: {err.strerror}",
+            Kind.INVALID_ARGUMENT,
+            hint=f"check the path {given} names: a PEM file you can read",
         ) from None
+    if block not in data:
+        kind = "private key" if what == "client key" else "certificate"
+        raise ClientError(
+            f"the {what} {path} is not a PEM {kind}",
+            Kind.INVALID_ARGUMENT,
+            hint=f"{given} takes a PEM file (-----BEGIN ...-----), such as the daemon's "
+            "operator gives out",
+        )
+    return data
 
 
 def channel_credentials(

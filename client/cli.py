@@ -5,18 +5,20 @@ stderr. Exit codes: 0 ok, 1 a failed check, 2 usage or a rejected request,
 3 the daemon cannot be reached.
 
 The global options and the helpers every command shares are in `cli_common`;
-the commands live in one module per group. `main` registers only the command
-the command line names (all of them for `--help`, no command or an unknown
-one), so a command pays for its own module's imports and no other's; each
-module loads rich, gRPC, DuckDB and the rest only where a command uses them.
+the commands live in one module per group, as plain functions whose typed
+parameters `cli_args` turns into argparse's options. `main` loads only the
+command the command line names (all of them for the `--help` that lists them),
+so a command pays for its own module's imports and no other's; each module
+loads rich, gRPC, DuckDB and the rest only where a command uses them.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-import typer
+from jb_client import cli_args
+from jb_client.cli_args import Command, summary
 
 # (command, module, function), in the order `--help` lists them.
 COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -49,7 +51,9 @@ _VALUED = frozenset({"--target", "--fleet", "--pin", "--token", "--ca", "--cert"
 
 
 def command_named(argv: Sequence[str]) -> str | None:
-    """The command `argv` runs, past the global options; None: none, or `--help` first."""
+    """The command `argv` runs, past the global options; None: none, or `--help` first.
+
+    Read without parsing (for tools and tests); `main`'s parse finds the same one."""
     args = iter(argv)
     for arg in args:
         if arg in _VALUED:
@@ -62,39 +66,40 @@ def command_named(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build(names: Sequence[str] | None = None) -> typer.Typer:
-    """The app with the commands `names` (None: every one) registered on it."""
-    from jb_client.cli_common import app
-
-    registered = {info.name for info in app.registered_commands}
-    for name, module, function in COMMANDS:
-        if (names is None or name in names) and name not in registered:
-            command = getattr(importlib.import_module(f"jb_client.{module}"), function)
-            app.command(name, short_help=summary(command.__doc__ or ""))(command)
-    return app
+def load(names: Sequence[str] | None = None) -> dict[str, Command]:
+    """The functions of the commands `names` (None: every one), in `--help`'s order;
+    each imports its own module."""
+    return {
+        name: _loader(module, function)()
+        for name, module, function in COMMANDS
+        if names is None or name in names
+    }
 
 
-def summary(doc: str) -> str:
-    """A command's line in `--help`: its docstring's first sentence, whole (click would
-    cut it at a fixed length and add "...")."""
-    text = " ".join(doc.split("\n\n")[0].split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+def _loader(module: str, function: str) -> Callable[[], Command]:
+    def load() -> Command:
+        found: Command = getattr(importlib.import_module(f"jb_client.{module}"), function)
+        return found
+
+    return load
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """`jb-client ARGV` (default: the process's arguments). A usage error, a failed
+    check or an unreachable daemon ends in SystemExit with its exit code."""
     import sys
 
-    args = sys.argv[1:] if argv is None else list(argv)
-    name = command_named(args)
-    build(None if name is None else [name])(args=args)
+    from jb_client.cli_common import HELP, main_options, quiet_grpc
+
+    quiet_grpc()
+
+    cli_args.run(
+        sys.argv[1:] if argv is None else list(argv),
+        prog="jb-client",
+        description=HELP,
+        options=main_options,
+        commands={name: _loader(module, function) for name, module, function in COMMANDS},
+    )
 
 
-def __getattr__(name: str) -> typer.Typer:
-    # `jb_client.cli.app`: every command registered (the tests' CliRunner, the docs' help).
-    if name == "app":
-        return build()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["COMMANDS", "build", "main"]
+__all__ = ["COMMANDS", "NAMES", "command_named", "load", "main", "summary"]

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from jb_client.cli_args import Option
 from jb_client.cli_common import (
     CLAIM_MAX,
     EXIT_USAGE,
@@ -16,6 +16,7 @@ from jb_client.cli_common import (
     ask,
     connect,
     emit,
+    error,
     fail,
     progress,
     read_file,
@@ -41,12 +42,12 @@ def tasks(suite: Suite = "", as_json: Json = False) -> None:
 
 
 def fetch(
-    task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
+    task: Annotated[str, Option("--task", help="SUITE/NAME")],
     out: Annotated[
-        Path, typer.Option("--out", help="A new or empty directory to write the buggy tree into.")
+        Path, Option("--out", help="A new or empty directory to write the buggy tree into.")
     ],
     force: Annotated[
-        bool, typer.Option("--force", help="Write over what a non-empty --out holds.")
+        bool, Option("--force", help="Write over what a non-empty --out holds.")
     ] = False,
     as_json: Json = False,
 ) -> None:
@@ -67,34 +68,32 @@ def fetch(
 
 
 def submit(
-    task: Annotated[str, typer.Option("--task", help="SUITE/NAME")],
-    patch: Annotated[Path, typer.Option("--patch", help="Unified diff file ('-' for stdin).")],
+    task: Annotated[str, Option("--task", help="SUITE/NAME")],
+    patch: Annotated[Path, Option("--patch", help="Unified diff file ('-' for stdin).")],
     solver: Annotated[
-        str, typer.Option(help="Who produced the patch (default: your credential's name).")
+        str, Option(help="Who produced the patch (default: your credential's name).")
     ] = "",
-    model: Annotated[str, typer.Option(help="The model behind the solver.")] = "",
-    run_id: Annotated[str, typer.Option(help="Groups attempts into a run.")] = "",
+    model: Annotated[str, Option(help="The model behind the solver.")] = "",
+    run_id: Annotated[str, Option(help="Groups attempts into a run.")] = "",
     rollout: Annotated[
         int | None,
-        typer.Option(
+        Option(
             min=0,
             max=ROLLOUT_MAX,
             help="Rollout index within the run (default: the next free one for this "
             "task, solver and run).",
         ),
     ] = None,
-    tokens_in: Annotated[int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed input tokens.")] = 0,
-    tokens_out: Annotated[
-        int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed output tokens.")
-    ] = 0,
+    tokens_in: Annotated[int, Option(min=0, max=CLAIM_MAX, help="Claimed input tokens.")] = 0,
+    tokens_out: Annotated[int, Option(min=0, max=CLAIM_MAX, help="Claimed output tokens.")] = 0,
     usd_micros: Annotated[
-        int, typer.Option(min=0, max=CLAIM_MAX, help="Claimed cost in micro-dollars.")
+        int, Option(min=0, max=CLAIM_MAX, help="Claimed cost in micro-dollars.")
     ] = 0,
     claimed_joules_mj: Annotated[
-        int, typer.Option(min=0, max=CLAIM_MAX, help="Agent-reported mJ (claimed).")
+        int, Option(min=0, max=CLAIM_MAX, help="Agent-reported mJ (claimed).")
     ] = 0,
     idempotency_key: Annotated[
-        str, typer.Option(help="Reuse to retry safely; default: a fresh key.")
+        str, Option(help="Reuse to retry safely; default: a fresh key.")
     ] = "",
     as_json: Json = False,
 ) -> None:
@@ -130,17 +129,15 @@ def submit(
 
 
 def run(
-    suite: Annotated[str, typer.Option("--suite", help="The suite to run.")],
+    suite: Annotated[str, Option("--suite", help="The suite to run.")],
     solvers: Annotated[
-        str, typer.Option(help="Daemon-hosted solvers, comma separated.")
+        str, Option(help="Daemon-hosted solvers, comma separated.")
     ] = "reference,noop",
     rollouts: Annotated[
-        int, typer.Option(min=1, max=ROLLOUT_MAX, help="Attempts per task and solver.")
+        int, Option(min=1, max=ROLLOUT_MAX, help="Attempts per task and solver.")
     ] = 1,
-    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
-    model: Annotated[
-        str, typer.Option(help="The model a command solver runs (default: its own).")
-    ] = "",
+    run_id: Annotated[str, Option(help="Default: a fresh id.")] = "",
+    model: Annotated[str, Option(help="The model a command solver runs (default: its own).")] = "",
     as_json: Json = False,
 ) -> None:
     """Run daemon-hosted solvers (built-in or agent CLIs) over a suite, then its frontier.
@@ -148,17 +145,25 @@ def run(
     With several targets (or --fleet) the suite is spread across the hosts and the
     frontier merges their verified ledgers.
     """
+    names = [s.strip() for s in solvers.split(",") if s.strip()]
+    if not names:
+        fail(
+            UsageError(
+                f"--solvers {solvers!r} names no solver",
+                hint="name the daemon-hosted solvers to run, comma separated "
+                "(e.g. --solvers reference,noop)",
+            )
+        )
     if is_fleet():
         return fleet_run(suite, solvers, rollouts, run_id, model, as_json)
     run_id = run_id or os.urandom(6).hex()
-    names = [s.strip() for s in solvers.split(",") if s.strip()]
     receipts: list[Receipt] = []
     try:
         with connect() as c:
             found = c.tasks(suite)
             if not found:
-                render.err.print(f"[red]error:[/] no tasks in suite {suite!r}")
-                raise typer.Exit(EXIT_USAGE)
+                error(f"no tasks in suite {suite!r}")
+                raise SystemExit(EXIT_USAGE)
             total = len(found) * len(names) * rollouts
             n = 0
             for solver in names:

@@ -1,16 +1,17 @@
-"""What every `jb-client` command shares: the app and its global options, the client
-they make from them, and the one way a failure is reported (exit codes: 0 ok, 1 a
+"""What every `jb-client` command shares: the global options, the client they make
+from them, and the one way a failure is reported (exit codes: 0 ok, 1 a
 failed check, 2 usage or a rejected request, 3 the daemon cannot be reached)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
-import typer
+from jb_client.cli_args import Option
 
 if TYPE_CHECKING:
     # Loaded where used: the API brings gRPC, which offline commands never need,
@@ -32,23 +33,14 @@ T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
-app = typer.Typer(
-    name="jb-client",
-    help="Submit patches to a jouled daemon, read its frontier, verify its ledger.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    # Help and usage errors in click's plain layout: rich's boxes cost more to import and
-    # draw than any command's own start-up (~90 ms a `--help`), and read "[[host]]" in
-    # help text as markup.
-    rich_markup_mode=None,
-)
+# What `jb-client --help` says the program is.
+HELP = "Submit patches to a jouled daemon, read its frontier, verify its ledger."
 
-Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-Suite = Annotated[str, typer.Option("--suite", help="Only this suite.")]
+Json = Annotated[bool, Option("--json", help="Machine-readable output on stdout.")]
+Suite = Annotated[str, Option("--suite", help="Only this suite.")]
 Wide = Annotated[
     bool | None,
-    typer.Option(
+    Option(
         "--wide/--compact", help="Every column, or the compact layout (default: by terminal width)."
     ),
 ]
@@ -70,11 +62,29 @@ class State:
 state = State()
 
 
-@app.callback()
+# The environment variables `quiet_grpc` set (a command's child process is run without them).
+QUIETED: dict[str, str] = {}
+
+
+def quiet_grpc(env: MutableMapping[str, str] | None = None) -> None:
+    """Keep gRPC's C core from logging to the CLI's stderr ("I1207 ... Handshake
+    failed"): the CLI reports each failure itself, as one error and a hint. Set before
+    gRPC loads, and only where the user has not set them (to debug the transport)."""
+    env = os.environ if env is None else env
+    for name, value in (("GRPC_VERBOSITY", "NONE"), ("GRPC_TRACE", "")):
+        if name not in env:
+            env[name] = QUIETED[name] = value
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a command the CLI runs: the user's, without `quiet_grpc`'s."""
+    return {k: v for k, v in os.environ.items() if k not in QUIETED}
+
+
 def main_options(
     target: Annotated[
         list[str] | None,
-        typer.Option(
+        Option(
             "--target",
             help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
             "daemon's socket in $JOULED_HOME). Repeat it for a fleet (run, frontier, export).",
@@ -82,31 +92,27 @@ def main_options(
     ] = None,
     fleet: Annotated[
         Path | None,
-        typer.Option(help="Fleet file (TOML): [[host]] tables with target and pubkey."),
+        Option(help="Fleet file (TOML): [[host]] tables with target and pubkey."),
     ] = None,
     pin: Annotated[
         list[str] | None,
-        typer.Option(help="HOST=KEYFILE: the public key pinned for a fleet host (repeatable)."),
+        Option(help="HOST=KEYFILE: the public key pinned for a fleet host (repeatable)."),
     ] = None,
     token: Annotated[
         str | None,
-        typer.Option(
-            help="Bearer token (default $JB_TOKEN); over TCP it is how the daemon knows you."
-        ),
+        Option(help="Bearer token (default $JB_TOKEN); over TCP it is how the daemon knows you."),
     ] = None,
     ca: Annotated[
         Path | None,
-        typer.Option(help="CA certificate the daemon's TLS certificate chains to ($JB_CA)."),
+        Option(help="CA certificate the daemon's TLS certificate chains to ($JB_CA)."),
     ] = None,
-    cert: Annotated[
-        Path | None, typer.Option(help="Client certificate for mTLS ($JB_CERT).")
-    ] = None,
-    key: Annotated[Path | None, typer.Option(help="Client key for mTLS ($JB_KEY).")] = None,
+    cert: Annotated[Path | None, Option(help="Client certificate for mTLS ($JB_CERT).")] = None,
+    key: Annotated[Path | None, Option(help="Client key for mTLS ($JB_KEY).")] = None,
     insecure: Annotated[
         bool | None,
-        typer.Option("--insecure", help="Plaintext TCP to a loopback daemon ($JB_INSECURE=1)."),
+        Option("--insecure", help="Plaintext TCP to a loopback daemon ($JB_INSECURE=1)."),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks.")] = False,
+    verbose: Annotated[bool, Option("--verbose", "-v", help="Show tracebacks.")] = False,
 ) -> None:
     state.targets = tuple(target or ())
     state.target = state.targets[0] if state.targets else None
@@ -120,11 +126,11 @@ def connect() -> Client:
     from jb_client.api import Client
 
     if len(state.targets) > 1 or state.fleet is not None:
-        render.err.print(
-            "[red]error:[/] this command talks to one daemon; give --target once "
+        error(
+            "this command talks to one daemon; give --target once "
             "(run, frontier and export take a fleet)"
         )
-        raise typer.Exit(EXIT_USAGE)
+        raise SystemExit(EXIT_USAGE)
     return Client(
         state.target,
         token=state.token,
@@ -147,12 +153,18 @@ def ask(call: Callable[[Client], T]) -> T:
 def fail(err: JouledError) -> NoReturn:
     if state.verbose:
         raise err
-    render.err.print(f"[red]error:[/] {err.diagnostics()}", highlight=False)
+    error(err.diagnostics())
     if isinstance(err, VerificationError):
-        raise typer.Exit(EXIT_FAILED_CHECK)
+        raise SystemExit(EXIT_FAILED_CHECK)
     if err.kind == Kind.UNAVAILABLE:
-        raise typer.Exit(EXIT_UNREACHABLE)
-    raise typer.Exit(EXIT_USAGE if err.kind != Kind.INTERNAL else EXIT_FAILED_CHECK)
+        raise SystemExit(EXIT_UNREACHABLE)
+    raise SystemExit(EXIT_USAGE if err.kind != Kind.INTERNAL else EXIT_FAILED_CHECK)
+
+
+def error(message: str) -> None:
+    """`error: MESSAGE` on stderr, the message (a path, an id, the daemon's words) as
+    written: every error the CLI reports goes through here."""
+    render.err.print(render.marked("[red]error:[/] {}", message))
 
 
 def emit(data: Any) -> None:
@@ -160,12 +172,12 @@ def emit(data: Any) -> None:
 
 
 def progress(phase: str, message: str) -> None:
-    render.err.print(f"[dim]{phase:>9}[/] {message}", highlight=False)
+    render.err.print(render.marked("[dim]{}[/] {}", f"{phase:>9}", message))
 
 
 def read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as err:
-        render.err.print(f"[red]error:[/] cannot read {path}: {err.strerror}")
-        raise typer.Exit(EXIT_USAGE) from None
+        error(f"cannot read {path}: {err.strerror}")
+        raise SystemExit(EXIT_USAGE) from None

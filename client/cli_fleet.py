@@ -91,10 +91,12 @@ def fleet_run(
             resume=bool(given),
         )
         for host, why in sorted(result.gone.items()):
-            render.err.print(f"[yellow]{host} left the fleet:[/] {why}", highlight=False)
+            render.err.print(render.marked("[yellow]{} left the fleet:[/] {}", host, why))
         for r in result.retried:
             render.err.print(
-                f"[yellow]retried[/] {r['task_id']} on {r['to']} (was {r['from']})", highlight=False
+                render.marked(
+                    "[yellow]retried[/] {} on {} (was {})", r["task_id"], r["to"], r["from"]
+                )
             )
         merged = fleet.live_frontier(hosts, _fleet_client, suite=suite)
     except JouledError as err:
@@ -159,5 +161,5 @@ def fleet_export(out: Path, as_json: bool) -> None:
             highlight=False,
         )
     for u in manifest.unreachable:
-        render.err.print(f"[yellow]{u.host} not exported:[/] {u.reason}", highlight=False)
+        render.err.print(render.marked("[yellow]{} not exported:[/] {}", u.host, u.reason))
     render.err.print(f"manifest -> {out / fleet.MANIFEST}")

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from jb_client.cli_args import Argument, Option
 from jb_client.cli_common import (
     CLAIM_MAX,
     EXIT_USAGE,
     Json,
     ask,
     emit,
+    error,
     fail,
     read_file,
     render,
@@ -24,13 +26,11 @@ if TYPE_CHECKING:
 
 from jb_client.cli_fleet import fleet_export, is_fleet
 
-from jouled.errors import JouledError, VerificationError
+from jouled.errors import JouledError, UsageError, VerificationError
 
 
 def export(
-    out: Annotated[
-        Path, typer.Option("--out", help="JSONL file to write (a directory for a fleet).")
-    ],
+    out: Annotated[Path, Option("--out", help="JSONL file to write (a directory for a fleet).")],
     as_json: Json = False,
 ) -> None:
     """Export the ledger (JSONL entries, plus the checkpoint history beside it).
@@ -52,26 +52,26 @@ def export(
 
 
 def verify(
-    file: Annotated[Path, typer.Argument(help="An export written by `jb-client export`.")],
+    file: Annotated[Path, Argument(help="An export written by `jb-client export`.")],
     pubkey: Annotated[
-        list[Path] | None, typer.Option("--pubkey", help="Pinned public key (PEM), all entries.")
+        list[Path] | None, Option("--pubkey", help="Pinned public key (PEM), all entries.")
     ] = None,
     trust: Annotated[
         Path | None,
-        typer.Option(help="JSON trust file: pinned keys with the entry range each may sign."),
+        Option(help="JSON trust file: pinned keys with the entry range each may sign."),
     ] = None,
     checkpoint: Annotated[
-        Path | None, typer.Option(help="The daemon's checkpoint note, fetched separately.")
+        Path | None, Option(help="The daemon's checkpoint note, fetched separately.")
     ] = None,
     since: Annotated[
         Path | None,
-        typer.Option(help="A checkpoint you saved earlier: the export must extend it."),
+        Option(help="A checkpoint you saved earlier: the export must extend it."),
     ] = None,
     merkle_only: Annotated[
-        bool, typer.Option(help="Skip entry signatures (chain and Merkle root only).")
+        bool, Option(help="Skip entry signatures (chain and Merkle root only).")
     ] = False,
     workers: Annotated[
-        int, typer.Option(help="Processes parsing and checking entries (0: every core).")
+        int, Option(help="Processes parsing and checking entries (0: every core).")
     ] = 0,
     as_json: Json = False,
 ) -> None:
@@ -88,11 +88,17 @@ def verify(
 
         history_file = checkpoint_history_path(file)
         if history_file.is_file():
-            history = split_notes(history_file.read_text(encoding="utf-8"))
-        for note in (checkpoint, since):
+            history = _history(history_file, split_notes)
+        for option, note in (("--checkpoint", checkpoint), ("--since", since)):
             if note is not None:
-                notes.append(read_file(note).decode("utf-8"))
+                notes.append(_note(option, note))
         parquet = parquet_path(file)
+        # What the export lacks, and so was not checked: said, never passed over.
+        not_checked = []
+        if not parquet.is_file():
+            not_checked.append(f"no Parquet snapshot at {parquet}")
+        if not history_file.is_file():
+            not_checked.append(f"no checkpoint history at {history_file}")
         report = verify_file(
             file,
             keys,
@@ -103,28 +109,38 @@ def verify(
             history=history,
         )
     except OSError as err:
-        render.err.print(f"[red]error:[/] cannot read {err.filename}: {err.strerror}")
-        raise typer.Exit(EXIT_USAGE) from None
+        error(f"cannot read {err.filename}: {err.strerror}")
+        raise SystemExit(EXIT_USAGE) from None
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):
             emit({"ok": False, "seq": err.seq, "error": err.message})
         fail(err)
+    if report.entries == 0:
+        not_checked.insert(0, "no entries: the export is empty")
     if as_json:
-        emit(report.to_json())
+        emit({**report.to_json(), "not_checked": not_checked})
     else:
         extra = "" if report.parquet_rows is None else f", Parquet {report.parquet_rows} rows"
-        render.out.print(
-            f"[green]ok[/] {report.entries} entries, root {report.root[:16]}…, "
-            f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
-            "signed by "
-            + ", ".join(k[:16] for k in report.keyids)
-            + (" (signatures not checked)" if merkle_only else "")
-        )
+        if not report.entries:
+            render.out.print(render.marked("[yellow]empty[/] {}: no entries to verify", file))
+        else:
+            render.out.print(
+                render.marked(
+                    "[green]ok[/] {}",
+                    f"{report.entries} entries, root {report.root[:16]}…, "
+                    f"{len(report.checkpoints) + report.history} checkpoint(s) consistent{extra}, "
+                    "signed by "
+                    + ", ".join(k[:16] for k in report.keyids)
+                    + (" (signatures not checked)" if merkle_only else ""),
+                )
+            )
+        if not_checked:
+            render.out.print(render.marked("[yellow]not checked:[/] {}", "; ".join(not_checked)))
 
 
 def audit(
-    receipt: Annotated[Path, typer.Argument(help="A receipt from `submit --json`.")],
-    pubkey: Annotated[list[Path], typer.Option("--pubkey", help="Pinned public key (PEM).")],
+    receipt: Annotated[Path, Argument(help="A receipt from `submit --json`.")],
+    pubkey: Annotated[list[Path], Option("--pubkey", help="Pinned public key (PEM).")],
     as_json: Json = False,
 ) -> None:
     """Check one receipt alone: its signature, its inclusion proof and its checkpoint."""
@@ -136,8 +152,8 @@ def audit(
         doc = json.loads(read_file(receipt))
         result = audit_receipt(doc, keys)
     except ValueError as err:
-        render.err.print(f"[red]error:[/] {receipt} is not a JSON receipt: {err}")
-        raise typer.Exit(EXIT_USAGE) from None
+        error(f"{receipt} is not a JSON receipt: {err}")
+        raise SystemExit(EXIT_USAGE) from None
     except JouledError as err:
         if as_json and isinstance(err, VerificationError):
             emit({"ok": False, "seq": err.seq, "error": err.message})
@@ -146,8 +162,11 @@ def audit(
         emit(result)
     else:
         render.out.print(
-            f"[green]ok[/] entry {result['seq']} ({result['task_id']}, {result['status']}) is "
-            f"signed and included in the tree of {result['tree_size']} entries"
+            render.marked(
+                "[green]ok[/] {}",
+                f"entry {result['seq']} ({result['task_id']}, {result['status']}) is "
+                f"signed and included in the tree of {result['tree_size']} entries",
+            )
         )
 
 
@@ -161,10 +180,8 @@ def checkpoint_cmd(as_json: Json = False) -> None:
 
 
 def proof(
-    seq: Annotated[int, typer.Option("--seq", min=0, max=CLAIM_MAX, help="Ledger entry.")],
-    tree_size: Annotated[
-        int, typer.Option(min=0, max=CLAIM_MAX, help="Tree size (0: latest).")
-    ] = 0,
+    seq: Annotated[int, Option("--seq", min=0, max=CLAIM_MAX, help="Ledger entry.")],
+    tree_size: Annotated[int, Option(min=0, max=CLAIM_MAX, help="Tree size (0: latest).")] = 0,
     as_json: Json = False,
 ) -> None:
     """An inclusion proof of one entry in the ledger's Merkle tree."""
@@ -176,11 +193,9 @@ def proof(
 
 
 def consistency(
-    old: Annotated[
-        int, typer.Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")
-    ],
+    old: Annotated[int, Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")],
     new: Annotated[
-        int, typer.Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
+        int, Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
     ] = 0,
     as_json: Json = False,
 ) -> None:
@@ -190,3 +205,44 @@ def consistency(
         emit(p.to_dict())
     else:
         render.kv(f"consistency {p.old_size} -> {p.new_size}", p, hashes=len(p.hashes))
+
+
+def _history(path: Path, split_notes: Callable[[str], list[str]]) -> list[str]:
+    """The checkpoint notes of the history file beside an export; a usage error, naming
+    the line, where it is not one JSON object {"note": ...} a line."""
+    hint = (
+        f"export again with `jb-client export`, or move {path.name} away to verify "
+        "without the checkpoint history"
+    )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        fail(UsageError(f"{path} is not a checkpoint history: not UTF-8 text", hint=hint))
+    notes = []
+    for n, line in enumerate(text.splitlines(), 1):
+        try:
+            notes += split_notes(line)
+        except (ValueError, KeyError, TypeError) as err:
+            why = f"no note ({err})" if isinstance(err, KeyError) else str(err)
+            fail(UsageError(f"{path} line {n} is not a checkpoint note: {why}", hint=hint))
+    return notes
+
+
+def _note(option: str, path: Path) -> str:
+    """The checkpoint note `option` names; a usage error where the file holds none."""
+    from jouled.errors import DocumentError
+    from jouled.ledger.checkpoint import parse_note
+
+    try:
+        text = read_file(path).decode("utf-8")
+        parse_note(text)
+    except (UnicodeDecodeError, ValueError, DocumentError, VerificationError) as err:
+        why = getattr(err, "message", None) or str(err)
+        fail(
+            UsageError(
+                f"{option} {path} is not a checkpoint note: {why}",
+                hint="give the note `jb-client checkpoint` printed (or the daemon's "
+                "checkpoint.note), unchanged",
+            )
+        )
+    return text

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
+from jb_client.cli_args import Argument, Option
 from jb_client.cli_common import (
     CLAIM_MAX,
     EXIT_USAGE,
@@ -19,6 +19,7 @@ from jb_client.cli_common import (
     ask,
     connect,
     emit,
+    error,
     fail,
     read_file,
     render,
@@ -34,17 +35,17 @@ from jouled.errors import JouledError, UsageError
 
 def frontier(
     suite: Suite = "",
-    axis: Annotated[str, typer.Option(help="Cost axis: joules, usd or wall.")] = "joules",
+    axis: Annotated[str, Option(help="Cost axis: joules, usd or wall.")] = "joules",
     export: Annotated[
-        Path | None, typer.Option("--from-export", help="Compute offline from an export file.")
+        Path | None, Option("--from-export", help="Compute offline from an export file.")
     ] = None,
     plot_to: Annotated[
         Path | None,
-        typer.Option("--plot", help="Also draw the frontier to FILE (.svg or .png; matplotlib)."),
+        Option("--plot", help="Also draw the frontier to FILE (.svg or .png; matplotlib)."),
     ] = None,
     merge_digests: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--merge-digests",
             help="Pool each solver's results across a changed task's digests into one row.",
         ),
@@ -107,18 +108,16 @@ def _bodies(lines: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def compare(
-    a: Annotated[str, typer.Argument(help="Side A: a solver, or SOLVER@MODEL.")],
-    b: Annotated[str, typer.Argument(help="Side B: a solver, or SOLVER@MODEL.")],
+    a: Annotated[str, Argument(help="Side A: a solver, or SOLVER@MODEL.")],
+    b: Annotated[str, Argument(help="Side B: a solver, or SOLVER@MODEL.")],
     suite: Suite = "",
     export: Annotated[
         Path | None,
-        typer.Option("--from-export", help="Compare offline from an export file."),
+        Option("--from-export", help="Compare offline from an export file."),
     ] = None,
-    resamples: Annotated[
-        int, typer.Option(min=1, max=1_000_000, help="Bootstrap resamples.")
-    ] = 10_000,
+    resamples: Annotated[int, Option(min=1, max=1_000_000, help="Bootstrap resamples.")] = 10_000,
     seed: Annotated[
-        int, typer.Option(min=0, help="Bootstrap seed (fixed: same ledger, same interval).")
+        int, Option(min=0, help="Bootstrap seed (fixed: same ledger, same interval).")
     ] = 0,
     as_json: Json = False,
 ) -> None:
@@ -146,7 +145,7 @@ def compare(
 
 
 def logs(
-    seq: Annotated[int, typer.Option("--seq", min=0, max=CLAIM_MAX, help="The result's entry.")],
+    seq: Annotated[int, Option("--seq", min=0, max=CLAIM_MAX, help="The result's entry.")],
     as_json: Json = False,
 ) -> None:
     """A result's captured output per run and its full failing and missing test ids.
@@ -162,16 +161,16 @@ def logs(
 
 
 def receipt(
-    key: Annotated[str, typer.Option("--key", help="The submission's idempotency key.")] = "",
+    key: Annotated[str, Option("--key", help="The submission's idempotency key.")] = "",
     seq: Annotated[
-        int | None, typer.Option("--seq", min=0, max=CLAIM_MAX, help="The result's entry.")
+        int | None, Option("--seq", min=0, max=CLAIM_MAX, help="The result's entry.")
     ] = None,
     as_json: Json = False,
 ) -> None:
     """A result's receipt again, with a fresh inclusion proof (by idempotency key or seq)."""
     if not key and seq is None:
-        render.err.print("[red]error:[/] give --key or --seq")
-        raise typer.Exit(EXIT_USAGE)
+        error("give --key or --seq")
+        raise SystemExit(EXIT_USAGE)
     r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
     if as_json:
         emit(r.to_dict())
@@ -200,13 +199,13 @@ def bestofk(suite: Suite = "", wide: Wide = None, as_json: Json = False) -> None
 
 
 def report(
-    html_out: Annotated[Path, typer.Option("--html", help="The HTML page to write.")],
+    html_out: Annotated[Path, Option("--html", help="The HTML page to write.")],
     suite: Suite = "",
-    axis: Annotated[str, typer.Option(help="Frontier cost axis: joules, usd or wall.")] = "joules",
+    axis: Annotated[str, Option(help="Frontier cost axis: joules, usd or wall.")] = "joules",
     export: Annotated[
-        Path | None, typer.Option("--from-export", help="Read an export file, not the daemon.")
+        Path | None, Option("--from-export", help="Read an export file, not the daemon.")
     ] = None,
-    title: Annotated[str, typer.Option(help="The page's title.")] = "",
+    title: Annotated[str, Option(help="The page's title.")] = "",
     as_json: Json = False,
 ) -> None:
     """One self-contained HTML page: frontier, best-of-k, every attempt, calibration, checkpoint.

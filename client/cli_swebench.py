@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from jb_client.cli_args import Option
 from jb_client.cli_common import (
     Json,
     connect,
@@ -22,12 +22,10 @@ from jouled.errors import JouledError, Kind
 
 
 def swebench(
-    dataset: Annotated[Path, typer.Option(help="SWE-bench records (JSON, JSONL).")],
-    predictions: Annotated[Path, typer.Option(help="Predictions (SWE-bench format).")],
-    suite: Annotated[
-        str, typer.Option(help="Suite for the registered tasks.")
-    ] = "swebench-verified",
-    run_id: Annotated[str, typer.Option(help="Default: a fresh id.")] = "",
+    dataset: Annotated[Path, Option(help="SWE-bench records (JSON, JSONL).")],
+    predictions: Annotated[Path, Option(help="Predictions (SWE-bench format).")],
+    suite: Annotated[str, Option(help="Suite for the registered tasks.")] = "swebench-verified",
+    run_id: Annotated[str, Option(help="Default: a fresh id.")] = "",
     as_json: Json = False,
 ) -> None:
     """Grade SWE-bench predictions: register the records with the daemon, submit each patch.
@@ -54,7 +52,7 @@ def swebench(
     def skip(instance_id: str, reason: str) -> None:
         malformed.append({"instance_id": instance_id, "reason": reason})
         shown = f"{instance_id}: {reason}" if instance_id else reason
-        render.err.print(f"[yellow]malformed prediction skipped:[/] {shown}", highlight=False)
+        render.err.print(render.marked("[yellow]malformed prediction skipped:[/] {}", shown))
 
     try:
         records = load_records(dataset)
@@ -66,13 +64,18 @@ def swebench(
         missing = sorted(set(preds) - {r.instance_id for r in records})
         if missing:
             render.err.print(
-                f"[yellow]warning:[/] {len(missing)} predictions name instances "
-                f"not in {dataset}: {', '.join(missing[:5])}"
+                render.marked(
+                    "[yellow]warning:[/] {}",
+                    f"{len(missing)} predictions name instances "
+                    f"not in {dataset}: {', '.join(missing[:5])}",
+                )
             )
         with connect() as c:
             reg = c.register_swebench([dataclasses.asdict(r) for r in wanted], suite)
             for s in reg.skipped:
-                render.err.print(f"[yellow]skipped[/] {s.instance_id}: {s.reason}")
+                render.err.print(
+                    render.marked("[yellow]skipped[/] {}: {}", s.instance_id, s.reason)
+                )
             for n, task_id in enumerate(reg.registered, 1):
                 pred = preds[task_id.split("/", 1)[1]]
                 render.err.print(f"[{n}/{len(reg.registered)}] {task_id}", highlight=False)
@@ -101,8 +104,9 @@ def swebench(
                             )
                         )
                         render.err.print(
-                            f"[yellow]not graded[/] {pred.instance_id}: {err.code}",
-                            highlight=False,
+                            render.marked(
+                                "[yellow]not graded[/] {}: {}", pred.instance_id, err.code
+                            )
                         )
                         continue
                     if err.kind != Kind.INVALID_ARGUMENT:

@@ -7,6 +7,7 @@ else is the transport's, and says how to reach the daemon.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import grpc
@@ -73,15 +74,21 @@ def rpc_error(err: grpc.RpcError, target: str, timeout_s: float | None) -> Clien
     if code == grpc.StatusCode.UNAVAILABLE and (
         "handshake" in details.lower() or "ssl" in details.lower()
     ):
+        tls = (
+            "pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it wants "
+            "client certificates)"
+        )
         return ClientError(
-            f"TLS with {target} failed: {details}",
+            f"TLS with {target} failed: {tls_reason(transport_reason(details))}",
             Kind.UNAVAILABLE,
-            hint="pass the daemon's CA with --ca / $JB_CA (and --cert/--key when it "
-            "wants client certificates)",
+            hint=f"a daemon on this host may listen in plaintext: pass --insecure / "
+            f"$JB_INSECURE=1; if it serves TLS, {tls}"
+            if is_loopback(target)
+            else tls,
         )
     if code == grpc.StatusCode.UNAVAILABLE:
         return ClientError(
-            f"cannot reach the daemon at {target}: {details}",
+            f"cannot reach the daemon at {target}: {transport_reason(details)}",
             Kind.UNAVAILABLE,
             hint="start it with `jouled serve`, or point --target / $JB_TARGET at it",
         )
@@ -101,6 +108,50 @@ def rpc_error(err: grpc.RpcError, target: str, timeout_s: float | None) -> Clien
             "send less at once (a patch may be 1 MiB)",
         )
     return ClientError(message, _KINDS.get(code, Kind.INTERNAL), hint=hint)
+
+
+def is_loopback(target: str) -> bool:
+    """Whether `target` (HOST:PORT) names this host: localhost, 127.0.0.0/8 or ::1."""
+    import ipaddress
+
+    host = target.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:")
+    host = host.rpartition(":")[0].strip("[]").lstrip("/")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_reason(text: str) -> str:
+    """OpenSSL's reason for a failed handshake, without its error codes:
+    "... SSL_ERROR_SSL: error:100000f7:SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER:
+    ..." says "handshake failed (WRONG_VERSION_NUMBER: the daemon did not answer in TLS)"."""
+    found = re.search(r"OPENSSL_internal:([A-Z0-9_]+)", text)
+    if found is None:
+        return text
+    reason = found.group(1)
+    if reason == "WRONG_VERSION_NUMBER":
+        reason += ": the daemon did not answer in TLS"
+    elif reason == "CERTIFICATE_VERIFY_FAILED":
+        reason += ": its certificate does not chain to the CA trusted here"
+    return f"handshake failed ({reason})"
+
+
+def transport_reason(details: str) -> str:
+    """gRPC's account of a failed connection as one readable line: "failed to connect
+    to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to
+    remote host: Connection refused" says "Connection refused"."""
+    text = details.strip().splitlines()[0] if details.strip() else "no reason given"
+    _, found, last = text.partition("last error:")
+    if found:
+        text = last.strip()
+        text = re.sub(r"^[A-Z_]+: ", "", text)  # the status code's name
+        text = re.sub(r"^(ipv4|ipv6|unix|unix-abstract):\S+: ", "", text)  # the address
+        text = re.sub(r"^Failed to connect to remote host: ", "", text)
+        text = re.sub(r"^connect failed: addr: \S+ error: ", "", text)
+    return text or details
 
 
 def write_error(path: Path, err: OSError) -> ClientError:

@@ -13,6 +13,7 @@ from jb_client.meter_text import ZONE_COLUMNS, meter_lines, zone_rows
 
 if TYPE_CHECKING:
     from rich.table import Table
+    from rich.text import Text
 
 
 if TYPE_CHECKING:
@@ -37,7 +38,19 @@ def terminal(stderr: bool) -> Console:
 
     stream = sys.stderr if stderr else sys.stdout
     # Piped output keeps whole rows rather than wrapping at rich's default 80 columns.
-    return Console(stderr=stderr, width=None if stream.isatty() else 200)
+    # Markup is off: a string printed, or put in a table's cell or title, shows as
+    # written, brackets and all (paths, task ids, the daemon's messages); text that
+    # is styled says so with `marked`, whose values are escaped.
+    return Console(stderr=stderr, width=None if stream.isatty() else 200, markup=False)
+
+
+def marked(template: str, *values: object) -> Text:
+    """`template`'s rich markup, styled, with each `{}` filled by a value shown exactly
+    as written: a value's square brackets are text, never markup."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    return Text.from_markup(template.format(*(escape(str(v)) for v in values)))
 
 
 def __getattr__(name: str) -> Console:
@@ -89,7 +102,7 @@ def swebench_coverage(rows: Sequence[Coverage]) -> None:
     for col in ("instance", "graded", "status", "official", "why not"):
         t.add_column(col)
     for r in rows:
-        graded = "yes" if r.graded else "[yellow]no[/]"
+        graded = "yes" if r.graded else marked("[yellow]no[/]")
         why = f"{r.code}: {r.reason}" if r.code else ""
         official = r.official or "-"
         if r.strict_agrees is False:  # jouled's stricter grading came out otherwise
@@ -114,9 +127,11 @@ def receipt_line(r: Receipt, lead: int = 0) -> None:
     console = terminal(False)
     line = f"{r.task_id:<28} {status} {tests}  {rest}"
     if lead + len(line) <= console.width:
-        console.print(f"{r.task_id:<28} [{colour}]{status}[/] {tests}  {rest}")
+        console.print(
+            marked(f"{{}} [{colour}]{{}}[/] {{}}  {{}}", f"{r.task_id:<28}", status, tests, rest)
+        )
     else:
-        console.print(f"{r.task_id} [{colour}]{r.status.value}[/] {tests}")
+        console.print(marked(f"{{}} [{colour}]{{}}[/] {{}}", r.task_id, r.status.value, tests))
         console.print(f"  {rest}")
     audit_lines(r)
 
@@ -140,14 +155,16 @@ def op_receipt_line(r: OpReceipt) -> None:
     e = r.energy
     gross, marginal = e.get("gross_mj"), e.get("marginal_mj")
     reliable = bool(e.get("reliable"))
-    end = f"  [yellow]abandoned ({r.end})[/]" if r.abandoned else ""
-    terminal(True).print(
+    line = (
         f"op {r.label}: {fmt.joules(None if gross is None else gross / 1000, reliable)} J gross, "
         f"{fmt.joules(None if marginal is None else marginal / 1000, reliable)} J marginal "
         f"({e.get('source', '?')}, {e.get('attribution', '?')}), {e.get('wall_ms', 0)} ms, "
-        f"agent {r.agent}, seq {r.seq}{end}",
-        highlight=False,
+        f"agent {r.agent}, seq {r.seq}"
     )
+    if r.abandoned:
+        terminal(True).print(marked("{}  [yellow]abandoned ({})[/]", line, r.end))
+    else:
+        terminal(True).print(line, highlight=False)
 
 
 def audit_lines(r: Receipt, shown: int = 10) -> None:
@@ -159,9 +176,10 @@ def audit_lines(r: Receipt, shown: int = 10) -> None:
     listed = [f for f in flags if f.get("code") != "truncated"]
     more = "+" if len(listed) < len(flags) else ""  # the signed list was cut short
     console.print(
-        f"  [yellow]audit: {len(listed)}{more} flag(s)[/] (reaching into the test machinery; "
-        "the verdict stands)",
-        highlight=False,
+        marked(
+            f"  [yellow]audit: {len(listed)}{more} flag(s)[/] (reaching into the test "
+            "machinery; the verdict stands)"
+        )
     )
     for f in flags[:shown]:
         where = f"{f.get('path', '')}:{f.get('line', 0)}" if f.get("path") else ""
@@ -498,9 +516,9 @@ def compare_report(doc: Comparison, shown: int = 20) -> None:
     console.print(table)
     for said in (res, doc.joules, doc.usd):
         mark = "[green]*[/]" if said.conclusive else "[yellow]-[/]"
-        console.print(f"{mark} {said.verdict}", highlight=False)
+        console.print(marked(f"{mark} {{}}", said.verdict))
     for note in doc.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(marked("[yellow]note:[/] {}", note))
     rows = doc.disagreements
     if not rows:
         return
@@ -560,7 +578,7 @@ def logs_report(logs: Logs) -> None:
         if not item.get("count"):
             continue
         note = " [red]missing: not the signed list[/]" if item.get("status") == "missing" else ""
-        console.print(f"== {label} test ids ({item['count']}){note}", highlight=False)
+        console.print(marked(f"== {{}} test ids ({{}}){note}", label, item["count"]))
         for test_id in item.get("ids", []):
             console.print(test_id, highlight=False, markup=False)
         if item.get("clipped"):
@@ -572,12 +590,19 @@ def logs_report(logs: Logs) -> None:
         if status == "withheld":
             console.print(f"== {phase}: withheld", highlight=False)
             continue
-        shown = f"[red]{status}[/]" if status == "missing" else status
+        shown = "[red]{}[/]" if status == "missing" else "{}"
         console.print(
-            f"== {phase}: {shown} ({run['kept_bytes']} bytes kept, {run['dropped_bytes']} "
-            f"dropped), exit {run['exit_code']}, signal {run['signal']}, "
-            f"sha256 {run['sha256']}",
-            highlight=False,
+            marked(
+                f"== {{}}: {shown} ({{}} bytes kept, {{}} dropped), exit {{}}, signal {{}}, "
+                "sha256 {}",
+                phase,
+                status,
+                run["kept_bytes"],
+                run["dropped_bytes"],
+                run["exit_code"],
+                run["signal"],
+                run["sha256"],
+            )
         )
         if run.get("clipped_bytes"):
             console.print(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from jb_client import cells as fmt
 from jb_client.columns import verdict
-from jb_client.render import compact_table, make_table, receipt_line, terminal
+from jb_client.render import compact_table, make_table, marked, receipt_line, terminal
 
 if TYPE_CHECKING:
     from jb_client.fleet_documents import FleetFrontier
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def fleet_receipt_line(host: str, r: Receipt) -> None:
     """A receipt from one host of a fleet: the host first, then the usual line."""
-    terminal(False).print(f"[bold]{host}[/]", highlight=False, end=" ")
+    terminal(False).print(marked("[bold]{}[/]", host), end=" ")
     receipt_line(r, lead=len(host) + 1)
 
 

@@ -6,6 +6,7 @@ Free of gRPC, so the CLI's fast path resolves a target exactly as the client doe
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 
@@ -40,6 +41,38 @@ def normalise(target: str) -> str:
     if target.startswith("/"):
         return f"unix:{target}"
     return target
+
+
+def problem(target: str) -> str | None:
+    """Why `target` (normalised) is not an address the client can dial; None when it is.
+
+    unix:PATH, or HOST:PORT with a port from 1 to 65535 (HOST a name, an IPv4 address
+    or a bracketed IPv6 one); gRPC's own dns:, ipv4: and ipv6: forms pass as given."""
+    if target.startswith("unix:"):
+        return None if socket_path(target) else "not unix:PATH or HOST:PORT (unix: names no path)"
+    if target.startswith(("dns:", "ipv4:", "ipv6:")):
+        return None
+    if "://" in target:
+        return "not unix:PATH or HOST:PORT (a URL: give its HOST:PORT alone)"
+    host, colon, port = target.rpartition(":")
+    if not colon or not host:
+        return "not unix:PATH or HOST:PORT"
+    if host.startswith("[") and host.endswith("]"):
+        import ipaddress
+
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return f"not unix:PATH or HOST:PORT ({host} is not an IPv6 address)"
+    elif not _HOST.fullmatch(host):
+        return "not unix:PATH or HOST:PORT"
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        return f"not unix:PATH or HOST:PORT (the port must be 1 to 65535, not {port!r})"
+    return None
+
+
+# A host name or IPv4 address: letters, digits, hyphens, underscores and dots.
+_HOST = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
 
 
 def socket_path(target: str) -> str | None:

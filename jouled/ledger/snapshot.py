@@ -84,7 +84,9 @@ def check_parquet(path: Path, leaves: Sequence[bytes]) -> int:
                         )
                     rows += 1
     except duckdb.Error as err:
-        raise VerificationError(f"cannot read the Parquet snapshot {path}: {err}") from err
+        # DuckDB's first line says why; the rest quotes the SQL it ran.
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise VerificationError(f"cannot read the Parquet snapshot {path}: {why}") from err
     return rows
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jb_client.target import default_target
+from jb_client.target import default_target, normalise, problem
 
 
 @pytest.fixture
@@ -37,3 +40,51 @@ def test_without_a_system_socket_the_data_dirs_socket_is_the_default(tmp_path: P
     for missing in (str(not_a_socket), str(tmp_path / "absent.sock")):
         got = default_target({"JOULED_HOME": "", "HOME": str(tmp_path)}, missing)
         assert got.startswith("unix:") and got.endswith("/.local/share/jouled/jouled.sock"), got
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["unix:/run/jouled/jouled.sock", "localhost:50051", "127.0.0.1:1", "[::1]:65535", "dns:h:1"],
+)
+def test_addresses_the_client_can_dial(target: str) -> None:
+    assert problem(normalise(target)) is None
+
+
+@pytest.mark.parametrize(
+    "target", ["127.0.0.1:99999", "127.0.0.1:0", "http://x", ":::", "bogus", "[/]", "h:", "unix:"]
+)
+def test_what_is_not_an_address_is_a_usage_error_naming_the_forms(target: str) -> None:
+    done = jb("--target", target, "tasks")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"target {target!r} is not unix:PATH or HOST:PORT" in done.stderr, done.stderr
+    assert "hint:" in done.stderr
+
+
+def test_an_unreachable_daemon_is_one_readable_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a loopback port with nothing listening: bound, never listened
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        done = jb("--insecure", "--target", f"127.0.0.1:{port}", "tasks")
+    assert done.returncode == 3, done.stderr
+    first, hint = done.stderr.splitlines()
+    assert first == f"error: cannot reach the daemon at 127.0.0.1:{port}: Connection refused"
+    assert hint.startswith("  hint: ")
+    missing = tmp_path / "no.sock"
+    done = jb("--target", f"unix:{missing}", "tasks")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.splitlines()[0] == (
+        f"error: cannot reach the daemon at unix:{missing}: No such file or directory"
+    )
+
+
+def jb(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real `jb-client ARGS`, wide enough that no line wraps."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JB_")}
+    return subprocess.run(
+        [sys.executable, "-m", "jb_client", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "COLUMNS": "400"},
+    )
