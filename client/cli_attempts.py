@@ -81,7 +81,7 @@ def submit(
             min=0,
             max=ROLLOUT_MAX,
             help="Rollout index within the run (default: the next free one for this "
-            "task, solver and run).",
+            "task, solver, model and run).",
         ),
     ] = None,
     tokens_in: Annotated[int, Option(min=0, max=CLAIM_MAX, help="Claimed input tokens.")] = 0,

@@ -24,7 +24,7 @@ else:
     # Tables and rich load only where a command prints for people, never for --json.
     render = Later("jb_client.render")
 
-from jouled.errors import JouledError, Kind, VerificationError
+from jouled.errors import JouledError, Kind, UsageError, VerificationError
 from jouled.ledger.canonical import MAX_SAFE_INTEGER
 
 CLAIM_MAX = MAX_SAFE_INTEGER
@@ -179,5 +179,4 @@ def read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as err:
-        error(f"cannot read {path}: {err.strerror}")
-        raise SystemExit(EXIT_USAGE) from None
+        fail(UsageError(f"cannot read {path}: {err.strerror}", hint="give a readable file's path"))

@@ -193,7 +193,7 @@ def proof(
 
 
 def consistency(
-    old: Annotated[int, Option("--old", min=0, max=CLAIM_MAX, help="The size you saw before.")],
+    old: Annotated[int, Option("--old", min=1, max=CLAIM_MAX, help="The size you saw before.")],
     new: Annotated[
         int, Option("--new", min=0, max=CLAIM_MAX, help="The later size (0: latest).")
     ] = 0,

@@ -171,6 +171,13 @@ def receipt(
     if not key and seq is None:
         error("give --key or --seq")
         raise SystemExit(EXIT_USAGE)
+    if key and seq is not None:
+        fail(
+            UsageError(
+                "give --key or --seq, not both: they may name two different results",
+                hint="--key finds your submission by its idempotency key, --seq any entry",
+            )
+        )
     r = ask(lambda c: c.receipt(idempotency_key=key, seq=seq))
     if as_json:
         emit(r.to_dict())

@@ -131,3 +131,19 @@ def test_meter_run_checks_the_command_runs_before_the_window(daemon: Daemon, pro
     usage_error(done, f"cannot run {program}")
     assert "op build:" not in done.stderr  # no window was opened, none signed
     assert daemon.ledger_size() == size
+
+
+def test_a_receipt_asked_for_by_both_key_and_seq_is_a_usage_error(daemon: Daemon) -> None:
+    done = daemon.client("receipt", "--key", "k", "--seq", "1")
+    usage_error(done, "not both")
+
+
+def test_a_consistency_proof_from_size_0_is_refused_as_its_help_says(daemon: Daemon) -> None:
+    done = daemon.client("consistency", "--old", "0")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--old" in done.stderr and "1<=x" in daemon.client("consistency", "--help").stdout
+
+
+def test_a_patch_that_cannot_be_read_says_what_to_give(daemon: Daemon, tmp_path: Path) -> None:
+    done = daemon.client("submit", "--task", "smoke/lrucache", "--patch", str(tmp_path / "no.diff"))
+    usage_error(done, "cannot read", "readable file")
