@@ -193,13 +193,26 @@ def audit_lines(r: Receipt, shown: int = 10) -> None:
 
 
 # Below these widths the full tables would squeeze every column to a character or
-# two; the compact layouts keep what a reader compares and fit 80 columns.
+# two; the compact layouts keep what a reader compares and fit 80 columns. On a
+# terminal the full table is shown only where it fits whole (`_overflows`).
 FRONTIER_WIDE_MIN = 160
 BESTOFK_WIDE_MIN = 120
 
 
 def _wide(console: Console, wide: bool | None, minimum: int) -> bool:
     return console.width >= minimum if wide is None else wide
+
+
+def _overflows(console: Console, wide: bool | None, table: Table) -> bool:
+    """Whether the full `table`, chosen for the terminal's width rather than asked for,
+    is wider than the terminal: then the compact layout is shown instead. Piped output
+    keeps every column, each row on one line, however wide."""
+    if wide is not None or not console.is_terminal:
+        return False
+    from rich.measure import Measurement
+
+    options = console.options.update_width(10_000)
+    return Measurement.get(console, options, table).maximum > console.width
 
 
 def _print_whole(console: Console, table: Table) -> None:
@@ -233,10 +246,7 @@ def frontier_table(
     columns a reader compares, folded into fewer."""
     console = console or terminal(False)
     if not _wide(console, wide, FRONTIER_WIDE_MIN):
-        table, legend = _frontier_compact(rows)
-        console.print(table)
-        if legend:
-            _legend(console, "; ".join(legend))
+        _print_frontier_compact(console, rows)
         return
     revised = fmt.revised(rows)
     table = make_table(
@@ -256,7 +266,17 @@ def frontier_table(
         )
     for r in rows:
         table.add_row(*(fmt.frontier_cell(col, r) for col in columns))
+    if _overflows(console, wide, table):
+        _print_frontier_compact(console, rows)
+        return
     _print_whole(console, table)
+
+
+def _print_frontier_compact(console: Console, rows: Sequence[FrontierRow]) -> None:
+    table, legend = _frontier_compact(rows)
+    console.print(table)
+    if legend:
+        _legend(console, "; ".join(legend))
 
 
 def _legend(console: Console, text: str) -> None:
@@ -348,12 +368,7 @@ def bestofk_table(
     """Best-of-k: every column when wide enough (or `wide`), else a compact layout."""
     console = console or terminal(False)
     if not _wide(console, wide, BESTOFK_WIDE_MIN):
-        console.print(_bestofk_compact(rows))
-        _legend(
-            console,
-            "<=k: any of the first k rollouts resolved (asks the oracle); "
-            "pick: the rollout chosen by the visible tests alone",
-        )
+        _print_bestofk_compact(console, rows)
         return
     # resolved<=k asks the oracle; `selected` picks one rollout by visible tests alone.
     table = make_table("best-of-k: resolved within the first k rollouts")
@@ -387,7 +402,19 @@ def bestofk_table(
             fmt.pct(r.pass_at_k),
             str(r.tampered),
         )
+    if _overflows(console, wide, table):
+        _print_bestofk_compact(console, rows)
+        return
     _print_whole(console, table)
+
+
+def _print_bestofk_compact(console: Console, rows: Sequence[BestOfKRow]) -> None:
+    console.print(_bestofk_compact(rows))
+    _legend(
+        console,
+        "<=k: any of the first k rollouts resolved (asks the oracle); "
+        "pick: the rollout chosen by the visible tests alone",
+    )
 
 
 def _bestofk_compact(rows: Sequence[BestOfKRow]) -> Table:

@@ -425,3 +425,19 @@ def test_an_estimator_s_calibration_says_it_sampled_nothing_not_zero_seconds() -
     assert "estimator: nothing measured, so no idle to sample" in head and "0 s" not in head
     rapl = dict(meter_text.calibration_lines({**cal, "source": "rapl", "seconds": 10}))
     assert "10 s of rapl" in rapl["calibration"]
+
+
+@pytest.mark.parametrize("table", ["frontier", "bestofk"])
+def test_a_terminal_too_narrow_for_the_full_table_gets_the_compact_one(table: str) -> None:
+    """Between the threshold and the full table's own width (216 columns for the
+    frontier), the full table would run past the terminal's edge."""
+    draw = render.frontier_table if table == "frontier" else render.bestofk_table
+    data = frontier(bodies()) if table == "frontier" else bestofk(bodies())
+    buf = io.StringIO()
+    narrow = Console(file=buf, width=165, color_system=None, force_terminal=True)
+    draw(data, console=narrow)  # type: ignore[arg-type]
+    assert max(len(line) for line in lines(buf)) <= 165, buf.getvalue()
+    assert "leave out --wide" not in buf.getvalue()
+    buf = io.StringIO()
+    draw(data, console=Console(file=buf, width=400, color_system=None, force_terminal=True))  # type: ignore[arg-type]
+    assert max(len(line) for line in lines(buf)) > 165  # the full table, where it fits
