@@ -45,6 +45,11 @@ def revised(rows: Sequence[FrontierRow]) -> bool:
     return any(r.revision != 0 for r in rows)
 
 
+def count(n: int, noun: str) -> str:
+    """`n` and `noun`, plural but for one: "1 task", "3 tasks"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 

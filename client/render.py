@@ -70,7 +70,7 @@ def tasks_table(tasks: Sequence[TaskInfo], *, console: Console | None = None) ->
     prompt's first line cut to the width left; an id too long for the terminal beside
     the other columns folds onto more lines, never cut."""
     console = console or terminal(False)
-    table = make_table(f"{len(tasks)} tasks")
+    table = make_table(fmt.count(len(tasks), "task"))
     rows = []
     for t in tasks:
         first = t.prompt.strip().splitlines()[0] if t.prompt.strip() else ""
@@ -505,12 +505,13 @@ def compare_report(doc: Comparison, shown: int = 20) -> None:
     for name, side in (("A", doc.a), ("B", doc.b)):
         models = ", ".join(m or "-" for m in side.models)
         console.print(
-            f"{name}: {side.spec} (models {models}): {side.tasks} tasks, {side.attempts} attempts",
+            f"{name}: {side.spec} (models {models}): {fmt.count(side.tasks, 'task')}, "
+            f"{fmt.count(side.attempts, 'attempt')}",
             highlight=False,
             markup=False,
         )
     console.print(
-        f"paired on task digest: {doc.paired_tasks} tasks "
+        f"paired on task digest: {fmt.count(doc.paired_tasks, 'task')} "
         f"(only A {doc.only_a}, only B {doc.only_b})",
         highlight=False,
     )
@@ -549,7 +550,7 @@ def compare_report(doc: Comparison, shown: int = 20) -> None:
     rows = doc.disagreements
     if not rows:
         return
-    table = make_table(f"{len(rows)} paired tasks where A and B disagree")
+    table = make_table(f"{fmt.count(len(rows), 'paired task')} where A and B disagree")
     for col in ("task", "A resolved", "B resolved", "A J", "B J"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for r in rows[:shown]:

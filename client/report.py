@@ -146,13 +146,24 @@ def from_entries(
 def from_export(path: Path, *, suite: str = "", axis: str = "joules") -> ReportData:
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"cannot read {path}: {err}") from None
+    except OSError as err:
+        raise UsageError(
+            f"cannot read {path}: {err.strerror}", hint="give the file `jb-client export` wrote"
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not an export: not UTF-8 text") from None
     entries = parse_lines(text.splitlines(), str(path))
     checkpoint: Checkpoint | str | None = None
     history = checkpoint_history_path(path)
     if history.is_file():
-        notes = [json.loads(line)["note"] for line in history.read_text().splitlines() if line]
+        try:
+            lines = history.read_text(encoding="utf-8").splitlines()
+            notes = [json.loads(line)["note"] for line in lines if line]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UsageError(
+                f"{history} is not a checkpoint history ({type(err).__name__}: {err})",
+                hint=f"export again, or move {history.name} away to report without it",
+            ) from None
         if notes:
             checkpoint = parse_note(str(notes[-1]))
     return from_entries(

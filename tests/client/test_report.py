@@ -137,3 +137,23 @@ def test_chromium_console_check_would_see_an_injection(tmp_path: Path) -> None:
     path.write_text(page, encoding="utf-8")
     console = screenshot(path, tmp_path / "broken.png", tmp_path / "profile")
     assert any("Content Security Policy" in line for line in console), console
+
+
+def test_a_missing_export_or_a_broken_history_is_a_usage_error(
+    export: Path, tmp_path: Path
+) -> None:
+    def run(path: Path) -> subprocess.CompletedProcess[str]:
+        argv = ["report", "--html", str(tmp_path / "p.html"), "--from-export", str(path)]
+        return subprocess.run(
+            [sys.executable, "-m", "jb_client", *argv], capture_output=True, text=True, timeout=120
+        )
+
+    done = run(tmp_path / "nosuch.jsonl")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "No such file or directory" in done.stderr and "[Errno" not in done.stderr
+    assert "jb-client export" in done.stderr  # the hint
+    history = export.parent / (export.name + ".checkpoints.jsonl")
+    history.write_text("{x\n")
+    done = run(export)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "is not a checkpoint history" in done.stderr, done.stderr

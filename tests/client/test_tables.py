@@ -441,3 +441,10 @@ def test_a_terminal_too_narrow_for_the_full_table_gets_the_compact_one(table: st
     buf = io.StringIO()
     draw(data, console=Console(file=buf, width=400, color_system=None, force_terminal=True))  # type: ignore[arg-type]
     assert max(len(line) for line in lines(buf)) > 165  # the full table, where it fits
+
+
+def test_counts_read_as_english() -> None:
+    from jb_client import cells
+
+    assert cells.count(1, "task") == "1 task" and cells.count(0, "task") == "0 tasks"
+    assert cells.count(3, "paired task") == "3 paired tasks"
