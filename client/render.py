@@ -499,9 +499,14 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     return rows
 
 
-def compare_report(doc: Comparison, shown: int = 20) -> None:
-    """`jb-client compare`: each side, the paired metrics, what they say, where they disagree."""
-    console = terminal(False)
+# Below this width the paired table leaves out its `test` column (said under it instead).
+COMPARE_TEST_COLUMN_MIN = 120
+
+
+def compare_report(doc: Comparison, shown: int = 20, console: Console | None = None) -> None:
+    """`jb-client compare`: each side, the paired metrics, what they say, where they
+    disagree. Figures fold onto another line rather than being cut."""
+    console = console or terminal(False)
     for name, side in (("A", doc.a), ("B", doc.b)):
         models = ", ".join(m or "-" for m in side.models)
         console.print(
@@ -517,31 +522,47 @@ def compare_report(doc: Comparison, shown: int = 20) -> None:
     )
     res = doc.resolution
     table = make_table("A vs B per paired task (median and quartiles; difference is A - B)")
-    for col in ("", "tasks", "A", "B", "A - B mean", "95% CI", "test"):
-        table.add_column(col, justify="left" if col in ("", "test") else "right")
+    with_test = console.width >= COMPARE_TEST_COLUMN_MIN
+    for col in ("", "tasks", "A", "B", "A - B mean", "95% CI", "test")[: 7 if with_test else 6]:
+        table.add_column(col, justify="left" if col in ("", "test") else "right", overflow="fold")
     first = res.first_rollout
-    table.add_row(
-        "resolution",
-        str(res.tasks),
-        fmt.pct(res.a_rate),
-        fmt.pct(res.b_rate),
-        "-" if res.difference is None else f"{100 * res.difference:+.1f} pts",
-        "-"
-        if res.ci_low is None or res.ci_high is None
-        else f"{fmt.pct(res.ci_low)} to {fmt.pct(res.ci_high)}",
-        f"McNemar p={res.p_value:.4g} (A only {first.a_only}, B only {first.b_only})",
-    )
-    for label, m, unit in (("joules", doc.joules, "J"), ("$ claimed", doc.usd, "$")):
-        table.add_row(
-            label,
-            str(m.tasks),
-            fmt.spread(m.a, unit),
-            fmt.spread(m.b, unit),
-            "-" if m.difference is None else fmt.num(m.difference.mean, unit),
-            "-" if m.ci_low is None else f"{fmt.num(m.ci_low, unit)} to {fmt.num(m.ci_high, unit)}",
-            "paired bootstrap",
+    mcnemar = f"McNemar p={res.p_value:.4g} (A only {first.a_only}, B only {first.b_only})"
+    paired = [
+        (
+            "resolution",
+            str(res.tasks),
+            fmt.pct(res.a_rate),
+            fmt.pct(res.b_rate),
+            "-" if res.difference is None else f"{100 * res.difference:+.1f} pts",
+            "-"
+            if res.ci_low is None or res.ci_high is None
+            else f"{fmt.pct(res.ci_low)} to {fmt.pct(res.ci_high)}",
+            mcnemar,
         )
+    ]
+    for label, m, unit in (("joules", doc.joules, "J"), ("$ claimed", doc.usd, "$")):
+        paired.append(
+            (
+                label,
+                str(m.tasks),
+                fmt.spread(m.a, unit),
+                fmt.spread(m.b, unit),
+                "-" if m.difference is None else fmt.num(m.difference.mean, unit),
+                "-"
+                if m.ci_low is None
+                else f"{fmt.num(m.ci_low, unit)} to {fmt.num(m.ci_high, unit)}",
+                "paired bootstrap",
+            )
+        )
+    for row in paired:
+        table.add_row(*(row if with_test else row[:6]))
     console.print(table)
+    if not with_test:
+        console.print(
+            f"tests: resolution {mcnemar}; joules and $ claimed: paired bootstrap",
+            highlight=False,
+            markup=False,
+        )
     for said in (res, doc.joules, doc.usd):
         mark = "[green]*[/]" if said.conclusive else "[yellow]-[/]"
         console.print(marked(f"{mark} {{}}", said.verdict))

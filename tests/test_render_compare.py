@@ -39,3 +39,18 @@ def test_hostile_names_stay_text(capsys: pytest.CaptureFixture[str]) -> None:
     bodies = [result("[red]a", "x", True), result("b", "x", False)]
     render.compare_report(compare(bodies, "[red]a", "b"))
     assert "A: [red]a" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_no_figure_is_cut_at_80_or_100_columns(width: int) -> None:
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, markup=False)
+    render.compare_report(compare(paired_suite(8, 2, 3, 2), "a", "b"), console=console)
+    out = buf.getvalue()
+    assert "…" not in out, out  # folded onto another line, never cut
+    assert max(len(line) for line in out.splitlines()) <= width
+    assert "McNemar p=0.1094 (A only 8, B only 2)" in " ".join(out.split()), out
