@@ -314,9 +314,9 @@ def run(
     options(**parsed)
     try:
         function(**values)
-    except KeyboardInterrupt:
-        sys.stderr.write("\nAborted!\n")
-        sys.exit(1)
+    except KeyboardInterrupt:  # 128 + SIGINT, as a shell reports it
+        sys.stderr.write("\ninterrupted\n")
+        sys.exit(130)
     except BrokenPipeError:
         # The reader left (`jb-client ... | head`): say nothing more, as click did.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -120,6 +120,12 @@ def submit(
             )
     except JouledError as err:
         fail(err)
+    except KeyboardInterrupt:
+        error(
+            "interrupted: the daemon stops the attempt; one that had started is signed "
+            "as an abort, which no frontier counts (submit again to grade the patch)"
+        )
+        raise SystemExit(130) from None
     if as_json:
         emit(receipt.to_dict())
     else:

@@ -3,12 +3,16 @@ exit 2, never a Python traceback, and nothing signed on the daemon's ledger."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from jb_client.api import checkpoint_history_path, parquet_path
 
+from .attacks import wait_until
 from .conftest import Daemon
 
 
@@ -147,3 +151,28 @@ def test_a_consistency_proof_from_size_0_is_refused_as_its_help_says(daemon: Dae
 def test_a_patch_that_cannot_be_read_says_what_to_give(daemon: Daemon, tmp_path: Path) -> None:
     done = daemon.client("submit", "--task", "smoke/lrucache", "--patch", str(tmp_path / "no.diff"))
     usage_error(done, "cannot read", "readable file")
+
+
+def test_an_interrupted_submit_says_what_becomes_of_the_attempt(daemon: Daemon) -> None:
+    fix = Path(__file__).resolve().parents[1] / "docs" / "fixtures" / "lrucache-fix.diff"
+    argv = ["--target", daemon.target, "submit", "--task", "smoke/lrucache", "--patch", str(fix)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jb_client", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **daemon.extra_env},
+    )
+    assert proc.stderr is not None
+    said = ""
+    while "grade" not in said:  # the attempt runs its tests: it will be signed either way
+        line = proc.stderr.readline()
+        assert line, said + proc.communicate()[1]
+        said += line
+    size = daemon.ledger_size()
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=300)
+    assert proc.returncode == 130, said + rest
+    assert "interrupted: the daemon stops the attempt" in rest and "Traceback" not in rest, rest
+    # Its entry (an abort, or the result if it finished first) lands before the next test.
+    assert wait_until(lambda: daemon.ledger_size() > size, 120), "the attempt was never signed"
