@@ -2,7 +2,7 @@
 
 Tables on a terminal, `--json` on stdout for scripts, progress and logs on
 stderr. Exit codes: 0 ok, 1 a failed check, 2 usage or a rejected request,
-3 the daemon cannot be reached.
+3 the daemon cannot be reached, 130 interrupted.
 
 The global options and the helpers every command shares are in `cli_common`;
 the commands live in one module per group, as plain functions whose typed
