@@ -216,6 +216,10 @@ class Client:
         )
         return [TaskInfo.of(t) for t in reply.tasks]
 
+    def solvers(self) -> list[str]:
+        """The solvers the daemon hosts (`run_solver`): its built-ins and declared agent CLIs."""
+        return list(self._call(self._stub.ListTasks, pb.ListTasksRequest()).solvers)
+
     def task(self, task_id: str) -> TaskInfo:
         """One task: its prompt, digest, tests and protected paths."""
         request = pb.GetTaskRequest(task_id=check_text("task_id", task_id))

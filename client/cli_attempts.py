@@ -166,6 +166,14 @@ def run(
     receipts: list[Receipt] = []
     try:
         with connect() as c:
+            hosted = c.solvers()
+            unknown = [name for name in names if name not in hosted]
+            if unknown:  # before any attempt: a typo must not come after signed work
+                raise UsageError(
+                    f"the daemon hosts no solver {', '.join(map(repr, unknown))}",
+                    hint=f"it hosts {', '.join(hosted)}; other solvers submit patches "
+                    "(jb-client submit)",
+                )
             found = c.tasks(suite)
             if not found:
                 error(f"no tasks in suite {suite!r}")

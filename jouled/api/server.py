@@ -174,7 +174,8 @@ class Servicer(pb_grpc.JouledServicer):
     def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
         caller = current_identity()
         return pb.ListTasksResponse(
-            tasks=[_task(c, caller) for c in self.daemon.tasks(request.suite)]
+            tasks=[_task(c, caller) for c in self.daemon.tasks(request.suite)],
+            solvers=self.daemon.solvers.names,
         )
 
     @_unary

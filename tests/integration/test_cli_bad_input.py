@@ -176,3 +176,12 @@ def test_an_interrupted_submit_says_what_becomes_of_the_attempt(daemon: Daemon) 
     assert "interrupted: the daemon stops the attempt" in rest and "Traceback" not in rest, rest
     # Its entry (an abort, or the result if it finished first) lands before the next test.
     assert wait_until(lambda: daemon.ledger_size() > size, 120), "the attempt was never signed"
+
+
+def test_run_refuses_a_solver_the_daemon_does_not_host_before_any_attempt(
+    daemon: Daemon,
+) -> None:
+    size = daemon.ledger_size()
+    done = daemon.client("run", "--suite", "smoke", "--solvers", "reference,bogus")
+    usage_error(done, "the daemon hosts no solver 'bogus'", "reference, noop")
+    assert daemon.ledger_size() == size  # nothing graded, nothing signed
