@@ -323,8 +323,10 @@ def stand_in_problems(function: Any, origins: "Origins") -> "list[str]":
             held = [_held(cell) for cell in _FUNC_CLOSURE(layer) or ()]
             if not any(value is wrapped for value in held):
                 return [f"the test's {code.co_name} says it wraps what it does not hold"]
-            for value in held:  # a context manager of Python's driven by the patch's code
-                found = _drives(value, origins)
+            for value in held:  # a context manager of the patch's, or one it drives
+                kind = type(value)
+                found = "" if kind is _FunctionType else origins.from_tree(value)
+                found = found or _drives(value, origins)
                 if found:
                     return [f"the test runs in {code.co_name}, driven by code from {found}"]
             layer = wrapped
@@ -336,6 +338,8 @@ MACHINERY = (
     "run",
     "__call__",
     "debug",
+    "setUp",
+    "tearDown",
     "_callTestMethod",
     "_callSetUp",
     "_callTearDown",
@@ -348,13 +352,20 @@ MACHINERY = (
 )
 
 
-def machinery_problems(cls: Any, origins: "Origins") -> "list[str]":
+def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "list[str]":
     """Why a test case class may not run its tests through unittest's machinery: what
     unittest calls on a test (`MACHINERY`), where a class of the suite's or a library's
     holds it, must be a function of that class's own file. Class attributes are written
     with no audit event, so a `run` or `_callTestMethod` put on a test class later (a
     builtin, unittest's own `run` past the runner's) is found by what it is."""
     problems: list[str] = []
+    try:  # the test itself may not shadow any of it (its class's are what unittest runs)
+        own = object.__getattribute__(instance, "__dict__") if instance is not None else {}
+    except AttributeError:
+        own = {}
+    for name in MACHINERY:
+        if type(own) is dict and name in own:
+            problems.append(f"the test case's own {name} shadows its class's")
     for klass in _TYPE_MRO(cls):
         namespace = _TYPE_DICT(klass)
         module = namespace.get("__module__")
@@ -376,6 +387,88 @@ def machinery_problems(cls: Any, origins: "Origins") -> "list[str]":
 
 def _same_file(a: str, b: str) -> bool:
     return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def innermost(function: Any) -> Any:
+    """What `function` runs in the end: followed through partials, methods and wrappers
+    that hold what their `__wrapped__` names; None where a layer is none of these."""
+    layer = function
+    for _ in range(100):
+        if type(layer) is _Partial:
+            layer = layer.func
+        elif type(layer) is _MethodType:
+            layer = _METHOD_FUNC(layer)
+        elif type(layer) is not _FunctionType:
+            return None
+        else:
+            wrapped = _FUNC_DICT(layer).get("__wrapped__")
+            if wrapped is None or not any(
+                _held(cell) is wrapped for cell in _FUNC_CLOSURE(layer) or ()
+            ):
+                return layer
+            layer = wrapped
+    return None
+
+
+def identity_problems(function: Any, cls: Any, name: str, module: Any) -> "list[str]":
+    """Why what runs as the test `name` (a method of `cls`, or a function of `module`
+    where `cls` is None) is not the function its source defines under that name: where
+    the class (or module) that holds the name binds it with a `def`, the function run
+    in the end must be that def's (its file, name and line), not another test of the
+    suite's standing in for it."""
+    if cls is not None:
+        owner = next((k for k in _TYPE_MRO(cls) if name in _TYPE_DICT(k)), None)
+        if owner is None:
+            return []
+        module = sys.modules.get(_TYPE_DICT(owner).get("__module__"))
+        qualname = _TYPE_QUALNAME(owner) + "." + name
+    else:
+        qualname = name
+    filename = _module_file(module)
+    span = _defined(filename, qualname) if filename else None
+    inner = innermost(function)
+    if span is None or type(inner) is not _FunctionType:
+        return []
+    code = _FUNC_CODE(inner)
+    first, line = span
+    if (
+        code.co_name == name.rpartition(".")[2]
+        and first <= code.co_firstlineno <= line
+        and _same_file(code.co_filename, filename)
+    ):
+        return []
+    return [
+        f"the test {qualname} runs {code.co_name} of {code.co_filename}:"
+        f"{code.co_firstlineno}, not the function its file defines"
+    ]
+
+
+_DEFINED: "dict[str, dict[str, tuple[int, int]]]" = {}
+
+
+def _defined(filename: str, qualname: str) -> "tuple[int, int] | None":
+    """(first line, `def` line) of the function a source file defines at `qualname`
+    (a top-level function, or a method of a class, nested classes dotted)."""
+    table = _DEFINED.get(filename)
+    if table is None:
+        table = {}
+        try:
+            with open(filename, "rb") as fh:
+                tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+        except (OSError, SyntaxError, ValueError):
+            tree = None
+        todo = [("", node) for node in (tree.body if tree is not None else [])]
+        while todo:
+            prefix, node = todo.pop()
+            kind = type(node).__name__
+            if kind in ("FunctionDef", "AsyncFunctionDef"):
+                decorators = [d.lineno for d in node.decorator_list]
+                table[prefix + node.name] = (min([node.lineno, *decorators]), node.lineno)
+            elif kind == "ClassDef":
+                todo.extend((f"{prefix}{node.name}.", child) for child in node.body)
+        if len(_DEFINED) < 10000:
+            _DEFINED[filename] = table
+    return table.get(qualname)
 
 
 def _drives(value: Any, origins: "Origins") -> str:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         _attr,
         _FunctionType,
         function_problems,
+        identity_problems,
         machinery_problems,
         nested_codes,
         observer,
@@ -214,9 +215,14 @@ def item_problems(item: Any, origins: "Origins") -> "list[str]":
     function = namespace.get("_obj", namespace.get("obj"))
     if function is not None:
         problems += function_problems(function, origins)
+        name = namespace.get("originalname") or namespace.get("name")
+        if type(name) is str and type(item).__name__ in ("Function", "TestCaseFunction"):
+            cls = getattr(item, "cls", None)
+            module = getattr(item, "module", None) if cls is None else None
+            problems += identity_problems(function, cls, name, module)
     instance = unittest_case(item)
     if instance is not None:
-        problems += machinery_problems(type(instance), origins)  # a unittest case's
+        problems += machinery_problems(type(instance), origins, instance)  # a unittest case's
     return problems
 
 

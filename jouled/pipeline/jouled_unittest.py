@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     from jouled.pipeline.jouled_origins import (
         Origins,
         function_problems,
+        identity_problems,
         machinery_problems,
         nested_codes,
         observer,
@@ -57,7 +58,7 @@ def test_problems(test: Any, origins: "Origins") -> "list[str]":
     found = origins.from_tree(type(test))
     if found:
         return [f"the test is an instance of a class from {found}"]
-    machinery = machinery_problems(type(test), origins)
+    machinery = machinery_problems(type(test), origins, test)
     if machinery:
         return machinery
     namespace = getattr(test, "__dict__", {})
@@ -67,8 +68,9 @@ def test_problems(test: Any, origins: "Origins") -> "list[str]":
     if method is None:
         return [f"the test's method {name} is gone"]
     # What runs may be the runner's observer or the framework's wrapper (Django wraps
-    # async tests on the instance): every layer, followed to the method, is checked.
-    return function_problems(method, origins)
+    # async tests on the instance): every layer, followed to the method, is checked,
+    # and the method must be the one its class's source defines under its name.
+    return function_problems(method, origins) + identity_problems(method, type(test), name, None)
 
 
 def test_id(test: Any) -> str:
