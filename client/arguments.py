@@ -23,7 +23,7 @@ def check_count(name: str, value: object, top: int = MAX_SAFE_INTEGER) -> int:
         )
     if not 0 <= value <= top:
         raise ClientError(
-            f"{name} {value} is out of range",
+            f"{name} {value} is out of range: it runs from 0 to {top:,}",
             Kind.INVALID_ARGUMENT,
             hint=f"give {name} from 0 to {top:,}",
         )
