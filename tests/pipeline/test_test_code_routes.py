@@ -152,10 +152,9 @@ ASYNC_CASE = (
     "import unittest\n\nimport mypkg\n\n\nclass T(unittest.IsolatedAsyncioTestCase):\n"
     "    async def test_real(self):\n        self.assertEqual(mypkg.VALUE, 2)\n"
 )
-# The event loop's runner, a class of asyncio's, made to swallow the test's failure.
-LOOP_SWALLOWS = (
-    ON_COLLECTION
-    + """
+# The event loop's runner, a class of asyncio's, made to swallow the test's failure (the
+# library function the trigger calls is named in).
+SWALLOWING_LOOP = """
 def _swallowing(run):
     def swallowing(self, *args, **kwargs):
         try:
@@ -165,14 +164,14 @@ def _swallowing(run):
     return swallowing
 
 
-def _on_collection():
+def {trigger}():
     events = _sys.modules.get("asyncio.base_events")
     loop = events.BaseEventLoop if events is not None else None
     if loop is not None and "_jb" not in vars(loop):
         loop.run_until_complete = _swallowing(loop.run_until_complete)
         loop._jb = True
 """
-)
+LOOP_SWALLOWS = ON_COLLECTION + SWALLOWING_LOOP.format(trigger="_on_collection")
 
 
 def test_an_async_test_s_failure_swallowed_by_its_event_loop_is_found(scratch: Path) -> None:
@@ -308,26 +307,7 @@ def _on_load():
                 setattr(cls, key, stand_in)
 """
 )
-LOOP_SWALLOWS_UNITTEST = (
-    ON_LOADING
-    + """
-def _swallowing(run):
-    def swallowing(self, *args, **kwargs):
-        try:
-            return run(self, *args, **kwargs)
-        except AssertionError:
-            print("JBFORGED async failure swallowed", flush=True)
-    return swallowing
-
-
-def _on_load():
-    events = _sys.modules.get("asyncio.base_events")
-    loop = events.BaseEventLoop if events is not None else None
-    if loop is not None and "_jb" not in vars(loop):
-        loop.run_until_complete = _swallowing(loop.run_until_complete)
-        loop._jb = True
-"""
-)
+LOOP_SWALLOWS_UNITTEST = ON_LOADING + SWALLOWING_LOOP.format(trigger="_on_load")
 ASYNC_TESTS = UNITTEST_TESTS.replace(
     "unittest.TestCase", "unittest.IsolatedAsyncioTestCase"
 ).replace("    def test_", "    async def test_")
