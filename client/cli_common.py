@@ -87,7 +87,9 @@ def main_options(
         Option(
             "--target",
             help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
-            "daemon's socket in $JOULED_HOME). Repeat it for a fleet (run, frontier, export).",
+            "system daemon's /run/jouled/jouled.sock where one listens, else the socket in "
+            "$JOULED_HOME or ~/.local/share/jouled). Repeat it for a fleet (run, frontier, "
+            "export).",
         ),
     ] = None,
     fleet: Annotated[
