@@ -304,33 +304,49 @@ def stand_in_problems(function: Any, origins: "Origins") -> "list[str]":
     through partials, methods and wrappers that hold what they wrap (`__wrapped__`
     alone is a claim anything can carry), it must end in a Python function of a file
     in the tree, not a builtin or a function of Python's or a library's."""
-    layer = function
+    layers = _layers(function)
+    last = layers[-1]
+    if type(last) is not _FunctionType:
+        return [f"the test is a {_TYPE_NAME(type(last))}, not a function of the suite's"]
+    for layer in layers[:-1]:
+        if type(layer) is not _FunctionType:
+            continue
+        for value in (_held(cell) for cell in _FUNC_CLOSURE(layer) or ()):
+            # A context manager of the patch's, or one the patch's generator drives.
+            found = "" if type(value) is _FunctionType else origins.from_tree(value)
+            found = found or _drives(value, origins)
+            if found:
+                name = _FUNC_CODE(layer).co_name
+                return [f"the test runs in {name}, driven by code from {found}"]
+    code = _FUNC_CODE(last)
+    if _FUNC_DICT(last).get("__wrapped__") is not None:
+        return [f"the test's {code.co_name} says it wraps what it does not hold"]
+    name = code.co_filename
+    if name.startswith("<") or origins.inside(origins.realpath(name)):
+        return []
+    return [f"the test runs {code.co_name} of {name}, not a function of the suite's"]
+
+
+def _layers(function: Any) -> "list[Any]":
+    """What a call of `function` goes through: partials and methods followed to what
+    they call, wrappers to what they hold in their closure and name as `__wrapped__`;
+    the last is where that stops (a function wrapping nothing it holds, or no function)."""
+    layers, layer = [], function
     for _ in range(100):
+        layers.append(layer)
         if type(layer) is _Partial:
             layer = layer.func
         elif type(layer) is _MethodType:
             layer = _METHOD_FUNC(layer)
         elif type(layer) is not _FunctionType:
-            return [f"the test is a {_TYPE_NAME(type(layer))}, not a function of the suite's"]
+            break
         else:
-            code = _FUNC_CODE(layer)
             wrapped = _FUNC_DICT(layer).get("__wrapped__")
-            if wrapped is None:
-                name = code.co_filename
-                if name.startswith("<") or origins.inside(origins.realpath(name)):
-                    return []
-                return [f"the test runs {code.co_name} of {name}, not a function of the suite's"]
-            held = [_held(cell) for cell in _FUNC_CLOSURE(layer) or ()]
-            if not any(value is wrapped for value in held):
-                return [f"the test's {code.co_name} says it wraps what it does not hold"]
-            for value in held:  # a context manager of the patch's, or one it drives
-                kind = type(value)
-                found = "" if kind is _FunctionType else origins.from_tree(value)
-                found = found or _drives(value, origins)
-                if found:
-                    return [f"the test runs in {code.co_name}, driven by code from {found}"]
+            cells = _FUNC_CLOSURE(layer) or ()
+            if wrapped is None or not any(_held(cell) is wrapped for cell in cells):
+                break
             layer = wrapped
-    return ["the test's wrappers never end"]
+    return layers
 
 
 # What unittest calls on a test case to run it (and the async case's own).
@@ -378,7 +394,8 @@ def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "l
             value = namespace.get(name)
             if value is None:
                 continue
-            code = _FUNC_CODE(value) if type(value) is _FunctionType else None
+            inner = innermost(value)  # a decorated setUp runs its own def in the end
+            code = _FUNC_CODE(inner) if inner is not None else None
             if code is None or not filename or not _same_file(code.co_filename, filename):
                 label = _TYPE_QUALNAME(klass)
                 problems.append(f"{label}.{name} of the test case is not its own file's code")
@@ -390,24 +407,9 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def innermost(function: Any) -> Any:
-    """What `function` runs in the end: followed through partials, methods and wrappers
-    that hold what their `__wrapped__` names; None where a layer is none of these."""
-    layer = function
-    for _ in range(100):
-        if type(layer) is _Partial:
-            layer = layer.func
-        elif type(layer) is _MethodType:
-            layer = _METHOD_FUNC(layer)
-        elif type(layer) is not _FunctionType:
-            return None
-        else:
-            wrapped = _FUNC_DICT(layer).get("__wrapped__")
-            if wrapped is None or not any(
-                _held(cell) is wrapped for cell in _FUNC_CLOSURE(layer) or ()
-            ):
-                return layer
-            layer = wrapped
-    return None
+    """What `function` runs in the end (`_layers`); None where that is no Python function."""
+    last = _layers(function)[-1]
+    return last if type(last) is _FunctionType else None
 
 
 def identity_problems(function: Any, cls: Any, name: str, module: Any) -> "list[str]":
@@ -428,6 +430,10 @@ def identity_problems(function: Any, cls: Any, name: str, module: Any) -> "list[
     span = _defined(filename, qualname) if filename else None
     inner = innermost(function)
     if span is None or type(inner) is not _FunctionType:
+        return []
+    if _FUNC_DICT(inner).get("__wrapped__") is not None:
+        # A wrapper that names what it does not hold (unittest's skip_wrapper raises
+        # SkipTest and never calls the test): judged if it is ever reported passed.
         return []
     code = _FUNC_CODE(inner)
     first, line = span

@@ -613,3 +613,48 @@ def test_a_test_that_returns_a_value_is_not_tampering(scratch: Path, python: str
     )
     assert not channel.forged, channel.forged
     assert channel.outcomes.get("tests.test_t.T.test_ok") == "passed", output
+
+
+# A suite's own decorators: a test skipped on this database (unittest's skip_wrapper
+# names the test as `__wrapped__` but never calls it) and a decorated setUp.
+DECORATED = """\
+import os
+import unittest
+from unittest import mock
+
+import lib
+
+
+class T(unittest.TestCase):
+    @mock.patch.dict(os.environ, {"JB_DECORATED": "1"})
+    def setUp(self):
+        self.seen = os.environ.get("JB_DECORATED")
+
+    def test_ok(self):
+        self.assertEqual((lib.double(2), self.seen), (4, "1"))
+
+    @unittest.skipUnless(False, "needs another database")
+    def test_elsewhere(self):
+        self.fail("never runs here")
+"""
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_a_suite_s_own_decorators_are_not_tampering(scratch: Path, python: str) -> None:
+    channel, output, _ = run(scratch, python, forged="\n", tests=DECORATED)
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests.test_t.T.test_ok") == "passed", output
+    assert channel.outcomes.get("tests.test_t.T.test_elsewhere") == "skipped", output
+
+
+def test_a_suite_s_own_decorators_are_not_tampering_under_pytest(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "lib.py": "def double(x):\n    return x * 2\n",
+        "tests/test_a.py": DECORATED,
+    }
+    _, result, channel = run_plan(
+        scratch, files, CMD, added={"lib.py": "def double(x):\n    return 2 * x\n"}
+    )
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests/test_a.py::T::test_ok") == "passed", result.output
