@@ -57,7 +57,9 @@ class Origins:
 
     def test_class(self, cls: Any) -> bool:
         """Whether `cls` is a unittest test case of the suite's own (its module's file is
-        protected): its machinery (`run`, `_callTestMethod`) and its methods are the test's."""
+        protected). Of its attributes only the audited ones (`__bases__`, its names) are
+        refused to the patch as they are written; the rest is judged by what it holds
+        (`machinery_problems`, `identity_problems`)."""
         case = self._modules.get("unittest.case")
         base = _MODULE_DICT(case).get("TestCase") if type(case) is type(sys) else None
         if base is None or not any(k is base for k in _TYPE_MRO(cls)):

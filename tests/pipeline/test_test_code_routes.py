@@ -658,3 +658,35 @@ def test_a_suite_s_own_decorators_are_not_tampering_under_pytest(scratch: Path) 
     )
     assert not channel.forged, channel.forged
     assert channel.outcomes.get("tests/test_a.py::T::test_ok") == "passed", result.output
+
+
+# The test class's bases swapped (an audited write) for a class of the patch's whose
+# `run` never calls the test: unittest's own machinery, and the runner's observer, are
+# then out of the way.
+BASES_SWAPPED = (
+    ON_LOADING
+    + """
+class _Quiet(_unittest.TestCase):
+    def run(self, result=None):
+        return result
+
+
+def _on_load():
+    for cls in _test_classes():
+        if _Quiet not in cls.__mro__:
+            print("JBFORGED bases swapped on", cls.__qualname__, flush=True)
+            try:
+                cls.__bases__ = (_Quiet,)
+            except RuntimeError:
+                pass
+"""
+)
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_the_library_swapping_a_test_class_s_bases_is_refused(scratch: Path, python: str) -> None:
+    channel, output, _ = run(scratch, python, forged=BASES_SWAPPED, tests=UNITTEST_TESTS)
+    assert "JBFORGED bases swapped on T" in output, output
+    assert any("__bases__ of test class T written by" in why for why in channel.forged), (
+        channel.forged
+    )
