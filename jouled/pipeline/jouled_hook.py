@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         memory_sealed,
         run_could_write,
     )
+    from jouled.pipeline.jouled_observe import (
+        heard,
+        passed_problems,
+    )
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
         _MODULE_DICT,
@@ -47,7 +51,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _FunctionType,
         _top,
         initializing,
-        passed_problems,
     )
     from jouled.pipeline.jouled_snapshot import (
         _IS,
@@ -189,6 +192,8 @@ def start(
         "function": None,
         "observer": None,
         "ran": None,
+        "within": None,  # (cell, function, observer): the test's own function observed
+        "inner_ran": None,
         "item_id": None,  # the running test's id, for a report that names none
         "unnamed": 0,  # reports made with no test running
     }
@@ -284,26 +289,16 @@ def start(
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
             holder["function"] = args[4] if len(args) > 4 else None  # what the observer wraps
             holder["observer"] = args[5] if len(args) > 5 else None
-            holder["ran"] = None
+            holder["within"] = args[6] if len(args) > 6 else None  # from `observe_within`
+            holder["ran"] = holder["inner_ran"] = None
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []
             snapshot.scan_modules(problems)  # test modules unittest imported just now
             problems += tests_builtins.refresh() if tests_builtins else []  # after fixtures
             for why in problems:
                 tamper(why, args[2])
-        elif kind == "ran":  # ("ran", test id, the exception's name or "" when it returned)
-            # Only the observer of the test's own function counts (another one, made
-            # around something else, would say what its maker likes); a raise always wins.
-            # A report naming no test is the running test's (SymPy's runner observes the
-            # call from the framework's frame, not through a wrapper of its own).
-            wrapped = frame.f_locals.get("function")
-            test_id = holder["observed"] if args[1] is None else args[1]
-            ours = test_id is not None and test_id == holder["observed"]
-            ours = ours and wrapped is holder["function"]
-            # Anything but the exact "" of a return is a raise.
-            raised = args[2] if type(args[2]) is str else "an exception"
-            if ours and (raised or holder["ran"] is None):
-                holder["ran"] = raised
+        elif kind == "ran":  # ("ran", test id, "" or what it raised, its class): `heard`
+            heard(holder, frame.f_locals.get("function"), args, origins)
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
             running = holder["item_id"]

@@ -3,14 +3,12 @@
 The second of the monitor's files (`jouled_monitor.py` says how they run). `Origins`
 knows the tree, its protected files and the files the patch left as they were,
 and judges code objects, functions, classes and values by the file they come
-from; a test's function is judged layer by layer (`function_problems`) and
-watched as it runs through its observer (`observer`).
+from (what runs as a test, and how it ended, is `jouled_observe.py`'s).
 """
 
 # Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
 # every annotation naming a generic is a string (`jouled_monitor.py`).
 
-import functools as _functools
 import hashlib
 import os
 import sys
@@ -18,10 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
-        EVENT,
         MAX_DYNAMIC,
-        WATCHED,
-        WATCHED_PREFIXES,
         _CodeType,
         read_setup,
     )
@@ -239,6 +234,8 @@ _FUNC_DICT = _FunctionType.__dict__["__dict__"].__get__  # type: ignore[index]
 _METHOD_FUNC = _MethodType.__func__.__get__  # type: ignore[attr-defined]
 _TYPE_DICT: Any = type.__dict__["__dict__"].__get__
 _TYPE_MRO: Any = type.__dict__["__mro__"].__get__
+_COMPILE = compile
+_ONLY_AST = 0x400
 _TYPE_QUALNAME: Any = type.__dict__["__qualname__"].__get__
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict, set, frozenset})
 _PLAIN |= {type(len), type([].append), type(sys), type(int.__add__), type(str.join)}
@@ -265,237 +262,6 @@ def _has_code(cls: Any) -> bool:
         type(v) in (_FunctionType, classmethod, staticmethod, property)
         for v in _TYPE_DICT(cls).values()
     )
-
-
-def observing(observed: Any, function: Any) -> bool:
-    """Whether an observer made by `observer` still wraps `function` (its closure's cell
-    can be rewritten by code that reaches it)."""
-    if type(observed) is not _FunctionType:
-        return False
-    code = _FUNC_CODE(observed)
-    cells = _FUNC_CLOSURE(observed) or ()
-    names = code.co_freevars
-    if "function" not in names or len(cells) != len(names):
-        return False
-    return cells[names.index("function")].cell_contents is function
-
-
-def passed_problems(
-    holder: "dict[str, Any]", test_id: str, running: Any, origins: "Origins"
-) -> "list[str]":
-    """Why a call reported passed is not the running test's own function, run and
-    returned (`holder`: what the runner said of the running test, `running` its id)."""
-    if test_id != running:
-        return [f"a passing report of {test_id} came while {running or 'no test'} was running"]
-    if test_id != holder["observed"]:
-        return []
-    problems = stand_in_problems(holder["function"], origins)
-    observed = holder["observer"]  # none where the runner observes no wrapper
-    if observed is not None and not observing(observed, holder["function"]):
-        problems.append("the test's observer no longer calls the test's function")
-    ran = holder["ran"]
-    if ran is None and holder["strict"]:
-        problems.append("the report says passed but the test's function never ran")
-    elif ran:
-        problems.append(f"the report says passed but the test raised {ran}")
-    return problems
-
-
-def stand_in_problems(function: Any, origins: "Origins") -> "list[str]":
-    """Why what ran for a test is not shown to be a function of the suite's: followed
-    through partials, methods and wrappers that hold what they wrap (`__wrapped__`
-    alone is a claim anything can carry), it must end in a Python function of a file
-    in the tree, not a builtin or a function of Python's or a library's."""
-    layers = _layers(function)
-    last = layers[-1]
-    if type(last) is not _FunctionType:
-        return [f"the test is a {_TYPE_NAME(type(last))}, not a function of the suite's"]
-    for layer in layers[:-1]:
-        if type(layer) is not _FunctionType:
-            continue
-        for value in (_held(cell) for cell in _FUNC_CLOSURE(layer) or ()):
-            # A context manager of the patch's, or one the patch's generator drives.
-            found = "" if type(value) is _FunctionType else origins.from_tree(value)
-            found = found or _drives(value, origins)
-            if found:
-                name = _FUNC_CODE(layer).co_name
-                return [f"the test runs in {name}, driven by code from {found}"]
-    code = _FUNC_CODE(last)
-    if _FUNC_DICT(last).get("__wrapped__") is not None:
-        return [f"the test's {code.co_name} says it wraps what it does not hold"]
-    name = code.co_filename
-    if name.startswith("<") or origins.inside(origins.realpath(name)):
-        return []
-    return [f"the test runs {code.co_name} of {name}, not a function of the suite's"]
-
-
-def _layers(function: Any) -> "list[Any]":
-    """What a call of `function` goes through: partials and methods followed to what
-    they call, wrappers to what they hold in their closure and name as `__wrapped__`;
-    the last is where that stops (a function wrapping nothing it holds, or no function)."""
-    layers, layer = [], function
-    for _ in range(100):
-        layers.append(layer)
-        if type(layer) is _Partial:
-            layer = layer.func
-        elif type(layer) is _MethodType:
-            layer = _METHOD_FUNC(layer)
-        elif type(layer) is not _FunctionType:
-            break
-        else:
-            wrapped = _FUNC_DICT(layer).get("__wrapped__")
-            cells = _FUNC_CLOSURE(layer) or ()
-            if wrapped is None or not any(_held(cell) is wrapped for cell in cells):
-                break
-            layer = wrapped
-    return layers
-
-
-# What unittest calls on a test case to run it (and the async case's own).
-MACHINERY = (
-    "run",
-    "__call__",
-    "debug",
-    "setUp",
-    "tearDown",
-    "_callTestMethod",
-    "_callSetUp",
-    "_callTearDown",
-    "_callCleanup",
-    "doCleanups",
-    "_callAsync",
-    "_callMaybeAsync",
-    "_setupAsyncioRunner",
-    "_setupAsyncioLoop",
-)
-
-
-def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "list[str]":
-    """Why a test case class may not run its tests through unittest's machinery: what
-    unittest calls on a test (`MACHINERY`), where a class of the suite's or a library's
-    holds it, must be a function of that class's own file. Class attributes are written
-    with no audit event, so a `run` or `_callTestMethod` put on a test class later (a
-    builtin, unittest's own `run` past the runner's) is found by what it is."""
-    problems: list[str] = []
-    try:  # the test itself may not shadow any of it (its class's are what unittest runs)
-        own = object.__getattribute__(instance, "__dict__") if instance is not None else {}
-    except AttributeError:
-        own = {}
-    for name in MACHINERY:
-        if type(own) is dict and name in own:
-            problems.append(f"the test case's own {name} shadows its class's")
-    for klass in _TYPE_MRO(cls):
-        namespace = _TYPE_DICT(klass)
-        module = namespace.get("__module__")
-        if type(module) is not str or _top(module) in WATCHED:
-            continue  # the frameworks' classes: compared whole at every check
-        if module.startswith(WATCHED_PREFIXES):
-            continue
-        filename = _module_file(sys.modules.get(module))
-        for name in MACHINERY:
-            value = namespace.get(name)
-            if value is None:
-                continue
-            inner = innermost(value)  # a decorated setUp runs its own def in the end
-            code = _FUNC_CODE(inner) if inner is not None else None
-            if code is None or not filename or not _same_file(code.co_filename, filename):
-                label = _TYPE_QUALNAME(klass)
-                problems.append(f"{label}.{name} of the test case is not its own file's code")
-    return problems
-
-
-def _same_file(a: str, b: str) -> bool:
-    return a == b or os.path.realpath(a) == os.path.realpath(b)
-
-
-def innermost(function: Any) -> Any:
-    """What `function` runs in the end (`_layers`); None where that is no Python function."""
-    last = _layers(function)[-1]
-    return last if type(last) is _FunctionType else None
-
-
-def identity_problems(function: Any, cls: Any, name: str, module: Any) -> "list[str]":
-    """Why what runs as the test `name` (a method of `cls`, or a function of `module`
-    where `cls` is None) is not the function its source defines under that name: where
-    the class (or module) that holds the name binds it with a `def`, the function run
-    in the end must be that def's (its file, name and line), not another test of the
-    suite's standing in for it."""
-    if cls is not None:
-        owner = next((k for k in _TYPE_MRO(cls) if name in _TYPE_DICT(k)), None)
-        if owner is None:
-            return []
-        module = sys.modules.get(_TYPE_DICT(owner).get("__module__"))
-        qualname = _TYPE_QUALNAME(owner) + "." + name
-    else:
-        qualname = name
-    filename = _module_file(module)
-    span = _defined(filename, qualname) if filename else None
-    inner = innermost(function)
-    if span is None or type(inner) is not _FunctionType:
-        return []
-    if _FUNC_DICT(inner).get("__wrapped__") is not None:
-        # A wrapper that names what it does not hold (unittest's skip_wrapper raises
-        # SkipTest and never calls the test): judged if it is ever reported passed.
-        return []
-    code = _FUNC_CODE(inner)
-    first, line = span
-    if (
-        code.co_name == name.rpartition(".")[2]
-        and first <= code.co_firstlineno <= line
-        and _same_file(code.co_filename, filename)
-    ):
-        return []
-    return [
-        f"the test {qualname} runs {code.co_name} of {code.co_filename}:"
-        f"{code.co_firstlineno}, not the function its file defines"
-    ]
-
-
-_DEFINED: "dict[str, dict[str, tuple[int, int]]]" = {}
-
-
-def _defined(filename: str, qualname: str) -> "tuple[int, int] | None":
-    """(first line, `def` line) of the function a source file defines at `qualname`
-    (a top-level function, or a method of a class, nested classes dotted)."""
-    table = _DEFINED.get(filename)
-    if table is None:
-        table = {}
-        try:
-            with open(filename, "rb") as fh:
-                tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
-        except (OSError, SyntaxError, ValueError):
-            tree = None
-        todo = [("", node) for node in (tree.body if tree is not None else [])]
-        while todo:
-            prefix, node = todo.pop()
-            kind = type(node).__name__
-            if kind in ("FunctionDef", "AsyncFunctionDef"):
-                decorators = [d.lineno for d in node.decorator_list]
-                table[prefix + node.name] = (min([node.lineno, *decorators]), node.lineno)
-            elif kind == "ClassDef":
-                todo.extend((f"{prefix}{node.name}.", child) for child in node.body)
-        if len(_DEFINED) < 10000:
-            _DEFINED[filename] = table
-    return table.get(qualname)
-
-
-def _drives(value: Any, origins: "Origins") -> str:
-    """The file of the patch's generator an object holds (`contextlib`'s context managers
-    run one: its `except` decides whether the test's raise goes on), "" when none."""
-    try:
-        namespace = object.__getattribute__(value, "__dict__")
-    except AttributeError:
-        return ""
-    if type(namespace) is not dict:
-        return ""
-    for held in list(namespace.values()):
-        kind = type(held)
-        if kind is _types.GeneratorType or kind is _types.AsyncGeneratorType:
-            code = held.gi_code if kind is _types.GeneratorType else held.ag_code
-            found = origins.code_from_tree(code)
-            if found:
-                return found
-    return ""
 
 
 def _held(cell: Any) -> Any:
@@ -535,103 +301,3 @@ def nested_codes(function: Any) -> "tuple[Any, ...]":
             found.append(const)
             todo.extend(const.co_consts)
     return tuple(found)
-
-
-def observer(audit: Any, function: Any, test_id: str) -> Any:
-    """`function` wrapped to tell the monitor (through `audit`) how each call of it ended:
-    the name of what it raised, or "" when it returned; a coroutine function's observer
-    is one too, and hears how the coroutine ended, not the event loop that runs it."""
-
-    if _iscoroutinefunction(function):
-
-        @_functools.wraps(function)
-        async def observed_coroutine(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = await function(*args, **kwargs)
-            except BaseException as raised:
-                audit(EVENT, "ran", test_id, _raised(raised))
-                raise
-            audit(EVENT, "ran", test_id, "")
-            return result
-
-        return observed_coroutine
-
-    @_functools.wraps(function)
-    def observed(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = function(*args, **kwargs)
-        except BaseException as raised:
-            audit(EVENT, "ran", test_id, _raised(raised))
-            raise
-        audit(EVENT, "ran", test_id, "")
-        return result
-
-    return observed
-
-
-_TYPE_NAME = type.__dict__["__name__"].__get__
-_types = __import__("types")
-
-
-def _raised(raised: BaseException) -> str:
-    """What a test raised, by its class's own name (a metaclass cannot answer for it);
-    never "" (a return)."""
-    named = _TYPE_NAME(type(raised))
-    return named if type(named) is str and named else "an exception"
-
-
-_iscoroutinefunction = __import__("inspect").iscoroutinefunction
-_COMPILE = compile
-_ONLY_AST = 0x400
-
-
-def _attr(obj: Any, name: str) -> Any:
-    """An instance attribute, from `__dict__` or a slot, without running class code of obj's."""
-    try:
-        namespace = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        namespace = None
-    if isinstance(namespace, dict) and name in namespace:
-        return namespace[name]
-    slot: Any = None
-    for klass in type(obj).__mro__:
-        slot = _TYPE_DICT(klass).get(name)
-        if slot is not None:
-            break
-    if type(slot).__name__ == "member_descriptor":
-        try:
-            return slot.__get__(obj, type(obj))
-        except AttributeError:
-            return None
-    return None
-
-
-def function_problems(function: Any, origins: "Origins") -> "list[str]":
-    """Why a test's function no longer runs the code its file defines; [] when nothing says so.
-
-    Every layer (decorators followed through `__wrapped__`) must be code the
-    patch did not write, and at least one a Python function: an object that
-    merely passes for a test is the tree's stand-in.
-    """
-    problems: list[str] = []
-    seen, python_layers, start = 0, 0, function
-    while function is not None and seen < 100:
-        seen += 1
-        inner = function
-        if type(inner) is _MethodType:
-            inner = _METHOD_FUNC(inner)
-        if type(inner) is _FunctionType:
-            python_layers += 1
-            found = origins.function_from_tree(inner)
-            if found:
-                problems.append(f"the test runs code from {found}, which the patch can change")
-                break
-        elif type(inner) is not _Partial and not hasattr(inner, "__wrapped__"):
-            found = origins.from_tree(inner)
-            if found:
-                problems.append(f"the test is an object from {found}")
-                break
-        function = getattr(function, "__wrapped__", None)
-    if python_layers == 0 and callable(start):
-        problems.append(f"the test is a {type(start).__name__}, not a function of its file")
-    return problems

@@ -32,16 +32,20 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         read_setup,
         run_could_write,
     )
-    from jouled.pipeline.jouled_origins import (
-        _TYPE_DICT,
-        Origins,
+    from jouled.pipeline.jouled_observe import (
         _attr,
-        _FunctionType,
         function_problems,
         identity_problems,
         machinery_problems,
-        nested_codes,
+        observe_within,
         observer,
+        put_back,
+    )
+    from jouled.pipeline.jouled_origins import (
+        _TYPE_DICT,
+        Origins,
+        _FunctionType,
+        nested_codes,
     )
     from jouled.pipeline.jouled_snapshot import same
 
@@ -335,7 +339,11 @@ def make_plugin(
         def pytest_runtest_call(self, item: Any) -> None:
             function = item.__dict__.get("_obj")
             observed, how = observe(item)
-            audit(EVENT, "item", item, item.nodeid, how, function, observed)
+            put_back(within.pop() if within else None)
+            if observed is not None:  # and inside its wrappers, the test's own function
+                within.append(observe_within(audit, function, item.nodeid))
+            inner = within[0] if within else None
+            audit(EVENT, "item", item, item.nodeid, how, function, observed, inner)
             if observed is not None:
                 item.obj = observed
                 if how == "raised" and _inspect.iscoroutinefunction(function):
@@ -355,9 +363,13 @@ def make_plugin(
                 hasattr(report, "wasxfail"),
                 report,
             )
+            if report.when == "call":
+                put_back(within.pop() if within else None)
 
         def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
             audit(EVENT, "finish", int(exitstatus))
+
+    within: "list[Any]" = []  # the running test's `observe_within`, until its report
 
     def observe(item: Any) -> "tuple[Any, Any]":
         """The test function of a pytest item, wrapped to tell the monitor how it ended,

@@ -36,8 +36,14 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         exit_status,
         read_setup,
     )
-    from jouled.pipeline.jouled_origins import (
+    from jouled.pipeline.jouled_observe import (
         function_problems,
+        innermost,
+        observe_within,
+        observer,
+        put_back,
+    )
+    from jouled.pipeline.jouled_origins import (
         nested_codes,
     )
 
@@ -65,8 +71,9 @@ CALL_CONTEXT, CALLED = "raise_on_deprecated", "f"
 
 
 def test_id(function: Any, root: str, seen: "dict[str, int]") -> str:
-    """ "path/test_file.py::test_name" of a test function (a repeat gets "#2", "#3"...)."""
-    code = getattr(function, "__code__", None)
+    """ "path/test_file.py::test_name" of a test function (a repeat gets "#2", "#3"...),
+    by the file of its own `def` inside any wrappers that hold it."""
+    code = getattr(innermost(function) or function, "__code__", None)
     filename = getattr(code, "co_filename", "")
     filename = filename if type(filename) is str else ""
     if filename.startswith(root + os.sep):
@@ -154,6 +161,7 @@ def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None
     done.append(reporter)
     namespace = reporter.__dict__
     seen: dict[str, int] = {}
+    within: list[Any] = []  # the running test's `observe_within`, until its report
 
     def wrap(method_name: str, outcome: str, xfail: bool) -> Any:
         original = namespace[method_name]
@@ -165,6 +173,7 @@ def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None
             if outcome == "passed" and _EXC_INFO()[0] is not None:
                 audit(EVENT, "tamper", "a pass was reported while the test's exception was handled")
             audit(EVENT, "test", None, "call", outcome, xfail, self)
+            put_back(within.pop() if within else None)
             return original(self, *args, **kwargs)
 
         report.__name__ = report.__qualname__ = method_name
@@ -181,7 +190,9 @@ def wrap_reporter(audit: Any, module: Any, root: str, done: "list[Any]") -> None
         # of a pass must follow a call seen to return.
         strict = "strict" if observes(_GETFRAME(1).f_code) else None
         tid = test_id(function, root, seen)
-        audit(EVENT, "item", function, tid, strict, function, None)
+        put_back(within.pop() if within else None)
+        within.append(observe_within(audit, function, tid))  # inside its wrappers
+        audit(EVENT, "item", function, tid, strict, function, None, within[0])
         return original_enter(self, function)
 
     setattr(reporter, "entering_test", entering_test)  # noqa: B010
@@ -234,7 +245,8 @@ def main() -> None:
     audit, register = start(key, setup, main.__code__, None, function_problems)
     del key
     install_finder(audit, root)
-    register((*nested_codes(wrap_reporter), *nested_codes(wrap_calls), main.__code__))
+    own = (*nested_codes(wrap_reporter), *nested_codes(wrap_calls), main.__code__)
+    register((*own, *nested_codes(observer)))
     audit(EVENT, "start", "sympy", sys.version.split()[0])
     audit(EVENT, "arm", None)
     code: Any = 0

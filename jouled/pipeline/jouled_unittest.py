@@ -30,13 +30,17 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         exit_status,
         read_setup,
     )
-    from jouled.pipeline.jouled_origins import (
-        Origins,
+    from jouled.pipeline.jouled_observe import (
         function_problems,
         identity_problems,
         machinery_problems,
-        nested_codes,
+        observe_within,
         observer,
+        put_back,
+    )
+    from jouled.pipeline.jouled_origins import (
+        Origins,
+        nested_codes,
     )
 
 # unittest result method -> (outcome, expected failure) recorded for its test
@@ -109,9 +113,10 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
     original_subtest = result_class.__dict__["addSubTest"]
     failed_subtests = [0]
 
-    def observe(test: Any) -> "tuple[Any, Any]":
-        """(the test's method wrapped to tell the monitor how it ended, the method);
-        (None, None): left as it is.
+    def observe(test: Any) -> "tuple[Any, Any, Any]":
+        """(the test's method wrapped to tell the monitor how it ended, the method, its
+        own function observed inside its wrappers or None); (None, None, None): left as
+        it is.
 
         A test reported passed must then be one whose method ran and returned,
         however unittest's machinery was changed, and changed back, meanwhile.
@@ -119,26 +124,30 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         name = getattr(test, "_testMethodName", None)
         namespace = getattr(test, "__dict__", None)
         if type(name) is not str or type(namespace) is not dict or name in namespace:
-            return None, None
+            return None, None, None
         method = getattr(test, name, None)
         if method is None:
-            return None, None
-        return observer(audit, method, test_id(test)), method
+            return None, None, None
+        tid = test_id(test)
+        return observer(audit, method, tid), method, observe_within(audit, method, tid)
 
-    # test id -> (its observer, the method it wraps), until the test starts
-    installed: "dict[str, tuple[Any, Any]]" = {}
+    # test id -> (its observer, the method it wraps, `observe_within`), until it starts
+    installed: "dict[str, tuple[Any, Any, Any]]" = {}
 
     def run(self: Any, result: Any = None) -> Any:
         # Before unittest looks the method up (3.12 does so before `startTest`).
-        observed, method = observe(self)
+        observed, method, within = observe(self)
         if observed is not None:
-            installed[test_id(self)] = (observed, method)
+            installed[test_id(self)] = (observed, method, within)
             self.__dict__[self._testMethodName] = observed
-        return original_run(self, result)
+        try:
+            return original_run(self, result)
+        finally:
+            put_back(within)
 
     def startTest(self: Any, test: Any) -> Any:
         tid = test_id(test)
-        observed, method = installed.pop(tid, (None, None))
+        observed, method, within = installed.pop(tid, (None, None, None))
         name = getattr(test, "_testMethodName", None)
         namespace = getattr(test, "__dict__", None)
         watching = (
@@ -147,7 +156,8 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         # A coroutine's observer hears it end wherever its event loop runs it: its raise
         # counts (a loop made to swallow it is found), as for pytest's coroutines.
         how = ("raised" if _inspect.iscoroutinefunction(method) else "strict") if watching else None
-        audit(EVENT, "item", test, tid, how, method, observed)
+        within = within if watching else None
+        audit(EVENT, "item", test, tid, how, method, observed, within)
         return original_start(self, test)
 
     def addSubTest(self: Any, test: Any, subtest: Any, err: Any) -> Any:

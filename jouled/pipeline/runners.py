@@ -28,7 +28,8 @@ from jouled.pipeline.sandbox import Layout
 HERE = Path(__file__).parent
 # The monitor's files, in the order they run (`jouled_monitor.py` says what each holds).
 MONITOR = tuple(
-    HERE / f"jouled_{name}.py" for name in ("monitor", "origins", "snapshot", "stack", "hook")
+    HERE / f"jouled_{name}.py"
+    for name in ("monitor", "origins", "observe", "snapshot", "stack", "hook")
 )
 KEY_BYTES = 32
 _CACHE_LIMIT = 64

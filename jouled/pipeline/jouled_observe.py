@@ -1,0 +1,463 @@
+"""What runs as a test, and how it ended, for the integrity monitor.
+
+The third of the monitor's files (`jouled_monitor.py` says how they run). A test's
+function is followed through its layers (partials, methods, wrappers that hold what
+they wrap) to the `def` its file defines; a test's report of a pass is believed only
+for the running test whose own function ran and returned. The runners hear a test
+end through observers: one around what the runner calls (`observer`), and one inside
+its wrappers around the test's own function (`observe_within`), so that a wrapper
+that swallows the test's raise is heard doing so.
+"""
+
+# Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
+# every annotation naming a generic is a string (`jouled_monitor.py`).
+
+import functools as _functools
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_monitor import EVENT, WATCHED, WATCHED_PREFIXES
+    from jouled.pipeline.jouled_origins import (
+        _COMPILE,
+        _FUNC_CLOSURE,
+        _FUNC_CODE,
+        _FUNC_DICT,
+        _METHOD_FUNC,
+        _ONLY_AST,
+        _TYPE_DICT,
+        _TYPE_MRO,
+        _TYPE_QUALNAME,
+        Origins,
+        _FunctionType,
+        _held,
+        _MethodType,
+        _module_file,
+        _Partial,
+        _top,
+        nested_codes,
+    )
+
+
+def observing(observed: Any, function: Any) -> bool:
+    """Whether an observer made by `observer` still wraps `function` (its closure's cell
+    can be rewritten by code that reaches it)."""
+    if type(observed) is not _FunctionType:
+        return False
+    code = _FUNC_CODE(observed)
+    cells = _FUNC_CLOSURE(observed) or ()
+    names = code.co_freevars
+    if "function" not in names or len(cells) != len(names):
+        return False
+    return cells[names.index("function")].cell_contents is function
+
+
+def passed_problems(
+    holder: "dict[str, Any]", test_id: str, running: Any, origins: "Origins"
+) -> "list[str]":
+    """Why a call reported passed is not the running test's own function, run and
+    returned (`holder`: what the runner said of the running test, `running` its id)."""
+    if test_id != running:
+        return [f"a passing report of {test_id} came while {running or 'no test'} was running"]
+    problems = []
+    if holder["within"] is not None:  # the test's own function, inside its wrappers
+        inner = holder["inner_ran"]
+        if inner is None:
+            problems.append("the report says passed but the test's own function never ran")
+        elif inner:
+            problems.append(
+                f"the report says passed but the test's own function raised {inner}, "
+                "which a wrapper around it did not pass on"
+            )
+    if test_id != holder["observed"]:
+        return problems
+    problems += stand_in_problems(holder["function"], origins)
+    observed = holder["observer"]  # none where the runner observes no wrapper
+    if observed is not None and not observing(observed, holder["function"]):
+        problems.append("the test's observer no longer calls the test's function")
+    ran = holder["ran"]
+    if ran is None and holder["strict"]:
+        problems.append("the report says passed but the test's function never ran")
+    elif ran:
+        problems.append(f"the report says passed but the test raised {ran}")
+    return problems
+
+
+def stand_in_problems(function: Any, origins: "Origins") -> "list[str]":
+    """Why what ran for a test is not shown to be a function of the suite's: followed
+    through partials, methods and wrappers that hold what they wrap (`__wrapped__`
+    alone is a claim anything can carry), it must end in a Python function of a file
+    in the tree, not a builtin or a function of Python's or a library's."""
+    layers = _layers(function)
+    last = layers[-1]
+    if type(last) is not _FunctionType:
+        return [f"the test is a {_TYPE_NAME(type(last))}, not a function of the suite's"]
+    for layer in layers[:-1]:
+        if type(layer) is not _FunctionType:
+            continue
+        for value in (_held(cell) for cell in _FUNC_CLOSURE(layer) or ()):
+            # A context manager of the patch's, or one the patch's generator drives.
+            found = "" if type(value) is _FunctionType else origins.from_tree(value)
+            found = found or _drives(value, origins)
+            if found:
+                name = _FUNC_CODE(layer).co_name
+                return [f"the test runs in {name}, driven by code from {found}"]
+    code = _FUNC_CODE(last)
+    if _FUNC_DICT(last).get("__wrapped__") is not None:
+        return [f"the test's {code.co_name} says it wraps what it does not hold"]
+    name = code.co_filename
+    if name.startswith("<") or origins.inside(origins.realpath(name)):
+        return []
+    return [f"the test runs {code.co_name} of {name}, not a function of the suite's"]
+
+
+def _layers(function: Any) -> "list[Any]":
+    """What a call of `function` goes through: partials and methods followed to what
+    they call, wrappers to what they hold in their closure and name as `__wrapped__`;
+    the last is where that stops (a function wrapping nothing it holds, or no function)."""
+    layers, layer = [], function
+    for _ in range(100):
+        layers.append(layer)
+        if type(layer) is _Partial:
+            layer = layer.func
+        elif type(layer) is _MethodType:
+            layer = _METHOD_FUNC(layer)
+        elif type(layer) is not _FunctionType:
+            break
+        else:
+            wrapped = _FUNC_DICT(layer).get("__wrapped__")
+            cells = _FUNC_CLOSURE(layer) or ()
+            if wrapped is None or not any(_holds(cell, wrapped) for cell in cells):
+                break
+            layer = wrapped
+    return layers
+
+
+# What unittest calls on a test case to run it (and the async case's own).
+MACHINERY = (
+    "run",
+    "__call__",
+    "debug",
+    "setUp",
+    "tearDown",
+    "_callTestMethod",
+    "_callSetUp",
+    "_callTearDown",
+    "_callCleanup",
+    "doCleanups",
+    "_callAsync",
+    "_callMaybeAsync",
+    "_setupAsyncioRunner",
+    "_setupAsyncioLoop",
+)
+
+
+def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "list[str]":
+    """Why a test case class may not run its tests through unittest's machinery: what
+    unittest calls on a test (`MACHINERY`), where a class of the suite's or a library's
+    holds it, must be a function of that class's own file. Class attributes are written
+    with no audit event, so a `run` or `_callTestMethod` put on a test class later (a
+    builtin, unittest's own `run` past the runner's) is found by what it is."""
+    problems: list[str] = []
+    try:  # the test itself may not shadow any of it (its class's are what unittest runs)
+        own = object.__getattribute__(instance, "__dict__") if instance is not None else {}
+    except AttributeError:
+        own = {}
+    for name in MACHINERY:
+        if type(own) is dict and name in own:
+            problems.append(f"the test case's own {name} shadows its class's")
+    for klass in _TYPE_MRO(cls):
+        namespace = _TYPE_DICT(klass)
+        module = namespace.get("__module__")
+        if type(module) is not str or _top(module) in WATCHED:
+            continue  # the frameworks' classes: compared whole at every check
+        if module.startswith(WATCHED_PREFIXES):
+            continue
+        filename = _module_file(sys.modules.get(module))
+        for name in MACHINERY:
+            value = namespace.get(name)
+            if value is None:
+                continue
+            inner = innermost(value)  # a decorated setUp runs its own def in the end
+            code = _FUNC_CODE(inner) if inner is not None else None
+            if code is None or not filename or not _same_file(code.co_filename, filename):
+                label = _TYPE_QUALNAME(klass)
+                problems.append(f"{label}.{name} of the test case is not its own file's code")
+    return problems
+
+
+def _same_file(a: str, b: str) -> bool:
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def innermost(function: Any) -> Any:
+    """What `function` runs in the end (`_layers`); None where that is no Python function."""
+    last = _layers(function)[-1]
+    return last if type(last) is _FunctionType else None
+
+
+def identity_problems(function: Any, cls: Any, name: str, module: Any) -> "list[str]":
+    """Why what runs as the test `name` (a method of `cls`, or a function of `module`
+    where `cls` is None) is not the function its source defines under that name: where
+    the class (or module) that holds the name binds it with a `def`, the function run
+    in the end must be that def's (its file, name and line), not another test of the
+    suite's standing in for it."""
+    if cls is not None:
+        owner = next((k for k in _TYPE_MRO(cls) if name in _TYPE_DICT(k)), None)
+        if owner is None:
+            return []
+        module = sys.modules.get(_TYPE_DICT(owner).get("__module__"))
+        qualname = _TYPE_QUALNAME(owner) + "." + name
+    else:
+        qualname = name
+    filename = _module_file(module)
+    span = _defined(filename, qualname) if filename else None
+    inner = innermost(function)
+    if span is None or type(inner) is not _FunctionType:
+        return []
+    if _FUNC_DICT(inner).get("__wrapped__") is not None:
+        # A wrapper that names what it does not hold (unittest's skip_wrapper raises
+        # SkipTest and never calls the test): judged if it is ever reported passed.
+        return []
+    code = _FUNC_CODE(inner)
+    first, line = span
+    if (
+        code.co_name == name.rpartition(".")[2]
+        and first <= code.co_firstlineno <= line
+        and _same_file(code.co_filename, filename)
+    ):
+        return []
+    return [
+        f"the test {qualname} runs {code.co_name} of {code.co_filename}:"
+        f"{code.co_firstlineno}, not the function its file defines"
+    ]
+
+
+_DEFINED: "dict[str, dict[str, tuple[int, int]]]" = {}
+
+
+def _defined(filename: str, qualname: str) -> "tuple[int, int] | None":
+    """(first line, `def` line) of the function a source file defines at `qualname`
+    (a top-level function, or a method of a class, nested classes dotted)."""
+    table = _DEFINED.get(filename)
+    if table is None:
+        table = {}
+        try:
+            with open(filename, "rb") as fh:
+                tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+        except (OSError, SyntaxError, ValueError):
+            tree = None
+        todo = [("", node) for node in (tree.body if tree is not None else [])]
+        while todo:
+            prefix, node = todo.pop()
+            kind = type(node).__name__
+            if kind in ("FunctionDef", "AsyncFunctionDef"):
+                decorators = [d.lineno for d in node.decorator_list]
+                table[prefix + node.name] = (min([node.lineno, *decorators]), node.lineno)
+            elif kind == "ClassDef":
+                todo.extend((f"{prefix}{node.name}.", child) for child in node.body)
+        if len(_DEFINED) < 10000:
+            _DEFINED[filename] = table
+    return table.get(qualname)
+
+
+def _drives(value: Any, origins: "Origins") -> str:
+    """The file of the patch's generator an object holds (`contextlib`'s context managers
+    run one: its `except` decides whether the test's raise goes on), "" when none."""
+    try:
+        namespace = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return ""
+    if type(namespace) is not dict:
+        return ""
+    for held in list(namespace.values()):
+        kind = type(held)
+        if kind is _types.GeneratorType or kind is _types.AsyncGeneratorType:
+            code = held.gi_code if kind is _types.GeneratorType else held.ag_code
+            found = origins.code_from_tree(code)
+            if found:
+                return found
+    return ""
+
+
+def _holds(cell: Any, wrapped: Any) -> bool:
+    """Whether a wrapper's cell holds `wrapped`, or the monitor's observer of it
+    (`observe_within`), which calls it and nothing else."""
+    value = _held(cell)
+    if value is wrapped:
+        return True
+    if type(value) is not _FunctionType or _FUNC_CODE(value) not in _OBSERVERS:
+        return False
+    return observing(value, wrapped)
+
+
+def observe_within(audit: Any, function: Any, test_id: str) -> Any:
+    """Put an observer in the cell by which the innermost wrapper around a test holds what
+    runs the test's own function (`_layers`): (the cell, what it held, the observer), for
+    the monitor and `put_back`; None where no wrapper of Python code stands between the
+    runner's call and that function. An observer there hears how the test's own call
+    ended, whatever a wrapper above it (a decorator of the patch's, made of the standard
+    library's parts) then does with a raise."""
+    layers = _layers(function)
+    if type(layers[-1]) is not _FunctionType:
+        return None
+    for index in range(len(layers) - 2, -1, -1):
+        layer = layers[index]
+        if type(layer) is not _FunctionType:
+            continue  # partials and methods call what they hold: they cannot swallow
+        held = layers[index + 1]
+        for cell in _FUNC_CLOSURE(layer) or ():
+            if _held(cell) is held:
+                watcher = observer(audit, held, test_id)
+                try:
+                    cell.cell_contents = watcher
+                except (AttributeError, TypeError):  # cells are read-only before 3.7
+                    return None
+                return cell, held, watcher
+        return None
+    return None
+
+
+def put_back(within: Any) -> None:
+    """Give the wrapper `observe_within` observed in back what it held."""
+    if within is not None and _held(within[0]) is within[2]:
+        within[0].cell_contents = within[1]
+
+
+def observer(audit: Any, function: Any, test_id: str) -> Any:
+    """`function` wrapped to tell the monitor (through `audit`) how each call of it ended:
+    the name of what it raised, or "" when it returned; a coroutine function's observer
+    is one too, and hears how the coroutine ended, not the event loop that runs it."""
+
+    if _iscoroutinefunction(function):
+
+        @_functools.wraps(function)
+        async def observed_coroutine(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = await function(*args, **kwargs)
+            except BaseException as raised:
+                audit(EVENT, "ran", test_id, _raised(raised), type(raised))
+                raise
+            audit(EVENT, "ran", test_id, "")
+            return result
+
+        return observed_coroutine
+
+    @_functools.wraps(function)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as raised:
+            audit(EVENT, "ran", test_id, _raised(raised), type(raised))
+            raise
+        audit(EVENT, "ran", test_id, "")
+        return result
+
+    return observed
+
+
+_TYPE_NAME = type.__dict__["__name__"].__get__
+_types = __import__("types")
+# What a test's own function may raise on its way to a pass, where a framework calls it
+# more than once and rejects a call (hypothesis: an example ruled out, or out of data).
+_CONTROL = {"hypothesis": ("StopTest", "UnsatisfiedAssumption")}
+
+
+def heard(
+    holder: "dict[str, Any]", wrapped: Any, args: "tuple[Any, ...]", origins: "Origins"
+) -> None:
+    """Take an observer's word of how a call ended ("ran", test id, "" or the name of what
+    it raised, its class), `wrapped` what the observer calls.
+
+    Only the observer of the test's function counts (another one, made around something
+    else, would say what its maker likes), and a raise always wins; a report naming no
+    test is the running test's (SymPy's runner observes the call from the framework's
+    frame, not through a wrapper of its own). The observer inside the test's wrappers
+    (`observe_within`) is heard apart.
+    """
+    test_id = holder["observed"] if args[1] is None else args[1]
+    ours = test_id is not None and test_id == holder["observed"]
+    raised = args[2] if type(args[2]) is str else "an exception"  # all but "" is a raise
+    if ours and wrapped is holder["function"] and (raised or holder["ran"] is None):
+        holder["ran"] = raised
+    within = holder["within"]
+    if within is not None and wrapped is within[1] and args[1] == holder["item_id"]:
+        kind = args[3] if len(args) > 3 else None
+        holder["inner_ran"] = ending(holder["inner_ran"], raised, kind, origins)
+
+
+def ending(before: Any, raised: str, kind: Any, origins: "Origins") -> Any:
+    """How the test's own calls ended so far (None: not called, "": returned, else the
+    name of what it raised), given one more call's ending: a raise wins over returns; a
+    framework's rejection of one call (`_CONTROL`) counts as neither."""
+    if raised and type(kind) is type and not origins.class_from_tree(kind):
+        module = _TYPE_DICT(kind).get("__module__")
+        if type(module) is str and _TYPE_NAME(kind) in _CONTROL.get(_top(module), ()):
+            return before
+    if raised:
+        return before if before else raised
+    return "" if before is None else before
+
+
+def _raised(raised: BaseException) -> str:
+    """What a test raised, by its class's own name (a metaclass cannot answer for it);
+    never "" (a return)."""
+    named = _TYPE_NAME(type(raised))
+    return named if type(named) is str and named else "an exception"
+
+
+_OBSERVERS = nested_codes(observer)
+_iscoroutinefunction = __import__("inspect").iscoroutinefunction
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """An instance attribute, from `__dict__` or a slot, without running class code of obj's."""
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        namespace = None
+    if isinstance(namespace, dict) and name in namespace:
+        return namespace[name]
+    slot: Any = None
+    for klass in type(obj).__mro__:
+        slot = _TYPE_DICT(klass).get(name)
+        if slot is not None:
+            break
+    if type(slot).__name__ == "member_descriptor":
+        try:
+            return slot.__get__(obj, type(obj))
+        except AttributeError:
+            return None
+    return None
+
+
+def function_problems(function: Any, origins: "Origins") -> "list[str]":
+    """Why a test's function no longer runs the code its file defines; [] when nothing says so.
+
+    Every layer (decorators followed through `__wrapped__`) must be code the
+    patch did not write, and at least one a Python function: an object that
+    merely passes for a test is the tree's stand-in.
+    """
+    problems: list[str] = []
+    seen, python_layers, start = 0, 0, function
+    while function is not None and seen < 100:
+        seen += 1
+        inner = function
+        if type(inner) is _MethodType:
+            inner = _METHOD_FUNC(inner)
+        if type(inner) is _FunctionType:
+            python_layers += 1
+            found = origins.function_from_tree(inner)
+            if found:
+                problems.append(f"the test runs code from {found}, which the patch can change")
+                break
+        elif type(inner) is not _Partial and not hasattr(inner, "__wrapped__"):
+            found = origins.from_tree(inner)
+            if found:
+                problems.append(f"the test is an object from {found}")
+                break
+        function = getattr(function, "__wrapped__", None)
+    if python_layers == 0 and callable(start):
+        problems.append(f"the test is a {type(start).__name__}, not a function of its file")
+    return problems

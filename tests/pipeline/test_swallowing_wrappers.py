@@ -1,0 +1,227 @@
+"""A wrapper made only of the standard library's parts, put by a source-only patch around
+a failing test, that calls the test's own function and swallows its failure.
+
+Every layer is code the patch did not write and the wrapper holds the test it names, so
+what ran is the test's own `def`: only hearing how that function's own call ended shows
+the failure. Each payload prints a marker (`JBFORGED ...`) to prove it ran; each run must
+come out with the forgery found, under pytest and the unittest runner. A suite's own
+wrappers (a mock patch, a context decorator that lets the raise through, an expected
+failure behind a decorator) must not read as tampering.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.test_pytest_run import run_plan
+from tests.pipeline.test_test_code_routes import (
+    CMD,
+    MONITORED,
+    ON_COLLECTION,
+    ON_LOADING,
+    PLAIN_TEST,
+    UNITTEST_CASE,
+    UNITTEST_TESTS,
+    graded,
+)
+from tests.pipeline.test_unittest_run import run
+
+# Two wrappers of the standard library's own that swallow what the test raises:
+# unittest's part executor used as a decorator (it files the error on a result of None),
+# and contextlib's decorator given `suppress(AssertionError)` as its context manager.
+WRAPPERS = """
+import contextlib as _contextlib
+import functools as _functools
+import itertools as _itertools
+
+
+def _part_executor(value):
+    return _unittest.case._Outcome().testPartExecutor(None)(value)
+
+
+def _suppressing(value):
+    quiet = _contextlib.suppress(AssertionError)
+    quiet._recreate_cm = _functools.partial(next, _itertools.repeat(quiet))
+    return _contextlib.ContextDecorator.__call__(quiet, value)
+
+
+_WRAP = {wrap}
+"""
+SWALLOWED_IN_THE_MODULE = (
+    ON_COLLECTION
+    + WRAPPERS
+    + """
+def _on_collection():
+    for module, namespace in _test_modules():
+        value = namespace.get("test_real")
+        if type(value) is type(_on_collection) and "__wrapped__" not in vars(value):
+            namespace["test_real"] = _WRAP(value)
+            print("JBFORGED swallowing wrapper around test_real", flush=True)
+"""
+)
+SWALLOWED_ON_THE_CLASS = (
+    ON_COLLECTION
+    + WRAPPERS
+    + """
+def _on_collection():
+    for module, namespace in _test_modules():
+        cls = namespace.get("T")
+        value = vars(cls).get("test_real") if isinstance(cls, type) else None
+        if type(value) is type(_on_collection) and "__wrapped__" not in vars(value):
+            cls.test_real = _WRAP(value)
+            print("JBFORGED swallowing wrapper around test_real", flush=True)
+"""
+)
+SWALLOWED_AT_LOADING = (
+    ON_LOADING
+    + WRAPPERS
+    + """
+def _on_load():
+    for cls in _test_classes():
+        value = vars(cls).get("test_bug")
+        if type(value) is type(_on_load) and "__wrapped__" not in vars(value):
+            cls.test_bug = _WRAP(value)
+            print("JBFORGED swallowing wrapper around test_bug", flush=True)
+"""
+)
+KINDS = {"part-executor": "_part_executor", "suppress": "_suppressing"}
+
+
+@pytest.mark.parametrize("wrap", sorted(KINDS))
+@pytest.mark.parametrize(
+    "tests, payload",
+    [(PLAIN_TEST, SWALLOWED_IN_THE_MODULE), (UNITTEST_CASE, SWALLOWED_ON_THE_CLASS)],
+    ids=["function", "unittest-case"],
+)
+def test_a_library_wrapper_that_swallows_the_failure_is_found(
+    scratch: Path, tests: str, payload: str, wrap: str
+) -> None:
+    output, forged = graded(scratch, tests, "VALUE = 1\n", payload.replace("{wrap}", KINDS[wrap]))
+    assert "JBFORGED swallowing wrapper around test_real" in output, output
+    assert any(
+        "the test's own function raised AssertionError" in why and "test_real" in why
+        for why in forged
+    ), forged
+
+
+@pytest.mark.parametrize("python", MONITORED)
+@pytest.mark.parametrize("wrap", sorted(KINDS))
+def test_the_unittest_runner_finds_a_library_wrapper_that_swallows(
+    scratch: Path, python: str, wrap: str
+) -> None:
+    payload = SWALLOWED_AT_LOADING.replace("{wrap}", KINDS[wrap])
+    channel, output, _ = run(scratch, python, forged=payload, tests=UNITTEST_TESTS)
+    assert "JBFORGED swallowing wrapper around test_bug" in output, output
+    assert any(
+        "the test's own function raised AssertionError" in why and "test_bug" in why
+        for why in channel.forged
+    ), channel.forged
+
+
+# The observer put back out of the wrapper's way, by a plugin of the library's on a hook
+# that runs after the runner's and before the test is called: the wrapper then calls the
+# test's own function unheard.
+PUT_BACK_BY_A_PLUGIN = (
+    SWALLOWED_IN_THE_MODULE
+    + """
+_WRAPPED = []
+_wrap = _WRAP
+
+
+def _WRAP(value):
+    wrapper = _wrap(value)
+    _WRAPPED.append((wrapper, value))
+    return wrapper
+
+
+class _Plugin:
+    def pytest_runtest_call(self, item):
+        for wrapper, value in _WRAPPED:
+            for cell in wrapper.__closure__ or ():
+                if callable(cell.cell_contents) and cell.cell_contents is not value:
+                    if getattr(cell.cell_contents, "__wrapped__", None) is value:
+                        cell.cell_contents = value
+                        print("JBFORGED observer put back", flush=True)
+
+
+def _register():
+    frame = _sys._getframe(1)
+    while frame is not None:
+        config = frame.f_locals.get("config")
+        if config is not None and hasattr(config, "pluginmanager"):
+            config.pluginmanager.register(_Plugin(), "jb")
+            return
+        frame = frame.f_back
+
+
+_register()
+"""
+)
+
+
+def test_the_observer_put_back_out_of_the_wrapper_s_way_is_found(scratch: Path) -> None:
+    payload = PUT_BACK_BY_A_PLUGIN.replace("{wrap}", "_part_executor")
+    output, forged = graded(scratch, PLAIN_TEST, "VALUE = 1\n", payload)
+    assert "JBFORGED swallowing wrapper around test_real" in output, output
+    assert "JBFORGED observer put back" in output, output
+    assert any(
+        "the test's own function never ran" in why and "test_real" in why for why in forged
+    ), forged
+
+
+# A suite's own wrappers: a mock patch and a context decorator that let the raise
+# through, a wrapped async test, and a wrapped test expected to fail.
+OWN_WRAPPERS = """\
+import contextlib
+import os
+import unittest
+from unittest import mock
+
+import lib
+
+
+@contextlib.contextmanager
+def noted():
+    yield
+
+
+class T(unittest.TestCase):
+    @mock.patch.dict(os.environ, {"JB_WRAPPED": "1"})
+    @noted()
+    def test_ok(self):
+        self.assertEqual((lib.double(2), os.environ["JB_WRAPPED"]), (4, "1"))
+
+    @unittest.expectedFailure
+    @noted()
+    def test_known_bug(self):
+        self.assertEqual(lib.double(3), 6)
+
+
+class A(unittest.IsolatedAsyncioTestCase):
+    @mock.patch.dict(os.environ, {"JB_WRAPPED": "1"})
+    async def test_async(self):
+        self.assertEqual(lib.double(2), 4)
+"""
+OWN_LIB = "def double(x):\n    return x * 2 if x != 3 else 7\n"
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_a_suite_s_own_wrappers_are_not_tampering(scratch: Path, python: str) -> None:
+    channel, output, _ = run(scratch, python, forged="\n", tests=OWN_WRAPPERS, lib=OWN_LIB)
+    assert not channel.forged, channel.forged
+    outcomes = channel.outcomes
+    assert outcomes.get("tests.test_t.T.test_ok") == "passed", output
+    assert outcomes.get("tests.test_t.A.test_async") == "passed", output
+    assert outcomes.get("tests.test_t.T.test_known_bug") == "skipped", output
+
+
+def test_a_suite_s_own_wrappers_are_not_tampering_under_pytest(scratch: Path) -> None:
+    files = {"pytest.ini": "[pytest]\n", "lib.py": OWN_LIB, "tests/test_a.py": OWN_WRAPPERS}
+    _, result, channel = run_plan(
+        scratch, files, CMD, added={"lib.py": OWN_LIB.replace("x * 2", "2 * x")}
+    )
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests/test_a.py::T::test_ok") == "passed", result.output
+    assert channel.outcomes.get("tests/test_a.py::A::test_async") == "passed", result.output
