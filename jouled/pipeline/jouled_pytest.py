@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     )
     from jouled.pipeline.jouled_observe import (
         _attr,
+        binding_problems,
         function_problems,
         identity_problems,
         machinery_problems,
@@ -225,6 +226,11 @@ def item_problems(item: Any, origins: "Origins") -> "list[str]":
             module = getattr(item, "module", None) if cls is None else None
             problems += identity_problems(function, cls, name, module)
     instance = unittest_case(item)
+    if function is not None:  # called with the test's own `self`, or none
+        bound = instance if instance is not None else namespace.get("instance")
+        if bound is None and getattr(item, "cls", None) is not None:
+            bound = getattr(item, "instance", None)
+        problems += binding_problems(function, bound)
     if instance is not None:
         problems += machinery_problems(type(instance), origins, instance)  # a unittest case's
     return problems

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         read_setup,
     )
     from jouled.pipeline.jouled_observe import (
+        binding_problems,
         function_problems,
         identity_problems,
         machinery_problems,
@@ -74,7 +75,8 @@ def test_problems(test: Any, origins: "Origins") -> "list[str]":
     # What runs may be the runner's observer or the framework's wrapper (Django wraps
     # async tests on the instance): every layer, followed to the method, is checked,
     # and the method must be the one its class's source defines under its name.
-    return function_problems(method, origins) + identity_problems(method, type(test), name, None)
+    problems = function_problems(method, origins) + binding_problems(method, test)
+    return problems + identity_problems(method, type(test), name, None)
 
 
 def test_id(test: Any) -> str:

@@ -225,3 +225,71 @@ def test_a_suite_s_own_wrappers_are_not_tampering_under_pytest(scratch: Path) ->
     assert not channel.forged, channel.forged
     assert channel.outcomes.get("tests/test_a.py::T::test_ok") == "passed", result.output
     assert channel.outcomes.get("tests/test_a.py::A::test_async") == "passed", result.output
+
+
+# The test's own function called with another `self`: an object of the standard
+# library's that answers every assertion method and checks nothing. Bound by a method
+# object put on the class, or by a partial behind a staticmethod; every layer is code the
+# patch did not write and what runs in the end is the test's own `def`.
+ANOTHER_SELF = """
+import functools as _functools
+from unittest import mock as _mock
+
+
+def _rebind(value):
+    if _HOW == "method":
+        return _types.MethodType(value, _mock.Mock(unsafe=True))
+    return staticmethod(_functools.partial(value, _mock.Mock(unsafe=True)))
+
+
+_HOW = "{how}"
+"""
+ANOTHER_SELF_AT_LOADING = (
+    ON_LOADING
+    + ANOTHER_SELF
+    + """
+def _on_load():
+    for cls in _test_classes():
+        value = vars(cls).get("test_bug")
+        if type(value) is type(_on_load):
+            cls.test_bug = _rebind(value)
+            print("JBFORGED test_bug given another self", flush=True)
+"""
+)
+ANOTHER_SELF_ON_COLLECTION = (
+    ON_COLLECTION
+    + "import types as _types\n"
+    + ANOTHER_SELF
+    + """
+def _on_collection():
+    for module, namespace in _test_modules():
+        cls = namespace.get("T")
+        value = vars(cls).get("test_real") if isinstance(cls, type) else None
+        if type(value) is type(_on_collection):
+            cls.test_real = _rebind(value)
+            print("JBFORGED test_real given another self", flush=True)
+"""
+)
+
+
+@pytest.mark.parametrize("python", MONITORED)
+@pytest.mark.parametrize("how", ["method", "partial"])
+def test_the_unittest_runner_finds_a_test_run_with_another_self(
+    scratch: Path, python: str, how: str
+) -> None:
+    payload = ANOTHER_SELF_AT_LOADING.replace("{how}", how)
+    channel, output, _ = run(scratch, python, forged=payload, tests=UNITTEST_TESTS)
+    assert "JBFORGED test_bug given another self" in output, output
+    assert any("test_bug" in why and "not the test case" in why for why in channel.forged), (
+        channel.forged
+    )
+
+
+@pytest.mark.parametrize("how", ["method", "partial"])
+def test_a_unittest_case_run_with_another_self_under_pytest_is_found(
+    scratch: Path, how: str
+) -> None:
+    payload = ANOTHER_SELF_ON_COLLECTION.replace("{how}", how)
+    output, forged = graded(scratch, UNITTEST_CASE, "VALUE = 1\n", payload)
+    assert "JBFORGED test_real given another self" in output, output
+    assert any("test_real" in why and "not the test case" in why for why in forged), forged
