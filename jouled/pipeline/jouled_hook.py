@@ -572,12 +572,14 @@ def start(
         elif event == "code.__new__":
             # Bytecode is not verified: code made by hand can read and write any memory.
             frame = getframe(2)
+            if importing(frame):  # unmarshalling (3.8): its bytes were judged at marshal.loads
+                return
             filename = args[1] if len(args) > 1 else ""
             who, tree = caller(frame)
             if tree and type(filename) is str and origins.trusted_file(filename):
                 refuse(f"a code object made by {who} claims to be {filename}")
-            if importing(frame) or library_import(frame):
-                return  # unmarshalling (Python 3.8), a library's own import-time code
+            if library_import(frame):
+                return  # a library's own import-time code
             found = patch_on_stack(frame) or elsewhere()
             if found:
                 refuse(f"a code object was made by hand (bytecode is not verified) by {found}")

@@ -140,9 +140,14 @@ class Stack:
         self.modules = sys.modules
         self.read_only_dirs: set[str] = set()
 
+    def frozen(self, code: Any) -> bool:
+        """Whether `code` is the import system's own (frozen), not code the tree compiled
+        under a frozen module's name to pass for it."""
+        return code.co_filename.startswith("<frozen ") and not self.origins.code_from_tree(code)
+
     def caller(self, frame: Any) -> "tuple[str, bool]":
         """(file, whether it is the tree's) of the first frame outside the import system."""
-        while frame is not None and frame.f_code.co_filename.startswith("<frozen "):
+        while frame is not None and self.frozen(frame.f_code):
             frame = frame.f_back
         if frame is None:
             return "<none>", False
@@ -207,7 +212,7 @@ class Stack:
             code = frame.f_code
             if self.origins.code_from_tree(code):
                 return False
-            if code.co_name == "<module>" and not code.co_filename.startswith("<frozen "):
+            if code.co_name == "<module>" and not self.frozen(code):
                 module = self.modules.get(frame.f_globals.get("__name__"))
                 # Not a module's code run again, on globals of somebody's choosing.
                 return getattr(module, "__dict__", None) is frame.f_globals
@@ -221,7 +226,7 @@ class Stack:
         depth = 0
         while frame is not None and depth < 8:
             code = frame.f_code
-            if not code.co_filename.startswith("<frozen "):
+            if not self.frozen(code):
                 return ""
             if code.co_name not in BYTECODE_READERS:
                 frame = frame.f_back
@@ -280,10 +285,10 @@ class Stack:
         depth = 0
         while frame is not None and depth < 8:
             code = frame.f_code
-            if code.co_name == "get_code" and code.co_filename.startswith("<frozen "):
-                return True
-            if not code.co_filename.startswith("<frozen "):
+            if not self.frozen(code):
                 return False
+            if code.co_name == "get_code":
+                return True
             frame = frame.f_back
             depth += 1
         return False
@@ -294,7 +299,7 @@ class Stack:
         depth = 0
         while frame is not None and depth < 400:
             filename = frame.f_code.co_filename
-            if not filename.startswith("<frozen ") and not any(
+            if not self.frozen(frame.f_code) and not any(
                 part in filename for part in MEMORY_PACKAGES
             ):
                 return (

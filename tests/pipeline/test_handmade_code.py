@@ -4,7 +4,8 @@ CPython does not verify bytecode: a code object whose `LOAD_CONST` reads past it
 constants takes any address as an object. The patch's library below makes one
 (`code.replace`), points it at a fake `bytearray` spanning the address space, and
 writes one byte of an immutable bytes object; the same code made in a thread the
-patch starts on the standard library (none of its frames on that thread's stack); and
+patch starts on the standard library (none of its frames on that thread's stack), and
+in a frame of the patch's compiling named as the import system's loader; and
 bytecode the patch edited by hand, loaded through the import system's own loader for
 bytecode files from a file it wrote, or from a loader of its own that feeds it. Each
 payload proves it ran (a marker line) and must be refused, the run `tampered`; code the
@@ -62,6 +63,15 @@ def _thread():
     memory, keep = oob_memory(made_in_a_thread)
     return _write(memory)
 
+def _frozen():
+    # Made in a frame of the patch's own compiling that passes for the import system's
+    # loader unmarshalling a module (its file and function named as that one's).
+    namespace = {}
+    source = "def get_code(c, b, k):\n    return c.replace(co_code=b, co_consts=k)\n"
+    exec(compile(source, "<frozen importlib._bootstrap_external>", "exec"), namespace)
+    memory, keep = oob_memory(namespace["get_code"])
+    return _write(memory)
+
 def _sourceless():
     import importlib.machinery, importlib.util
 
@@ -108,7 +118,13 @@ FILES = {
     "tests/test_a.py": "import mypkg\n\n\ndef test_v():\n    assert mypkg.VALUE == 1\n",
 }
 CMD = ["python", "-m", "pytest", "-s", "tests"]
-DOORS = {"own": "_own", "thread": "_thread", "sourceless": "_sourceless", "fitted": "_fitted"}
+DOORS = {
+    "own": "_own",
+    "thread": "_thread",
+    "frozen": "_frozen",
+    "sourceless": "_sourceless",
+    "fitted": "_fitted",
+}
 
 
 def door_lines(output: str) -> dict[str, str]:
