@@ -234,15 +234,18 @@ def identity_problems(function: Any, cls: Any, name: str, module: Any) -> "list[
     ]
 
 
+_METHOD_SELF = _MethodType.__self__.__get__  # type: ignore[attr-defined]
+
+
 def binding_problems(function: Any, instance: Any) -> "list[str]":
     """Why the test's own function is not called with the test's own arguments: a method
     on the way to it must be bound to the test case (`instance`; None for a test function)
     and no partial on the way may bind arguments. A `self` that is not the test case (an
     object of the standard library's that answers every assertion method) checks nothing."""
     for layer in _layers(function):
-        if type(layer) is _MethodType and layer.__self__ is not instance:
-            bound = _TYPE_NAME(type(layer.__self__))
-            return [f"the test runs bound to a {bound}, not the test case"]
+        bound = _METHOD_SELF(layer) if type(layer) is _MethodType else instance
+        if bound is not instance:
+            return [f"the test runs bound to a {_TYPE_NAME(type(bound))}, not the test case"]
         if type(layer) is _Partial and (layer.args or layer.keywords):
             return ["the test runs with arguments a partial binds, not the test case's"]
     return []
