@@ -192,7 +192,7 @@ def start(
         "function": None,
         "observer": None,
         "ran": None,
-        "within": None,  # (cell, function, observer): the test's own function observed
+        "within": None,  # `observe_within`: the test's own function, observed
         "inner_ran": None,
         "item_id": None,  # the running test's id, for a report that names none
         "unnamed": 0,  # reports made with no test running

@@ -63,7 +63,9 @@ def passed_problems(
     problems = []
     if holder["within"] is not None:  # the test's own function, inside its wrappers
         inner = holder["inner_ran"]
-        if inner is None:
+        if inner is None and not holder["within"][3]:
+            # (a coroutine a wrapper never awaits is the suite's own vacuous pass, as a
+            # coroutine test is wherever it runs: only its raise counts)
             problems.append("the report says passed but the test's own function never ran")
         elif inner:
             problems.append(
@@ -311,11 +313,12 @@ def _holds(cell: Any, wrapped: Any) -> bool:
 
 def observe_within(audit: Any, function: Any, test_id: str) -> Any:
     """Put an observer in the cell by which the innermost wrapper around a test holds what
-    runs the test's own function (`_layers`): (the cell, what it held, the observer), for
+    runs the test's own function (`_layers`): (the cell, what it held, the observer, ...), for
     the monitor and `put_back`; None where no wrapper of Python code stands between the
     runner's call and that function. An observer there hears how the test's own call
     ended, whatever a wrapper above it (a decorator of the patch's, made of the standard
-    library's parts) then does with a raise."""
+    library's parts) then does with a raise. The last item: whether what it held is a
+    coroutine function."""
     layers = _layers(function)
     if type(layers[-1]) is not _FunctionType:
         return None
@@ -331,7 +334,7 @@ def observe_within(audit: Any, function: Any, test_id: str) -> Any:
                     cell.cell_contents = watcher
                 except (AttributeError, TypeError):  # cells are read-only before 3.7
                     return None
-                return cell, held, watcher
+                return cell, held, watcher, _iscoroutinefunction(held)
         return None
     return None
 

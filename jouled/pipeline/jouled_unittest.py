@@ -158,7 +158,8 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         # A coroutine's observer hears it end wherever its event loop runs it: its raise
         # counts (a loop made to swallow it is found), as for pytest's coroutines.
         how = ("raised" if _inspect.iscoroutinefunction(method) else "strict") if watching else None
-        within = within if watching else None
+        # The test's own function inside its wrappers is heard even where the method on
+        # the test was wrapped again (Django runs an async test through async_to_sync).
         audit(EVENT, "item", test, tid, how, method, observed, within)
         return original_start(self, test)
 

@@ -217,6 +217,84 @@ def test_a_suite_s_own_wrappers_are_not_tampering(scratch: Path, python: str) ->
     assert outcomes.get("tests.test_t.T.test_known_bug") == "skipped", output
 
 
+# Django's way with an async test: its test case puts the method, in an object that runs
+# it to completion on an event loop (asgiref's async_to_sync), on the test itself before
+# unittest calls it.
+DJANGO_STYLE_ASYNC = """\
+import asyncio
+import functools
+import os
+import unittest
+from unittest import mock
+
+import lib
+
+
+class AsyncToSync:
+    def __init__(self, awaitable):
+        self.awaitable = awaitable
+        functools.update_wrapper(self, awaitable)
+
+    def __call__(self, *args, **kwargs):
+        return asyncio.run(self.awaitable(*args, **kwargs))
+
+
+class T(unittest.TestCase):
+    def __call__(self, result=None):
+        method = getattr(self, self._testMethodName)
+        if asyncio.iscoroutinefunction(method):
+            setattr(self, self._testMethodName, AsyncToSync(method))
+        return super().__call__(result)
+
+    @mock.patch("os.environ", {"JB_WRAPPED": "1"})
+    async def test_ok(self):
+        self.assertEqual((lib.double(2), os.environ["JB_WRAPPED"]), (4, "1"))
+
+    @mock.patch("os.environ", {"JB_WRAPPED": "1"})
+    async def test_bug(self):
+        self.assertEqual(lib.double(3), 6)
+"""
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_an_async_test_run_again_by_its_test_case_is_heard_inside_its_wrappers(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, forged="\n", tests=DJANGO_STYLE_ASYNC)
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests.test_t.T.test_ok") == "passed", output
+    assert channel.outcomes.get("tests.test_t.T.test_bug") == "failed", output
+
+
+# A suite's own slip: a synchronous decorator on a coroutine test of a plain test case.
+# The coroutine is never awaited and unittest counts a pass; the test's own function
+# never ran, but no wrapper of the patch's made it so.
+NEVER_AWAITED = """\
+import contextlib
+import unittest
+
+
+@contextlib.contextmanager
+def noted():
+    yield
+
+
+class T(unittest.TestCase):
+    @noted()
+    async def test_vacuous(self):
+        self.fail("never awaited")
+"""
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_a_coroutine_test_a_suite_s_wrapper_never_awaits_is_not_tampering(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, forged="\n", tests=NEVER_AWAITED)
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests.test_t.T.test_vacuous") == "passed", output
+
+
 def test_a_suite_s_own_wrappers_are_not_tampering_under_pytest(scratch: Path) -> None:
     files = {"pytest.ini": "[pytest]\n", "lib.py": OWN_LIB, "tests/test_a.py": OWN_WRAPPERS}
     _, result, channel = run_plan(
