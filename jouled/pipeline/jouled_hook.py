@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         INTROSPECTION,
         MEMORY_MODULES,
         OWN_BUILTINS,
+        OWN_USE,
         REFUSED,
         REPORT_FD,
         SPECIAL_WRITES,
@@ -148,10 +149,11 @@ def start(
         stack.who_did,
         stack.elsewhere,
     )
-    patch_on_stack, library_import, importing = (
+    patch_on_stack, library_import, importing, own_use = (
         stack.patch_on_stack,
         stack.library_import,
         stack.importing,
+        stack.own_use,
     )
     bytecode_problem, stack_problem, asker = (
         stack.bytecode_problem,
@@ -442,6 +444,8 @@ def start(
 
     def policy(event: str, args: "tuple[Any, ...]") -> None:
         if event in REFUSED:
+            if event in OWN_USE and own_use(getframe(2), event):
+                return
             refuse(f"{event} was called from {caller_file(getframe(2))}")
         elif event in TRACING:
             if args and args[0] is not None:

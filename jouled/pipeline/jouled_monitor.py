@@ -154,6 +154,9 @@ REFUSED = frozenset(
         "sys.monitoring.register_callback",
     }
 )
+# Of those, what a library of the environment (or a test file) may call itself: never on
+# the patch's behalf (`Stack.own_use`). Hypothesis weighs its own Random's referrers.
+OWN_USE = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
 TRACING = frozenset(
     {
         "sys.settrace",

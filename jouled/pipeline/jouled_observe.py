@@ -130,10 +130,37 @@ def _layers(function: Any) -> "list[Any]":
         else:
             wrapped = _FUNC_DICT(layer).get("__wrapped__")
             cells = _FUNC_CLOSURE(layer) or ()
-            if wrapped is None or not any(_holds(cell, wrapped) for cell in cells):
+            handle = _handle(layer)
+            if wrapped is not None and any(_holds(cell, wrapped) for cell in cells):
+                layer = wrapped
+            elif handle is not None:
+                layer = _unobserved(handle["inner_test"])
+            else:
                 break
-            layer = wrapped
     return layers
+
+
+def _handle(function: Any) -> "dict[str, Any] | None":
+    """The attributes of a property test's handle: hypothesis runs each example through
+    the handle's `inner_test` (the test's own function, or what a runner put there), which
+    it looks up on the function pytest calls. None where the function has none."""
+    handle = _FUNC_DICT(function).get("hypothesis")
+    if handle is None:
+        return None
+    try:
+        namespace = object.__getattribute__(handle, "__dict__")
+    except AttributeError:
+        return None
+    return namespace if type(namespace) is dict and "inner_test" in namespace else None
+
+
+def _unobserved(value: Any) -> Any:
+    """What the monitor's observer `value` calls; `value` itself where it is none of them."""
+    if type(value) is not _FunctionType or _FUNC_CODE(value) not in _OBSERVERS:
+        return value
+    cells = _FUNC_CLOSURE(value) or ()
+    names = _FUNC_CODE(value).co_freevars
+    return _held(cells[names.index("function")]) if "function" in names else value
 
 
 # What unittest calls on a test case to run it (and the async case's own).
@@ -335,14 +362,26 @@ def observe_within(audit: Any, function: Any, test_id: str) -> Any:
                 except (AttributeError, TypeError):  # cells are read-only before 3.7
                     return None
                 return cell, held, watcher, _iscoroutinefunction(held)
+        handle = _handle(layer)  # a property test's: hypothesis calls its `inner_test`
+        if handle is not None and handle["inner_test"] is held:
+            watcher = observer(audit, held, test_id)
+            handle["inner_test"] = watcher
+            return handle, held, watcher, _iscoroutinefunction(held)
         return None
     return None
 
 
 def put_back(within: Any) -> None:
-    """Give the wrapper `observe_within` observed in back what it held."""
-    if within is not None and _held(within[0]) is within[2]:
-        within[0].cell_contents = within[1]
+    """Give the wrapper (or the property test's handle) `observe_within` observed in back
+    what it held."""
+    if within is None:
+        return
+    slot, held, watcher = within[0], within[1], within[2]
+    if type(slot) is dict:
+        if slot.get("inner_test") is watcher:
+            slot["inner_test"] = held
+    elif _held(slot) is watcher:
+        slot.cell_contents = held
 
 
 def observer(audit: Any, function: Any, test_id: str) -> Any:
@@ -381,7 +420,7 @@ _TYPE_NAME = type.__dict__["__name__"].__get__
 _types = __import__("types")
 # What a test's own function may raise on its way to a pass, where a framework calls it
 # more than once and rejects a call (hypothesis: an example ruled out, or out of data).
-_CONTROL = {"hypothesis": ("StopTest", "UnsatisfiedAssumption")}
+_CONTROL = {"hypothesis": ("StopTest", "UnsatisfiedAssumption", "BackendCannotProceed")}
 
 
 def heard(

@@ -171,6 +171,15 @@ class Stack:
             depth += 1
         return ""
 
+    def own_use(self, frame: Any, event: str) -> bool:
+        """Whether `frame` calls the function of `event` itself, as code of a library's (or
+        a test file's) that names it, with no code of the patch's on the stack and in the
+        main thread: not the patch's call, nor one it steered a library's code into (a
+        partial, `map` or a callback the library runs names no such function)."""
+        if frame is None or event.rpartition(".")[2] not in frame.f_code.co_names:
+            return False
+        return not (self.patch_on_stack(frame) or self.elsewhere())
+
     def caller_file(self, frame: Any) -> str:
         return self.caller(frame)[0]
 

@@ -371,3 +371,74 @@ def test_a_unittest_case_run_with_another_self_under_pytest_is_found(
     output, forged = graded(scratch, UNITTEST_CASE, "VALUE = 1\n", payload)
     assert "JBFORGED test_real given another self" in output, output
     assert any("test_real" in why and "not the test case" in why for why in forged), forged
+
+
+# Property tests: hypothesis calls the test's own function once per example, through
+# `inner_test` on the test's handle (its documented place for a runner to wrap the test),
+# rejects some examples by raising inside it, and hides its wrapper behind the test's
+# own name and file.
+PROPERTY_TESTS = """\
+from hypothesis import assume, given, settings, strategies as st
+
+import mypkg
+
+CHECKED = settings(max_examples=30, database=None, derandomize=True)
+
+
+@CHECKED
+@given(st.integers(0, 50))
+def test_ok(n):
+    assume(n % 3 != 0)
+    assert mypkg.double(n) == 2 * n
+
+
+@CHECKED
+@given(st.integers(0, 50))
+def test_real(n):
+    assume(n % 3 != 0)
+    assert mypkg.half(2 * n) == n
+"""
+DOUBLING = "def double(x):\n    return x * 2\n\n\ndef half(x):\n    return x // 2 + 1\n"
+SWALLOWED_THROUGH_THE_HANDLE = (
+    ON_COLLECTION
+    + WRAPPERS.replace("{wrap}", "_part_executor")
+    + """
+def double(x):
+    return x * 2
+
+
+def half(x):
+    return x // 2 + 1
+
+
+def _on_collection():
+    for module, namespace in _test_modules():
+        handle = getattr(namespace.get("test_real"), "hypothesis", None)
+        inner = getattr(handle, "inner_test", None)
+        if inner is not None and "__wrapped__" not in vars(inner):
+            handle.inner_test = _WRAP(inner)
+            print("JBFORGED swallowing wrapper around test_real", flush=True)
+"""
+)
+
+
+def test_property_tests_and_their_rejected_examples_are_not_tampering(scratch: Path) -> None:
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "mypkg/__init__.py": DOUBLING,
+        "tests/test_a.py": PROPERTY_TESTS,
+    }
+    fixed = DOUBLING.replace("x // 2 + 1", "x // 2")
+    _, result, channel = run_plan(scratch, files, CMD, added={"mypkg/__init__.py": fixed})
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests/test_a.py::test_ok") == "passed", result.output
+    assert channel.outcomes.get("tests/test_a.py::test_real") == "passed", result.output
+
+
+def test_a_swallowing_wrapper_put_in_a_property_test_s_handle_is_found(scratch: Path) -> None:
+    output, forged = graded(scratch, PROPERTY_TESTS, DOUBLING, SWALLOWED_THROUGH_THE_HANDLE)
+    assert "JBFORGED swallowing wrapper around test_real" in output, output
+    assert any(
+        "the test's own function raised AssertionError" in why and "test_real" in why
+        for why in forged
+    ), forged
