@@ -135,10 +135,10 @@ def start(
         finally:
             state["own"] = False
 
-    # The test frameworks' own builtins (audit hooks run as their modules are first run).
+    # The test frameworks' own builtins (audit hooks run as their modules are first run),
+    # and the test modules' (audit hooks again), brought in line at each test.
     builtins_ = framework_builtins() if hasattr(sys, "addaudithook") else None
     snapshot = Snapshot(origins, tag, builtins_)
-    # The test modules' own builtins (audit hooks again), brought in line at each test.
     tests_builtins = TestsBuiltins(origins, tag) if builtins_ is not None else None
     snapshot.tests_builtins = tests_builtins
     machinery = Machinery()
@@ -300,7 +300,8 @@ def start(
             for why in problems:
                 tamper(why, args[2])
         elif kind == "ran":  # ("ran", test id, "" or what it raised, its class): `heard`
-            heard(holder, frame.f_locals.get("function"), args, origins)
+            for why in heard(holder, frame, args, origins, patch_on_stack, item_check):
+                tamper(why, holder["item_id"] or "")
         elif kind == "test":
             _, test_id, when, outcome, xfail, report = args
             running = holder["item_id"]

@@ -61,12 +61,20 @@ def passed_problems(
     if test_id != running:
         return [f"a passing report of {test_id} came while {running or 'no test'} was running"]
     problems = []
-    if holder["within"] is not None:  # the test's own function, inside its wrappers
+    within = holder["within"]
+    if within is not None:  # the test's own function, inside its wrappers
         inner = holder["inner_ran"]
+        slot = within[0]
+        there = slot.get("inner_test") if type(slot) is dict else _held(slot)
+        if there is not within[2]:
+            problems.append("the observer of the test's own function was taken out")
         if inner is None and not holder["within"][3]:
             # (a coroutine a wrapper never awaits is the suite's own vacuous pass, as a
             # coroutine test is wherever it runs: only its raise counts)
             problems.append("the report says passed but the test's own function never ran")
+        elif inner and inner.startswith(_ANOTHER_SELF):
+            kind = inner[len(_ANOTHER_SELF) :]
+            problems.append(f"the test's own function was called with a {kind} as self")
         elif inner:
             problems.append(
                 f"the report says passed but the test's own function raised {inner}, "
@@ -183,36 +191,110 @@ MACHINERY = (
 
 
 def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "list[str]":
-    """Why a test case class may not run its tests through unittest's machinery: what
-    unittest calls on a test (`MACHINERY`), where a class of the suite's or a library's
-    holds it, must be a function of that class's own file. Class attributes are written
-    with no audit event, so a `run` or `_callTestMethod` put on a test class later (a
-    builtin, unittest's own `run` past the runner's) is found by what it is."""
+    """Why a test case may not run its test through unittest's machinery and assertions as
+    its frameworks define them: what unittest calls on a test (`MACHINERY`) and every
+    function a framework class of the test case defines (its assertions), where a class of
+    the suite's or a library's holds it, must be a function of that class's own file (or
+    the framework's own function a deprecated alias stands for). Class attributes are
+    written with no audit event, so an `assertEqual` or `run` put on a test class later (a
+    mock, a builtin, another assertion) is found by what it is. The test itself may not
+    shadow any of them, its method name is a plain str, and its equality functions are
+    unittest's own or the suite's."""
     problems: list[str] = []
-    try:  # the test itself may not shadow any of it (its class's are what unittest runs)
+    frameworks: dict[str, Any] = {}  # name -> the framework's function there
+    suites = []
+    for klass in _TYPE_MRO(cls):
+        namespace = _TYPE_DICT(klass)
+        if not _framework_class(namespace):
+            suites.append((klass, namespace))
+            continue
+        for name, value in list(namespace.items()):
+            if name not in frameworks and type(value) in _FUNCTIONS:
+                frameworks[name] = value
+    try:
         own = object.__getattribute__(instance, "__dict__") if instance is not None else {}
     except AttributeError:
         own = {}
-    for name in MACHINERY:
-        if type(own) is dict and name in own:
-            problems.append(f"the test case's own {name} shadows its class's")
-    for klass in _TYPE_MRO(cls):
-        namespace = _TYPE_DICT(klass)
-        module = namespace.get("__module__")
-        if type(module) is not str or _top(module) in WATCHED:
-            continue  # the frameworks' classes: compared whole at every check
-        if module.startswith(WATCHED_PREFIXES):
-            continue
-        filename = _module_file(sys.modules.get(module))
-        for name in MACHINERY:
-            value = namespace.get(name)
-            if value is None:
+    if type(own) is dict:
+        for name in list(own):
+            if name in MACHINERY or name in frameworks:
+                problems.append(f"the test case's own {name} shadows its class's")
+        named = own.get("_testMethodName")
+        if named is not None and type(named) is not str:
+            problems.append(f"the test's method name is a {_TYPE_NAME(type(named))}, not a str")
+        problems += _equality_problems(own.get("_type_equality_funcs"), suites, frameworks, origins)
+    for klass, namespace in suites:
+        filename = _module_file(sys.modules.get(namespace.get("__module__")))
+        for name, value in list(namespace.items()):
+            if name not in MACHINERY and name not in frameworks:
                 continue
+            if type(value) in (classmethod, staticmethod):
+                value = value.__func__
             inner = innermost(value)  # a decorated setUp runs its own def in the end
             code = _FUNC_CODE(inner) if inner is not None else None
-            if code is None or not filename or not _same_file(code.co_filename, filename):
-                label = _TYPE_QUALNAME(klass)
-                problems.append(f"{label}.{name} of the test case is not its own file's code")
+            if code is not None and filename and _same_file(code.co_filename, filename):
+                continue
+            if inner is not None and inner in _aliased(frameworks.get(name)):
+                continue
+            label = _TYPE_QUALNAME(klass)
+            problems.append(f"{label}.{name} of the test case is not its own file's code")
+    return problems
+
+
+_FUNCTIONS = (_FunctionType, classmethod, staticmethod)
+# unittest's own equality functions, by the builtin type they compare.
+_EQUALITY = (
+    (dict, "assertDictEqual"),
+    (list, "assertListEqual"),
+    (tuple, "assertTupleEqual"),
+    (set, "assertSetEqual"),
+    (frozenset, "assertSetEqual"),
+    (str, "assertMultiLineEqual"),
+)
+
+
+def _framework_class(namespace: Any) -> bool:
+    """Whether a class is a test framework's (compared whole at every check)."""
+    module = namespace.get("__module__")
+    return type(module) is not str or _top(module) in WATCHED or module.startswith(WATCHED_PREFIXES)
+
+
+def _aliased(function: Any) -> "tuple[Any, ...]":
+    """A framework's function and, where it is a deprecated alias (unittest's
+    `assertEquals`), the function it stands for: what a suite may put under its name."""
+    if type(function) is not _FunctionType:
+        return ()
+    held = [_held(cell) for cell in _FUNC_CLOSURE(function) or ()]
+    if _FUNC_CODE(function).co_name == "deprecated_func":
+        return (function, *[h for h in held if type(h) is _FunctionType])
+    return (function,)
+
+
+def _equality_problems(
+    funcs: Any, suites: "list[Any]", frameworks: "dict[str, Any]", origins: "Origins"
+) -> "list[str]":
+    """Why a test case's equality functions (what `assertEqual` calls for a type) are not
+    unittest's own or the suite's: another assertion or a callable that checks nothing
+    makes `assertEqual` vacuous."""
+    if funcs is None:
+        return []
+    if type(funcs) is not dict:
+        return ["the test case's equality functions are not a dict"]
+    problems = []
+    for key, value in list(funcs.items()):
+        if type(value) is str:
+            if any(key is kind and name == value for kind, name in _EQUALITY):
+                continue
+            value = next((n[value] for _, n in suites if value in n), None)
+        inner = innermost(value) if value is not None else None
+        code = _FUNC_CODE(inner) if inner is not None else None
+        if code is None or origins.code_from_tree(code):
+            suite = False
+        else:
+            suite = origins.inside(origins.realpath(code.co_filename))
+        if not suite:
+            named = _TYPE_NAME(key) if type(key) is type else "a value"
+            problems.append(f"the test case's equality function for {named} is not the suite's")
     return problems
 
 
@@ -338,14 +420,15 @@ def _holds(cell: Any, wrapped: Any) -> bool:
     return observing(value, wrapped)
 
 
-def observe_within(audit: Any, function: Any, test_id: str) -> Any:
+def observe_within(audit: Any, function: Any, test_id: str, instance: Any = None) -> Any:
     """Put an observer in the cell by which the innermost wrapper around a test holds what
     runs the test's own function (`_layers`): (the cell, what it held, the observer, ...), for
     the monitor and `put_back`; None where no wrapper of Python code stands between the
     runner's call and that function. An observer there hears how the test's own call
     ended, whatever a wrapper above it (a decorator of the patch's, made of the standard
     library's parts) then does with a raise. The last item: whether what it held is a
-    coroutine function."""
+    coroutine function. `instance`: the test case, which a def whose first parameter is
+    `self` must be called with (not an object that answers every assertion)."""
     layers = _layers(function)
     if type(layers[-1]) is not _FunctionType:
         return None
@@ -356,7 +439,7 @@ def observe_within(audit: Any, function: Any, test_id: str) -> Any:
         held = layers[index + 1]
         for cell in _FUNC_CLOSURE(layer) or ():
             if _held(cell) is held:
-                watcher = observer(audit, held, test_id)
+                watcher = observer(audit, held, test_id, _self_of(held, instance))
                 try:
                     cell.cell_contents = watcher
                 except (AttributeError, TypeError):  # cells are read-only before 3.7
@@ -364,11 +447,24 @@ def observe_within(audit: Any, function: Any, test_id: str) -> Any:
                 return cell, held, watcher, _iscoroutinefunction(held)
         handle = _handle(layer)  # a property test's: hypothesis calls its `inner_test`
         if handle is not None and handle["inner_test"] is held:
-            watcher = observer(audit, held, test_id)
+            watcher = observer(audit, held, test_id, _self_of(held, instance))
             handle["inner_test"] = watcher
             return handle, held, watcher, _iscoroutinefunction(held)
         return None
     return None
+
+
+def _self_of(function: Any, instance: Any) -> Any:
+    """`instance` where `function` is a def whose first parameter is `self` (what it
+    must be called with), else `_ANY`."""
+    if instance is None or type(function) is not _FunctionType:
+        return _ANY
+    code = _FUNC_CODE(function)
+    return instance if code.co_argcount and code.co_varnames[0] == "self" else _ANY
+
+
+_ANY = object()
+_ANOTHER_SELF = "\x00self:"  # how an observer reports a call with another `self`
 
 
 def put_back(within: Any) -> None:
@@ -384,15 +480,26 @@ def put_back(within: Any) -> None:
         slot.cell_contents = held
 
 
-def observer(audit: Any, function: Any, test_id: str) -> Any:
+def observer(audit: Any, function: Any, test_id: str, expect: Any = None) -> Any:
     """`function` wrapped to tell the monitor (through `audit`) how each call of it ended:
     the name of what it raised, or "" when it returned; a coroutine function's observer
-    is one too, and hears how the coroutine ended, not the event loop that runs it."""
+    is one too, and hears how the coroutine ended, not the event loop that runs it.
+    `expect`: what the call's `self` must be (`_self_of`), told as `_ANOTHER_SELF`."""
+    expect = _ANY if expect is None else expect
+
+    def other(args: Any, kwargs: Any) -> str:
+        if expect is _ANY:
+            return ""
+        given = args[0] if args else kwargs.get("self", expect)
+        return "" if given is expect else _ANOTHER_SELF + _TYPE_NAME(type(given))
 
     if _iscoroutinefunction(function):
 
         @_functools.wraps(function)
         async def observed_coroutine(*args: Any, **kwargs: Any) -> Any:
+            wrong = other(args, kwargs)
+            if wrong:
+                audit(EVENT, "ran", test_id, wrong)
             try:
                 result = await function(*args, **kwargs)
             except BaseException as raised:
@@ -405,6 +512,9 @@ def observer(audit: Any, function: Any, test_id: str) -> Any:
 
     @_functools.wraps(function)
     def observed(*args: Any, **kwargs: Any) -> Any:
+        wrong = other(args, kwargs)
+        if wrong:
+            audit(EVENT, "ran", test_id, wrong)
         try:
             result = function(*args, **kwargs)
         except BaseException as raised:
@@ -424,17 +534,25 @@ _CONTROL = {"hypothesis": ("StopTest", "UnsatisfiedAssumption", "BackendCannotPr
 
 
 def heard(
-    holder: "dict[str, Any]", wrapped: Any, args: "tuple[Any, ...]", origins: "Origins"
-) -> None:
+    holder: "dict[str, Any]",
+    frame: Any,
+    args: "tuple[Any, ...]",
+    origins: "Origins",
+    patch_on_stack: Any,
+    item_check: Any,
+) -> "list[str]":
     """Take an observer's word of how a call ended ("ran", test id, "" or the name of what
-    it raised, its class), `wrapped` what the observer calls.
+    it raised, its class), `frame` the observer's; what says the call was not the test's.
 
     Only the observer of the test's function counts (another one, made around something
     else, would say what its maker likes), and a raise always wins; a report naming no
     test is the running test's (SymPy's runner observes the call from the framework's
     frame, not through a wrapper of its own). The observer inside the test's wrappers
-    (`observe_within`) is heard apart.
+    (`observe_within`) is heard apart. An observer called with code of the patch's on the
+    stack was fed a call of the patch's choosing; and the running test is checked again
+    as its call ends (a wrapper may change its class around the call and put it back).
     """
+    wrapped = frame.f_locals.get("function")
     test_id = holder["observed"] if args[1] is None else args[1]
     ours = test_id is not None and test_id == holder["observed"]
     raised = args[2] if type(args[2]) is str else "an exception"  # all but "" is a raise
@@ -444,6 +562,11 @@ def heard(
     if within is not None and wrapped is within[1] and args[1] == holder["item_id"]:
         kind = args[3] if len(args) > 3 else None
         holder["inner_ran"] = ending(holder["inner_ran"], raised, kind, origins)
+    found = patch_on_stack(frame.f_back)
+    problems = [f"the test's observer was called by {found}"] if found else []
+    if item_check is not None and holder["item"] is not None and test_id == holder["item_id"]:
+        problems += item_check(holder["item"], origins)
+    return problems
 
 
 def ending(before: Any, raised: str, kind: Any, origins: "Origins") -> Any:

@@ -227,13 +227,19 @@ def item_problems(item: Any, origins: "Origins") -> "list[str]":
             problems += identity_problems(function, cls, name, module)
     instance = unittest_case(item)
     if function is not None:  # called with the test's own `self`, or none
-        bound = instance if instance is not None else namespace.get("instance")
-        if bound is None and getattr(item, "cls", None) is not None:
-            bound = getattr(item, "instance", None)
-        problems += binding_problems(function, bound)
+        problems += binding_problems(function, test_instance(item))
     if instance is not None:
         problems += machinery_problems(type(instance), origins, instance)  # a unittest case's
     return problems
+
+
+def test_instance(item: Any) -> Any:
+    """The object a pytest item's test method runs on (its class's instance, or the
+    unittest case), None for a test function."""
+    instance = unittest_case(item)
+    if instance is None and getattr(item, "cls", None) is not None:
+        instance = getattr(item, "instance", None)
+    return instance
 
 
 def unittest_case(item: Any) -> Any:
@@ -347,7 +353,7 @@ def make_plugin(
             observed, how = observe(item)
             put_back(within.pop() if within else None)
             if observed is not None:  # and inside its wrappers, the test's own function
-                within.append(observe_within(audit, function, item.nodeid))
+                within.append(observe_within(audit, function, item.nodeid, test_instance(item)))
             inner = within[0] if within else None
             audit(EVENT, "item", item, item.nodeid, how, function, observed, inner)
             if observed is not None:

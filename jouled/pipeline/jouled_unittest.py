@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         read_setup,
     )
     from jouled.pipeline.jouled_observe import (
+        _attr,
         binding_problems,
         function_problems,
         identity_problems,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     )
     from jouled.pipeline.jouled_origins import (
         Origins,
+        _FunctionType,
+        _MethodType,
         nested_codes,
     )
 
@@ -57,14 +60,14 @@ OUTCOMES = {
 
 def test_problems(test: Any, origins: "Origins") -> "list[str]":
     """Why a unittest test no longer runs the method its class defines; [] when nothing says so."""
-    name = getattr(test, "_testMethodName", None)
-    if type(name) is not str:
+    name = _attr(test, "_testMethodName")
+    if name is None:
         return []  # a setUpClass/module error holder: no method of its own
     found = origins.from_tree(type(test))
     if found:
         return [f"the test is an instance of a class from {found}"]
-    machinery = machinery_problems(type(test), origins, test)
-    if machinery:
+    machinery = machinery_problems(type(test), origins, test)  # a name not a str too
+    if machinery or type(name) is not str:
         return machinery
     namespace = getattr(test, "__dict__", {})
     method = namespace.get(name) if isinstance(namespace, dict) else None
@@ -125,13 +128,18 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         """
         name = getattr(test, "_testMethodName", None)
         namespace = getattr(test, "__dict__", None)
-        if type(name) is not str or type(namespace) is not dict or name in namespace:
+        if type(name) is not str or type(namespace) is not dict:
             return None, None, None
-        method = getattr(test, name, None)
-        if method is None:
+        # What the test itself holds under its name is what unittest calls: a function
+        # there is observed (an object, as Django's async test run to completion, is only
+        # judged, by `test_problems`).
+        method = namespace[name] if name in namespace else getattr(test, name, None)
+        held = type(method) in (_FunctionType, _MethodType)
+        if method is None or (name in namespace and not held):
             return None, None, None
         tid = test_id(test)
-        return observer(audit, method, tid), method, observe_within(audit, method, tid)
+        within = observe_within(audit, method, tid, test)
+        return observer(audit, method, tid), method, within
 
     # test id -> (its observer, the method it wraps, `observe_within`), until it starts
     installed: "dict[str, tuple[Any, Any, Any]]" = {}
