@@ -195,7 +195,8 @@ def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "l
     its frameworks define them: what unittest calls on a test (`MACHINERY`) and every
     function a framework class of the test case defines (its assertions), where a class of
     the suite's or a library's holds it, must be a function of that class's own file (or
-    the framework's own function a deprecated alias stands for). Class attributes are
+    the framework's own function a deprecated alias stands for; what only prepares the
+    test, `_PREPARING`, any function the patch did not write). Class attributes are
     written with no audit event, so an `assertEqual` or `run` put on a test class later (a
     mock, a builtin, another assertion) is found by what it is. The test itself may not
     shadow any of them, its method name is a plain str, and its equality functions are
@@ -236,12 +237,17 @@ def machinery_problems(cls: Any, origins: "Origins", instance: Any = None) -> "l
                 continue
             if inner is not None and inner in _aliased(frameworks.get(name)):
                 continue
+            if name in _PREPARING and inner is not None and not origins.function_from_tree(inner):
+                continue  # a library's class decorator around setUp (Django's isolate_apps)
             label = _TYPE_QUALNAME(klass)
             problems.append(f"{label}.{name} of the test case is not its own file's code")
     return problems
 
 
 _FUNCTIONS = (_FunctionType, classmethod, staticmethod)
+# What only prepares a test and cleans up after it (it never runs the test, nor judges
+# it): any function the patch did not write may stand there.
+_PREPARING = ("setUp", "tearDown", "setUpClass", "tearDownClass", "setUpTestData")
 # unittest's own equality functions, by the builtin type they compare.
 _EQUALITY = (
     (dict, "assertDictEqual"),

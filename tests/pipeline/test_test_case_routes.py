@@ -566,3 +566,45 @@ def _on_collection():
 def test_swallowing_context_manager_from_outside_the_tree(scratch: Path) -> None:
     why = "the test's own function raised AssertionError"
     caught_pytest(scratch, PLAIN_TEST, FROM_TMP, "JBFORGED wrapped by /tmp code", why)
+
+
+# A class decorator of a library's (Django's `isolate_apps`, `override_settings` on a
+# plain test case) puts a setUp of its own making on the test class, around the class's.
+ISOLATING_LIB = """
+def double(x):
+    return x * 2 if x != 3 else 7
+
+
+def isolated(cls):
+    decorated = cls.setUp
+
+    def setUp(self):
+        self.isolated = True
+        decorated(self)
+
+    cls.setUp = setUp
+    return cls
+"""
+ISOLATED_TESTS = """\
+import unittest
+
+import lib
+
+
+@lib.isolated
+class T(unittest.TestCase):
+    def setUp(self):
+        self.seen = 1
+
+    def test_ok(self):
+        self.assertEqual((lib.double(2), self.seen, self.isolated), (4, 1, True))
+"""
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_a_library_s_class_decorator_around_set_up_is_not_tampering(
+    scratch: Path, python: str
+) -> None:
+    channel, output, _ = run(scratch, python, tests=ISOLATED_TESTS, lib=ISOLATING_LIB)
+    assert not channel.forged, channel.forged
+    assert channel.outcomes.get("tests.test_t.T.test_ok") == "passed", output
