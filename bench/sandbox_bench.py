@@ -108,18 +108,25 @@ def without_monitor(ro_marker: str = "jouled_pytest.py") -> Callable[..., object
     return plan
 
 
-def monitor_from(commit: str, scratch: Path) -> tuple[Path, ...]:
-    """The monitor's files as they were at `commit`, written under `scratch` (for
-    `runners.MONITOR`, which the runner's install copies from)."""
+def monitor_from(commit: str, scratch: Path) -> tuple[tuple[Path, ...], Path]:
+    """The monitor's files as they were at `commit`, and the pytest runner then, written
+    under `scratch` (for `runners.MONITOR` and `pytest_run.RUNNER`, which the runner's
+    install copies from); the files of the monitor's list it did not have yet are left
+    out (their code was then in the others)."""
     folder = scratch / f"monitor-{commit}"
     folder.mkdir()
-    for path in runners.MONITOR:
+    files = []
+    for path in (*runners.MONITOR, pytest_run.RUNNER):
         rel = path.relative_to(REPO).as_posix()
-        source = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{commit}:{rel}"], capture_output=True, check=True
-        ).stdout
-        (folder / path.name).write_bytes(source)
-    return tuple(folder / path.name for path in runners.MONITOR)
+        shown = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{commit}:{rel}"], capture_output=True
+        )
+        if shown.returncode == 0:
+            (folder / path.name).write_bytes(shown.stdout)
+            files.append(folder / path.name)
+    return tuple(
+        f for f in files if f.name != pytest_run.RUNNER.name
+    ), folder / pytest_run.RUNNER.name
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -201,14 +208,18 @@ def main() -> int:
             pytest_run.plan = current  # type: ignore[assignment]
         assert check.exit == 0, check.result.output
 
-    earlier = monitor_from(args.monitor_from, scratch) if args.monitor_from else ()
+    earlier, earlier_runner = (
+        monitor_from(args.monitor_from, scratch) if args.monitor_from else ((), pytest_run.RUNNER)
+    )
 
     def earlier_monitor() -> None:
         current, runners.MONITOR = runners.MONITOR, earlier  # type: ignore[misc]
+        runner, pytest_run.RUNNER = pytest_run.RUNNER, earlier_runner  # type: ignore[misc]
         try:
             bwrapped(True)
         finally:
             runners.MONITOR = current  # type: ignore[misc]
+            pytest_run.RUNNER = runner  # type: ignore[misc]
 
     runs: dict[str, Callable[[], None]] = {
         "bare tests": lambda: bare(bare_argv),
