@@ -256,9 +256,8 @@ def start(
         kind = args[0]
         if kind == "start":  # ("start", framework, its version)
             level = "monitor" if hasattr(sys, "addaudithook") else "reduced"
-            # Without version tags a framework value swapped and put back within a test
-            # goes unseen; from 3.13 a frame's `f_locals` writes through (PEP 667), unseen:
-            # code the test calls may rewrite the test's variables through its frame.
+            # Without version tags a value swapped and put back within a test goes unseen;
+            # from 3.13 code the test calls may rewrite its variables through `f_locals`.
             reduced = capped == "reduced" or not sealed or let_in or tag is None
             reduced = reduced or FRAMES_WRITABLE
             level = "reduced" if reduced else level
@@ -283,15 +282,14 @@ def start(
             for why in integrity():
                 tamper(why)
         elif kind == "item":  # ("item", the test about to run, its id, whether it is observed)
-            holder["item"] = args[1]
-            holder["item_id"] = args[2]
+            holder["item"], holder["item_id"] = args[1], args[2]
             # args[3]: "strict" (the function surely runs through its observer), "raised"
-            # (it may run another way: only a raise it reports counts), or falsy.
+            # (it may run another way: only a raise it reports counts), or falsy; then what
+            # the observer wraps, the observer, and `observe_within`'s.
             holder["observed"] = args[2] if len(args) > 3 and args[3] else None
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
-            holder["function"] = args[4] if len(args) > 4 else None  # what the observer wraps
-            holder["observer"] = args[5] if len(args) > 5 else None
-            holder["within"] = args[6] if len(args) > 6 else None  # from `observe_within`
+            function, observer, within = (*args[4:7], None, None, None)[:3]
+            holder.update(function=function, observer=observer, within=within)
             holder["ran"] = holder["inner_ran"] = None
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []
@@ -299,7 +297,7 @@ def start(
             problems += tests_builtins.refresh() if tests_builtins else []  # after fixtures
             for why in problems:
                 tamper(why, args[2])
-        elif kind == "ran":  # ("ran", test id, "" or what it raised, its class): `heard`
+        elif kind == "ran":  # ("ran", test id, "" or what it raised, the raise): `heard`
             for why in heard(holder, frame, args, origins, patch_on_stack, item_check):
                 tamper(why, holder["item_id"] or "")
         elif kind == "test":
@@ -655,6 +653,7 @@ def start(
             start.__code__,
             _read_exact.__code__,
             Origins.inside.__code__,
+            heard.__code__,
             Snapshot.check.__code__,
             Stack.caller.__code__,
         )

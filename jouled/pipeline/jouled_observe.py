@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _FUNC_CODE,
         _FUNC_DICT,
         _METHOD_FUNC,
+        _MODULE_DICT,
         _ONLY_AST,
         _TYPE_DICT,
         _TYPE_MRO,
@@ -65,7 +66,7 @@ def passed_problems(
     if within is not None:  # the test's own function, inside its wrappers
         inner = holder["inner_ran"]
         slot = within[0]
-        there = slot.get("inner_test") if type(slot) is dict else _held(slot)
+        there = slot[0].get(slot[1]) if type(slot) is tuple else _held(slot)
         if there is not within[2]:
             problems.append("the observer of the test's own function was taken out")
         if inner is None and not holder["within"][3]:
@@ -134,7 +135,10 @@ def _layers(function: Any) -> "list[Any]":
         elif type(layer) is _MethodType:
             layer = _METHOD_FUNC(layer)
         elif type(layer) is not _FunctionType:
-            break
+            slot = _object_slot(layer)  # an object that calls what it holds
+            if slot is None:
+                break
+            layer = _unobserved(slot[0][slot[1]])
         else:
             wrapped = _FUNC_DICT(layer).get("__wrapped__")
             cells = _FUNC_CLOSURE(layer) or ()
@@ -146,6 +150,23 @@ def _layers(function: Any) -> "list[Any]":
             else:
                 break
     return layers
+
+
+def _object_slot(value: Any) -> Any:
+    """(its attributes, the name) under which an object that names what it wraps as
+    `__wrapped__` holds it to call (asgiref's `async_to_sync`, which Django puts on an
+    async test); None where it holds it under no other name."""
+    try:
+        namespace = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return None
+    if type(namespace) is not dict or namespace.get("__wrapped__") is None:
+        return None
+    wrapped = namespace["__wrapped__"]
+    for key, held in list(namespace.items()):
+        if key != "__wrapped__" and (held is wrapped or _unobserved(held) is wrapped):
+            return namespace, key
+    return None
 
 
 def _handle(function: Any) -> "dict[str, Any] | None":
@@ -432,17 +453,25 @@ def observe_within(audit: Any, function: Any, test_id: str, instance: Any = None
     the monitor and `put_back`; None where no wrapper of Python code stands between the
     runner's call and that function. An observer there hears how the test's own call
     ended, whatever a wrapper above it (a decorator of the patch's, made of the standard
-    library's parts) then does with a raise. The last item: whether what it held is a
-    coroutine function. `instance`: the test case, which a def whose first parameter is
-    `self` must be called with (not an object that answers every assertion)."""
+    library's parts) then does with a raise. The last item: whether a pass without it
+    running may be the suite's own (`_vacuous`). `instance`: the test case, which a def
+    whose first parameter is `self` must be called with (not an object that answers
+    every assertion)."""
     layers = _layers(function)
     if type(layers[-1]) is not _FunctionType:
         return None
     for index in range(len(layers) - 2, -1, -1):
         layer = layers[index]
-        if type(layer) is not _FunctionType:
-            continue  # partials and methods call what they hold: they cannot swallow
         held = layers[index + 1]
+        if type(layer) in (_Partial, _MethodType):
+            continue  # partials and methods call what they hold: they cannot swallow
+        if type(layer) is not _FunctionType:  # an object of Python code that holds it
+            slot = _object_slot(layer)
+            if slot is None or slot[0][slot[1]] is not held:
+                return None
+            watcher = observer(audit, held, test_id, _self_of(held, instance))
+            slot[0][slot[1]] = watcher
+            return slot, held, watcher, _vacuous(held, instance)
         for cell in _FUNC_CLOSURE(layer) or ():
             if _held(cell) is held:
                 watcher = observer(audit, held, test_id, _self_of(held, instance))
@@ -450,14 +479,56 @@ def observe_within(audit: Any, function: Any, test_id: str, instance: Any = None
                     cell.cell_contents = watcher
                 except (AttributeError, TypeError):  # cells are read-only before 3.7
                     return None
-                return cell, held, watcher, _iscoroutinefunction(held)
+                return cell, held, watcher, _vacuous(held, instance)
         handle = _handle(layer)  # a property test's: hypothesis calls its `inner_test`
         if handle is not None and handle["inner_test"] is held:
             watcher = observer(audit, held, test_id, _self_of(held, instance))
             handle["inner_test"] = watcher
-            return handle, held, watcher, _iscoroutinefunction(held)
+            return (handle, "inner_test"), held, watcher, _vacuous(held, instance)
         return None
     return None
+
+
+def _vacuous(function: Any, instance: Any) -> bool:
+    """Whether a pass without `function` running may be the suite's own: a coroutine
+    function nothing awaits (a plain test case's), not one an async test case runs."""
+    return _iscoroutinefunction(function) and not awaits(instance)
+
+
+def awaits(instance: Any) -> bool:
+    """Whether `instance` is an async test case (unittest's, which awaits its tests)."""
+    module = sys.modules.get("unittest.async_case")
+    case = _MODULE_DICT(module).get("IsolatedAsyncioTestCase") if module is not None else None
+    return case is not None and any(k is case for k in _TYPE_MRO(type(instance)))
+
+
+def guard_part_executor(audit: Any, case: Any) -> None:
+    """Make unittest's part executor (`case._Outcome.testPartExecutor`, which runs a test,
+    its setUp, a subtest) tell the monitor of a `_ShouldStop` it swallows that unittest's
+    own `subTest` did not raise: code of the patch's raising it inside a subtest stops the
+    subtest's assertions unheard, and unittest files a pass."""
+    outcome, stop = case._Outcome, case._ShouldStop
+    original = outcome.__dict__["testPartExecutor"]
+    subtest = getattr(case.TestCase.__dict__["subTest"], "__wrapped__", None)
+    own = getattr(subtest, "__code__", None)
+
+    def testPartExecutor(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with original(self, *args, **kwargs):
+            try:
+                yield
+            except stop as raised:
+                trace = _TRACEBACK(raised)
+                while trace is not None and trace.tb_next is not None:
+                    trace = trace.tb_next
+                if trace is None or trace.tb_frame.f_code is not own:
+                    audit(EVENT, "tamper", "a _ShouldStop unittest did not raise ended a test part")
+                raise
+
+    guarded = _functools.wraps(original)(_contextmanager(testPartExecutor))
+    setattr(outcome, "testPartExecutor", guarded)  # noqa: B010
+
+
+_contextmanager = __import__("contextlib").contextmanager
 
 
 def _self_of(function: Any, instance: Any) -> Any:
@@ -474,14 +545,14 @@ _ANOTHER_SELF = "\x00self:"  # how an observer reports a call with another `self
 
 
 def put_back(within: Any) -> None:
-    """Give the wrapper (or the property test's handle) `observe_within` observed in back
-    what it held."""
+    """Give the wrapper (an object, or the property test's handle) `observe_within`
+    observed in back what it held."""
     if within is None:
         return
     slot, held, watcher = within[0], within[1], within[2]
-    if type(slot) is dict:
-        if slot.get("inner_test") is watcher:
-            slot["inner_test"] = held
+    if type(slot) is tuple:  # (an object's or a handle's attributes, the name)
+        if slot[0].get(slot[1]) is watcher:
+            slot[0][slot[1]] = held
     elif _held(slot) is watcher:
         slot.cell_contents = held
 
@@ -509,7 +580,7 @@ def observer(audit: Any, function: Any, test_id: str, expect: Any = None) -> Any
             try:
                 result = await function(*args, **kwargs)
             except BaseException as raised:
-                audit(EVENT, "ran", test_id, _raised(raised), type(raised))
+                audit(EVENT, "ran", test_id, _raised(raised), raised)
                 raise
             audit(EVENT, "ran", test_id, "")
             return result
@@ -524,7 +595,7 @@ def observer(audit: Any, function: Any, test_id: str, expect: Any = None) -> Any
         try:
             result = function(*args, **kwargs)
         except BaseException as raised:
-            audit(EVENT, "ran", test_id, _raised(raised), type(raised))
+            audit(EVENT, "ran", test_id, _raised(raised), raised)
             raise
         audit(EVENT, "ran", test_id, "")
         return result
@@ -548,7 +619,7 @@ def heard(
     item_check: Any,
 ) -> "list[str]":
     """Take an observer's word of how a call ended ("ran", test id, "" or the name of what
-    it raised, its class), `frame` the observer's; what says the call was not the test's.
+    it raised, the raise), `frame` the observer's; what says the call was not the test's.
 
     Only the observer of the test's function counts (another one, made around something
     else, would say what its maker likes), and a raise always wins; a report naming no
@@ -566,8 +637,8 @@ def heard(
         holder["ran"] = raised
     within = holder["within"]
     if within is not None and wrapped is within[1] and args[1] == holder["item_id"]:
-        kind = args[3] if len(args) > 3 else None
-        holder["inner_ran"] = ending(holder["inner_ran"], raised, kind, origins)
+        error = args[3] if len(args) > 3 else None
+        holder["inner_ran"] = ending(holder["inner_ran"], raised, error, origins)
     found = patch_on_stack(frame.f_back)
     problems = [f"the test's observer was called by {found}"] if found else []
     if item_check is not None and holder["item"] is not None and test_id == holder["item_id"]:
@@ -575,17 +646,36 @@ def heard(
     return problems
 
 
-def ending(before: Any, raised: str, kind: Any, origins: "Origins") -> Any:
+def ending(before: Any, raised: str, error: Any, origins: "Origins") -> Any:
     """How the test's own calls ended so far (None: not called, "": returned, else the
-    name of what it raised), given one more call's ending: a raise wins over returns; a
-    framework's rejection of one call (`_CONTROL`) counts as neither."""
+    name of what it raised), given one more call's ending (`error`: what it raised): a
+    raise wins over returns; a framework's rejection of one call (`_CONTROL`) counts as
+    neither, unless code of the patch's raised it or stood on its way (a library made to
+    reject every example it gets wrong)."""
+    kind = type(error)
     if raised and type(kind) is type and not origins.class_from_tree(kind):
         module = _TYPE_DICT(kind).get("__module__")
-        if type(module) is str and _TYPE_NAME(kind) in _CONTROL.get(_top(module), ()):
+        control = type(module) is str and _TYPE_NAME(kind) in _CONTROL.get(_top(module), ())
+        if control and not _raised_by_tree(error, origins):
             return before
     if raised:
         return before if before else raised
     return "" if before is None else before
+
+
+def _raised_by_tree(error: Any, origins: "Origins") -> bool:
+    """Whether code of the patch's is on the way from the test's call to the raise."""
+    trace = _TRACEBACK(error)
+    for _ in range(1000):
+        if trace is None:
+            return False
+        if origins.code_from_tree(trace.tb_frame.f_code):
+            return True
+        trace = trace.tb_next
+    return True
+
+
+_TRACEBACK: Any = BaseException.__dict__["__traceback__"].__get__
 
 
 def _raised(raised: BaseException) -> str:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         _attr,
         binding_problems,
         function_problems,
+        guard_part_executor,
         identity_problems,
         machinery_problems,
         observe_within,
@@ -230,6 +231,9 @@ def item_problems(item: Any, origins: "Origins") -> "list[str]":
         problems += binding_problems(function, test_instance(item))
     if instance is not None:
         problems += machinery_problems(type(instance), origins, instance)  # a unittest case's
+        named, name = _attr(instance, "_testMethodName"), _attr(item, "name")
+        if type(named) is str and type(name) is str and named != name.partition("[")[0]:
+            problems.append(f"the unittest case runs {named}, not the test {name}")
     return problems
 
 
@@ -409,7 +413,7 @@ def make_plugin(
 def plugin_codes() -> "tuple[Any, ...]":
     """Every function `make_plugin` defines, and the observer's: the only code whose
     records the monitor takes."""
-    return (*nested_codes(make_plugin), *nested_codes(observer))
+    return (*nested_codes(make_plugin), *nested_codes(observer), *nested_codes(guard_part_executor))
 
 
 def main() -> None:
@@ -422,6 +426,7 @@ def main() -> None:
 
     installed = environment_plugins(setup["root"]) if setup.get("plugins") else []
     plugin = make_plugin(audit, pytest, list(setup.pop("canaries", [])), installed)
+    guard_part_executor(audit, __import__("unittest.case").case)
     register(plugin_codes())
     if mode == "module":
         sys.path.insert(0, os.getcwd())

@@ -32,8 +32,10 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     )
     from jouled.pipeline.jouled_observe import (
         _attr,
+        awaits,
         binding_problems,
         function_problems,
+        guard_part_executor,
         identity_problems,
         machinery_problems,
         observe_within,
@@ -42,8 +44,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     )
     from jouled.pipeline.jouled_origins import (
         Origins,
-        _FunctionType,
-        _MethodType,
         nested_codes,
     )
 
@@ -130,12 +130,10 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         namespace = getattr(test, "__dict__", None)
         if type(name) is not str or type(namespace) is not dict:
             return None, None, None
-        # What the test itself holds under its name is what unittest calls: a function
-        # there is observed (an object, as Django's async test run to completion, is only
-        # judged, by `test_problems`).
+        # What the test itself holds under its name is what unittest calls (Django puts
+        # an async test there, in an object that runs it to completion): it is observed.
         method = namespace[name] if name in namespace else getattr(test, name, None)
-        held = type(method) in (_FunctionType, _MethodType)
-        if method is None or (name in namespace and not held):
+        if method is None:
             return None, None, None
         tid = test_id(test)
         within = observe_within(audit, method, tid, test)
@@ -165,7 +163,9 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         )
         # A coroutine's observer hears it end wherever its event loop runs it: its raise
         # counts (a loop made to swallow it is found), as for pytest's coroutines.
-        how = ("raised" if _inspect.iscoroutinefunction(method) else "strict") if watching else None
+        # (an async test case awaits it: there it must run, as a plain function must)
+        coroutine = _inspect.iscoroutinefunction(method) and not awaits(test)
+        how = ("raised" if coroutine else "strict") if watching else None
         # The test's own function inside its wrappers is heard even where the method on
         # the test was wrapped again (Django runs an async test through async_to_sync).
         audit(EVENT, "item", test, tid, how, method, observed, within)
@@ -178,11 +178,12 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
             audit(EVENT, "test", test_id(test), when, "failed", False, test)
         return original_subtest(self, test, subtest, err)
 
+    guard_part_executor(audit, unittest.case)
     setattr(result_class, "startTest", startTest)  # noqa: B010
     setattr(unittest.case.TestCase, "run", run)  # noqa: B010
     setattr(result_class, "addSubTest", addSubTest)  # noqa: B010
     own = (startTest.__code__, addSubTest.__code__, observe.__code__)
-    return (*codes, *own, *nested_codes(observer))
+    return (*codes, *own, *nested_codes(observer), *nested_codes(guard_part_executor))
 
 
 def main() -> None:

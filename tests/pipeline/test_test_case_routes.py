@@ -83,7 +83,7 @@ def _bug():
 """
 
 
-# -- 1. the test's method name a str subclass: the runner's checks skip the test ------------
+# -- 1. the test's method name a str subclass naming a sibling ------------------------------
 
 NAME_SUBCLASS = (
     ON_LOADING
@@ -110,8 +110,7 @@ def test_method_name_str_subclass_runs_sibling(scratch: Path, python: str) -> No
     caught(channel, output, "JBFORGED test_bug runs test_ok under its name", why)
 
 
-# -- 2. a swallowing wrapper of the standard library's on the test INSTANCE ---------------
-# (the runner observes no method the test itself shadows: Django wraps async tests there)
+# -- 2. a swallowing wrapper of the standard library's on the test's instance -------------
 
 SWALLOW_ON_INSTANCE = (
     ON_LOADING
@@ -413,8 +412,8 @@ def test_inner_observer_fed_then_taken_out_under_pytest(scratch: Path) -> None:
 
 
 # -- 10. the def called with a MagicMock for `self`, BY KEYWORD, by mock's own decorator:
-# patch.multiple(..., create=True, self=DEFAULT) behind a staticmethod. No bound method or
-# partial on the way binds anything (binding_problems looks at those only).
+# patch.multiple(..., create=True, self=DEFAULT) behind a staticmethod: no bound method or
+# partial on the way binds anything; the observer inside the wrapper sees the call.
 
 SELF_BY_KEYWORD = """
 import types as _types2
@@ -521,8 +520,8 @@ def test_item_runtest_replaced_by_a_builtin(scratch: Path) -> None:
     caught_pytest(scratch, PLAIN_TEST, RUNTEST_REPLACED, "JBFORGED runtest replaced", why)
 
 
-# -- 13. code from a file the run wrote OUTSIDE the tree (/tmp is writable) counts as a
-# library's: a swallowing context manager of it around the test (no "driven by code from")
+# -- 13. a swallowing context manager from a file the run wrote outside the tree (/tmp):
+# judged as a library's by where it comes from, heard by the observer inside the wrapper
 
 FROM_TMP = (
     ON_COLLECTION
