@@ -50,6 +50,7 @@ from jouled.pipeline.audit_rules import (
     RUNNER_MODULES,
     STARTUP_FILES,
     TEST_CONFIG_FILES,
+    TEST_HELPERS,
 )
 
 # At most this many flags are signed into a result; a marker says how many more there were.
@@ -353,6 +354,8 @@ def audit_path(path: str, *, new: bool = True) -> list[Flag]:
         flags.append(("entry-points", name))
     if REPORT_FILE_RE.search(name):
         flags.append(("report-file", name))
+    if pure.stem in TEST_HELPERS or any(p in TEST_HELPERS for p in parts[:-1]):
+        flags.append(("test-helper", name))
     top = parts[0].removesuffix(".py") if parts[0].endswith(".py") or len(parts) > 1 else ""
     if new and (top in RUNNER_MODULES or top in sys.stdlib_module_names):
         flags.append(("shadow-module", f"{top} at the root of the tree"))

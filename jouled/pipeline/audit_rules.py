@@ -185,6 +185,9 @@ PROBES = ("startswith", "endswith", "find", "rfind", "index", "count", "__contai
 # File names.
 REPORT_FILE_RE = re.compile(r"(?i)(?:junit|report|results?)[^/]*\.xml$")
 TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini")
+# A library's own testing helpers (xarray.testing, sklearn.utils._testing): the tests judge
+# with them, and the patch may change them.
+TEST_HELPERS = ("testing", "_testing", "test_utils", "testutils", "_test_utils")
 PACKAGING_FILES = ("setup.cfg", "pyproject.toml", "setup.py")
 STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
 # Modules the test runner imports: a file of that name at the root of the tree,

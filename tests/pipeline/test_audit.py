@@ -385,6 +385,9 @@ def test_hacks_in_a_changed_file_are_flagged_on_their_lines(tmp_path: Path) -> N
         ("pluggy/__init__.py", "shadow-module"),
         ("json.py", "shadow-module"),
         ("unittest/__init__.py", "shadow-module"),
+        ("xarray/testing.py", "test-helper"),
+        ("sklearn/utils/_testing.py", "test-helper"),
+        ("matplotlib/testing/compare.py", "test-helper"),
     ],
 )
 def test_files_are_flagged_by_name(tmp_path: Path, path: str, code: str) -> None:
