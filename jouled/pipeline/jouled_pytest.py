@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     )
     from jouled.pipeline.jouled_observe import (
         _attr,
+        awaits,
         binding_problems,
         function_problems,
         guard_part_executor,
@@ -362,7 +363,7 @@ def make_plugin(
             audit(EVENT, "item", item, item.nodeid, how, function, observed, inner)
             if observed is not None:
                 item.obj = observed
-                if how == "raised" and _inspect.iscoroutinefunction(function):
+                if _inspect.iscoroutinefunction(function):
                     # pytest leaves an async unittest case to unittest, which looks the
                     # method up on the test itself: the observer goes there.
                     instance = unittest_case(item)
@@ -404,7 +405,10 @@ def make_plugin(
         function = item.__dict__.get("_obj")
         if function is None:
             return None, None
-        how = "raised" if _inspect.iscoroutinefunction(function) else how
+        if _inspect.iscoroutinefunction(function):
+            # (unittest's async test case awaits it, through the observer put on the case
+            # itself: there it must run, as a plain function must)
+            how = "strict" if awaits(unittest_case(item)) else "raised"
         return observer(audit, function, item.nodeid), how
 
     return Reporter()

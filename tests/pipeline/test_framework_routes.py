@@ -355,3 +355,20 @@ def test_an_async_test_s_coroutine_never_started(scratch: Path, python: str) -> 
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q", "-p", "no:randomly"]))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio's Runner is 3.11's")
+def test_an_async_test_s_coroutine_never_started_under_pytest(scratch: Path) -> None:
+    tests = ASYNC_TESTS.replace("import lib", "import mypkg as lib").replace(
+        "test_bug", "test_real"
+    )
+    library = "def double(x):\n    return x * 2 if x != 3 else 7\n"
+    payload = (
+        ON_COLLECTION
+        + library
+        + NEVER_STARTED[len(ON_LOADING) :].replace("def _on_load", "def _on_collection")
+    )
+    files = {"pytest.ini": "[pytest]\n", "mypkg/__init__.py": library, "tests/test_a.py": tests}
+    marker = "JBFORGED async tests' coroutines dropped unstarted"
+    why = "the report says passed but the test's function never ran"
+    held_pytest(scratch, files, {"mypkg/__init__.py": payload}, marker, REAL, why)
