@@ -23,6 +23,7 @@ from tests.pipeline.test_test_code_routes import (
     ON_COLLECTION,
     ON_LOADING,
     UNITTEST_CASE,
+    UNITTEST_TESTS,
     graded,
 )
 from tests.pipeline.test_unittest_run import run, version_of
@@ -97,19 +98,6 @@ def double(x):
         print("JBFORGED test ended by _ShouldStop", flush=True)
         raise _case._ShouldStop()
     return _double(x)
-"""
-UNITTEST_TESTS = """\
-import unittest
-
-import lib
-
-
-class T(unittest.TestCase):
-    def test_ok(self):
-        self.assertEqual(lib.double(2), 4)
-
-    def test_bug(self):
-        self.assertEqual(lib.double(3), 6)
 """
 
 

@@ -16,15 +16,18 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.test_pytest_run import run_plan
+from tests.pipeline.test_test_case_routes import REGISTER
 from tests.pipeline.test_test_code_routes import (
     CMD,
     MONITORED,
     ON_COLLECTION,
-    ON_LOADING,
+    ON_EACH_RUNNER,
     PLAIN_TEST,
     UNITTEST_CASE,
     UNITTEST_TESTS,
+    forged_on_the_test_class,
     graded,
+    on_the_test_class,
 )
 from tests.pipeline.test_unittest_run import run
 
@@ -61,31 +64,18 @@ def _on_collection():
             print("JBFORGED swallowing wrapper around test_real", flush=True)
 """
 )
-SWALLOWED_ON_THE_CLASS = (
-    ON_COLLECTION
-    + WRAPPERS
+SWALLOWING_ON_THE_CLASS = (
+    WRAPPERS
     + """
-def _on_collection():
-    for module, namespace in _test_modules():
-        cls = namespace.get("T")
-        value = vars(cls).get("test_real") if isinstance(cls, type) else None
-        if type(value) is type(_on_collection) and "__wrapped__" not in vars(value):
-            cls.test_real = _WRAP(value)
-            print("JBFORGED swallowing wrapper around test_real", flush=True)
+def _forge(cls, name):
+    value = vars(cls).get(name)
+    if type(value) is type(_forge) and "__wrapped__" not in vars(value):
+        setattr(cls, name, _WRAP(value))
+        print("JBFORGED swallowing wrapper around", name, flush=True)
 """
 )
-SWALLOWED_AT_LOADING = (
-    ON_LOADING
-    + WRAPPERS
-    + """
-def _on_load():
-    for cls in _test_classes():
-        value = vars(cls).get("test_bug")
-        if type(value) is type(_on_load) and "__wrapped__" not in vars(value):
-            cls.test_bug = _WRAP(value)
-            print("JBFORGED swallowing wrapper around test_bug", flush=True)
-"""
-)
+SWALLOWED_ON_THE_CLASS = on_the_test_class(SWALLOWING_ON_THE_CLASS, "pytest")
+SWALLOWED_AT_LOADING = on_the_test_class(SWALLOWING_ON_THE_CLASS, "unittest")
 KINDS = {"part-executor": "_part_executor", "suppress": "_suppressing"}
 
 
@@ -125,6 +115,7 @@ def test_the_unittest_runner_finds_a_library_wrapper_that_swallows(
 # test's own function unheard.
 PUT_BACK_BY_A_PLUGIN = (
     SWALLOWED_IN_THE_MODULE
+    + REGISTER
     + """
 _WRAPPED = []
 _wrap = _WRAP
@@ -146,17 +137,7 @@ class _Plugin:
                         print("JBFORGED observer put back", flush=True)
 
 
-def _register():
-    frame = _sys._getframe(1)
-    while frame is not None:
-        config = frame.f_locals.get("config")
-        if config is not None and hasattr(config, "pluginmanager"):
-            config.pluginmanager.register(_Plugin(), "jb")
-            return
-        frame = frame.f_back
-
-
-_register()
+_register(_Plugin())
 """
 )
 
@@ -322,55 +303,28 @@ def _rebind(value):
 
 _HOW = "{how}"
 """
-ANOTHER_SELF_AT_LOADING = (
-    ON_LOADING
+REBOUND = (
+    "import types as _types\n"
     + ANOTHER_SELF
     + """
-def _on_load():
-    for cls in _test_classes():
-        value = vars(cls).get("test_bug")
-        if type(value) is type(_on_load):
-            cls.test_bug = _rebind(value)
-            print("JBFORGED test_bug given another self", flush=True)
-"""
-)
-ANOTHER_SELF_ON_COLLECTION = (
-    ON_COLLECTION
-    + "import types as _types\n"
-    + ANOTHER_SELF
-    + """
-def _on_collection():
-    for module, namespace in _test_modules():
-        cls = namespace.get("T")
-        value = vars(cls).get("test_real") if isinstance(cls, type) else None
-        if type(value) is type(_on_collection):
-            cls.test_real = _rebind(value)
-            print("JBFORGED test_real given another self", flush=True)
+def _forge(cls, name):
+    value = vars(cls).get(name)
+    if type(value) is type(_forge):
+        setattr(cls, name, _rebind(value))
+        print("JBFORGED", name, "given another self", flush=True)
 """
 )
 
 
-@pytest.mark.parametrize("python", MONITORED)
+@pytest.mark.parametrize("runner, python", ON_EACH_RUNNER)
 @pytest.mark.parametrize("how", ["method", "partial"])
-def test_the_unittest_runner_finds_a_test_run_with_another_self(
-    scratch: Path, python: str, how: str
+def test_a_test_run_with_another_self_is_found(
+    scratch: Path, runner: str, python: str, how: str
 ) -> None:
-    payload = ANOTHER_SELF_AT_LOADING.replace("{how}", how)
-    channel, output, _ = run(scratch, python, forged=payload, tests=UNITTEST_TESTS)
-    assert "JBFORGED test_bug given another self" in output, output
-    assert any("test_bug" in why and "not the test case" in why for why in channel.forged), (
-        channel.forged
-    )
-
-
-@pytest.mark.parametrize("how", ["method", "partial"])
-def test_a_unittest_case_run_with_another_self_under_pytest_is_found(
-    scratch: Path, how: str
-) -> None:
-    payload = ANOTHER_SELF_ON_COLLECTION.replace("{how}", how)
-    output, forged = graded(scratch, UNITTEST_CASE, "VALUE = 1\n", payload)
-    assert "JBFORGED test_real given another self" in output, output
-    assert any("test_real" in why and "not the test case" in why for why in forged), forged
+    body = REBOUND.replace("{how}", how)
+    output, forged, name = forged_on_the_test_class(scratch, runner, python, body)
+    assert f"JBFORGED {name} given another self" in output, output
+    assert any(name in why and "not the test case" in why for why in forged), forged
 
 
 # Property tests: hypothesis calls the test's own function once per example, through

@@ -17,10 +17,12 @@ from tests.pipeline.test_test_code_routes import (
     CMD,
     MONITORED,
     ON_COLLECTION,
+    ON_EACH_RUNNER,
     ON_LOADING,
     PLAIN_TEST,
     UNITTEST_CASE,
     UNITTEST_TESTS,
+    forged_on_the_test_class,
 )
 from tests.pipeline.test_unittest_run import run
 
@@ -226,46 +228,23 @@ def test_type_equality_funcs_on_the_instance_under_pytest(scratch: Path) -> None
 
 # -- 6. an assertion method put on the test CLASS (not machinery) before the first look ---
 
-ASSERT_ON_CLASS_LOADING = (
-    ON_LOADING
-    + """
+ASSERT_ON_CLASS = """
 from unittest import mock as _mock
 
 
-def _on_load():
-    for cls in _test_classes():
-        if "assertEqual" not in vars(cls):
-            cls.assertEqual = _mock.Mock()
-            print("JBFORGED assertEqual on the test class", flush=True)
+def _forge(cls, name):
+    if "assertEqual" not in vars(cls):
+        cls.assertEqual = _mock.Mock()
+        print("JBFORGED assertEqual on the test class", flush=True)
 """
-)
-ASSERT_ON_CLASS_COLLECTION = (
-    ON_COLLECTION
-    + """
-from unittest import mock as _mock
 
 
-def _on_collection():
-    for module, namespace in _test_modules():
-        cls = namespace.get("T")
-        if isinstance(cls, type) and "assertEqual" not in vars(cls):
-            cls.assertEqual = _mock.Mock()
-            print("JBFORGED assertEqual on the test class", flush=True)
-"""
-)
-
-
-@pytest.mark.parametrize("python", MONITORED)
-def test_assertion_method_on_the_test_class(scratch: Path, python: str) -> None:
-    channel, output, _ = run(scratch, python, forged=ASSERT_ON_CLASS_LOADING, tests=UNITTEST_TESTS)
+@pytest.mark.parametrize("runner, python", ON_EACH_RUNNER)
+def test_assertion_method_on_the_test_class(scratch: Path, runner: str, python: str) -> None:
+    output, forged, name = forged_on_the_test_class(scratch, runner, python, ASSERT_ON_CLASS)
+    assert "JBFORGED assertEqual on the test class" in output, output
     why = "T.assertEqual of the test case is not its own file's code"
-    caught(channel, output, "JBFORGED assertEqual on the test class", why)
-
-
-def test_assertion_method_on_the_test_class_under_pytest(scratch: Path) -> None:
-    why = "T.assertEqual of the test case is not its own file's code"
-    marker = "JBFORGED assertEqual on the test class"
-    caught_pytest(scratch, UNITTEST_CASE, ASSERT_ON_CLASS_COLLECTION, marker, why)
+    assert any(why in found and name in found for found in forged), forged
 
 
 # -- 7. mock.patch.object(T, "assertEqual", Mock()) as the test's decorator: the class is
@@ -428,44 +407,26 @@ def _by_keyword(value):
     patched = _mock.patch.multiple(target, create=True, self=_mock.DEFAULT, new_callable=_MOCK)
     return staticmethod(patched(value))
 """
-SELF_BY_KEYWORD_LOADING = (
-    ON_LOADING
-    + SELF_BY_KEYWORD
+BY_KEYWORD = (
+    SELF_BY_KEYWORD
     + """
-def _on_load():
-    for cls in _test_classes():
-        value = vars(cls).get("test_bug")
-        if type(value) is type(_on_load):
-            cls.test_bug = _by_keyword(value)
-            print("JBFORGED test_bug given a Mock self by keyword", flush=True)
-"""
-)
-SELF_BY_KEYWORD_COLLECTION = (
-    ON_COLLECTION
-    + SELF_BY_KEYWORD
-    + """
-def _on_collection():
-    for module, namespace in _test_modules():
-        cls = namespace.get("T")
-        value = vars(cls).get("test_real") if isinstance(cls, type) else None
-        if type(value) is type(_on_collection):
-            cls.test_real = _by_keyword(value)
-            print("JBFORGED test_real given a Mock self by keyword", flush=True)
+def _forge(cls, name):
+    value = vars(cls).get(name)
+    if type(value) is type(_forge):
+        setattr(cls, name, _by_keyword(value))
+        print("JBFORGED", name, "given a Mock self by keyword", flush=True)
 """
 )
 
 
-@pytest.mark.parametrize("python", MONITORED)
-def test_mock_self_by_keyword_through_patch_multiple(scratch: Path, python: str) -> None:
-    channel, output, _ = run(scratch, python, forged=SELF_BY_KEYWORD_LOADING, tests=UNITTEST_TESTS)
+@pytest.mark.parametrize("runner, python", ON_EACH_RUNNER)
+def test_mock_self_by_keyword_through_patch_multiple(
+    scratch: Path, runner: str, python: str
+) -> None:
+    output, forged, name = forged_on_the_test_class(scratch, runner, python, BY_KEYWORD)
+    assert f"JBFORGED {name} given a Mock self by keyword" in output, output
     why = "the test's own function was called with a MagicMock as self"
-    caught(channel, output, "JBFORGED test_bug given a Mock self by keyword", why)
-
-
-def test_mock_self_by_keyword_through_patch_multiple_under_pytest(scratch: Path) -> None:
-    why = "the test's own function was called with a MagicMock as self"
-    marker = "JBFORGED test_real given a Mock self by keyword"
-    caught_pytest(scratch, UNITTEST_CASE, SELF_BY_KEYWORD_COLLECTION, marker, why)
+    assert any(why in found and name in found for found in forged), forged
 
 
 # -- 11. the expected-failure flag written on the test's def: unittest files it as an

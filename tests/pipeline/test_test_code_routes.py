@@ -275,6 +275,43 @@ def _test_classes():
                 if isinstance(value, type) and issubclass(value, _unittest.TestCase):
                     yield value
 """
+# The failing test's name on the test class `T`, by runner.
+FAILING = {"unittest": "test_bug", "pytest": "test_real"}
+
+
+def on_the_test_class(body: str, runner: str) -> str:
+    """A payload whose `_forge(cls, name)` (defined in `body`) runs on the test class `T`
+    and the failing test's name: as unittest's loader looks through the test module
+    ("unittest"), or as pytest's collection does ("pytest")."""
+    if runner == "unittest":
+        trigger = ON_LOADING + "\n\ndef _on_load():\n    for cls in _test_classes():\n"
+    else:
+        trigger = (
+            ON_COLLECTION
+            + "\n\ndef _on_collection():\n    for module, namespace in _test_modules():\n"
+            + "        cls = namespace.get('T')\n        if isinstance(cls, type):\n    "
+        )
+    return trigger + f"        _forge(cls, {FAILING[runner]!r})\n" + body
+
+
+# Where a route through the test class is tried: unittest's runner on every monitored
+# interpreter, and pytest.
+ON_EACH_RUNNER = [*(("unittest", p) for p in MONITORED), ("pytest", sys.executable)]
+
+
+def forged_on_the_test_class(
+    scratch: Path, runner: str, python: str, body: str
+) -> tuple[str, list[str], str]:
+    """Run `on_the_test_class(body, runner)` under `runner`: (its output, its findings,
+    the failing test's name)."""
+    payload = on_the_test_class(body, runner)
+    if runner == "unittest":
+        channel, output, _ = run(scratch, python, forged=payload, tests=UNITTEST_TESTS)
+        return output, list(channel.forged), FAILING[runner]
+    output, forged = graded(scratch, UNITTEST_CASE, "VALUE = 1\n", payload)
+    return output, forged, FAILING[runner]
+
+
 # unittest's own `run` (from the closure of the runner's, which installs the observer) put
 # on the test class, and a builtin that never calls the test as its method caller.
 BYPASS = (
