@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 from jb_client.cli_args import Option
+from jb_client.target import FALLBACKS
 
 if TYPE_CHECKING:
     # Loaded where used: the API brings gRPC, which offline commands never need,
@@ -86,10 +87,8 @@ def main_options(
         list[str] | None,
         Option(
             "--target",
-            help="unix:PATH or HOST:PORT (default $JB_TARGET, else the "
-            "system daemon's /run/jouled/jouled.sock where one listens, else the socket in "
-            "$JOULED_HOME or ~/.local/share/jouled). Repeat it for a fleet (run, frontier, "
-            "export).",
+            help=f"unix:PATH or HOST:PORT (default {FALLBACKS}). Repeat it for a fleet "
+            "(run, frontier, export).",
         ),
     ] = None,
     fleet: Annotated[

@@ -10,21 +10,31 @@ import re
 import stat
 from collections.abc import Mapping
 
+from jouled.home import DEFAULT_HOME, HOME_VARIABLE, SOCKET_NAME
+
+# The environment variable that names the target.
+TARGET_VARIABLE = "JB_TARGET"
 # Where the systemd unit and the DaemonSet in deploy/ listen.
 SYSTEM_SOCKET = "/run/jouled/jouled.sock"
+
+# Where `default_target` looks, in its order (for `--target`'s help).
+FALLBACKS = (
+    f"${TARGET_VARIABLE}, else the socket in ${HOME_VARIABLE} when that is set, else the "
+    f"system daemon's {SYSTEM_SOCKET} where one listens, else {DEFAULT_HOME}/{SOCKET_NAME}"
+)
 
 
 def default_target(env: Mapping[str, str] | None = None, system_socket: str = SYSTEM_SOCKET) -> str:
     """`$JB_TARGET`; else the socket in `$JOULED_HOME` when that is set; else the system
     daemon's socket where one is listening there; else the default data dir's socket."""
     env = os.environ if env is None else env
-    if env.get("JB_TARGET"):
-        return env["JB_TARGET"]
+    if env.get(TARGET_VARIABLE):
+        return env[TARGET_VARIABLE]
     from jouled.config import default_home  # the daemon's config: loaded only when needed
 
-    if not env.get("JOULED_HOME") and _is_socket(system_socket):
+    if not env.get(HOME_VARIABLE) and _is_socket(system_socket):
         return f"unix:{system_socket}"
-    return f"unix:{default_home(env) / 'jouled.sock'}"
+    return f"unix:{default_home(env) / SOCKET_NAME}"
 
 
 def _is_socket(path: str) -> bool:

@@ -19,6 +19,7 @@ from jouled import limits
 from jouled.auth import PeerRule
 from jouled.documents.vocabulary import INTEGRITY_LEVELS
 from jouled.errors import ConfigError
+from jouled.home import DEFAULT_HOME, HOME_VARIABLE, SOCKET_NAME
 
 ENERGY_KINDS = ("auto", "rapl", "nvml", "estimator")
 ATTRIBUTION_POLICIES = ("exclusive", "shared")
@@ -28,9 +29,7 @@ MEMORY_MODULE_POLICIES = ("withhold", "allow")
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    if env.get("JOULED_HOME"):
-        return Path(env["JOULED_HOME"]).expanduser()
-    return Path.home() / ".local" / "share" / "jouled"
+    return Path(env.get(HOME_VARIABLE) or DEFAULT_HOME).expanduser()
 
 
 def bundled_tasks() -> Path:
@@ -245,7 +244,7 @@ class Config:
 
     @property
     def socket_path(self) -> Path:
-        return self.data_dir / "jouled.sock"
+        return self.data_dir / SOCKET_NAME
 
     @property
     def work_root(self) -> Path:

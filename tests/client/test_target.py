@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jb_client.target import default_target, normalise, problem
+from jb_client.target import SYSTEM_SOCKET, default_target, normalise, problem
 
 
 @pytest.fixture
@@ -40,6 +40,22 @@ def test_without_a_system_socket_the_data_dirs_socket_is_the_default(tmp_path: P
     for missing in (str(not_a_socket), str(tmp_path / "absent.sock")):
         got = default_target({"JOULED_HOME": "", "HOME": str(tmp_path)}, missing)
         assert got.startswith("unix:") and got.endswith("/.local/share/jouled/jouled.sock"), got
+
+
+def test_the_target_help_names_the_defaults_in_the_order_they_are_tried(tmp_path: Path) -> None:
+    """`--target`'s help says where the client dials without it, in `default_target`'s
+    order, and names the sockets it really falls back to."""
+    done = jb("--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    said = text[text.index("--target") : text.index("--fleet")]
+    # The last resort, as the user's home directory is written: ~/...
+    last = default_target({}, str(tmp_path / "absent.sock")).removeprefix("unix:")
+    home = str(Path.home())
+    assert last.startswith(home + "/"), last
+    tried = ["$JB_TARGET", "$JOULED_HOME", SYSTEM_SOCKET, "~" + last.removeprefix(home)]
+    at = [said.find(name) for name in tried]
+    assert -1 not in at and at == sorted(at), (tried, said)
 
 
 @pytest.mark.parametrize(

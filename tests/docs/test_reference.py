@@ -1,18 +1,23 @@
-"""The reference pages cover the API as it is: every RPC, its roles, every status code."""
+"""The reference pages cover the API as it is: every RPC, its roles, every status code;
+the README's command list, every command `jb-client` has."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import grpc
+from jb_client.cli import COMMANDS, command_named
 
 from jouled.api.server import STATUS
 from jouled.auth import PERMISSIONS
-from tests.docs.blocks import DOCS, pages
+from tests.docs.blocks import DOCS, blocks, pages
 
 REPO = DOCS.parent
+README = REPO / "README.md"
 PROTO = REPO / "proto" / "jouled" / "v1" / "jouled.proto"
 PROTOCOL = DOCS / "protocol.md"
 
@@ -52,6 +57,35 @@ def test_every_status_code_the_daemon_answers_is_explained() -> None:
     text = PROTOCOL.read_text()
     for code in {*STATUS.values(), grpc.StatusCode.DEADLINE_EXCEEDED}:
         assert f"`{code.name}`" in text, f"docs/protocol.md does not explain {code.name}"
+
+
+def readme_commands() -> dict[str, str]:
+    """The README's command list (its block of `jb-client ...` synopses): each command's
+    synopsis, by the command it names."""
+    listing = max(blocks(README), key=lambda b: b.text.count("\njb-client "))
+    synopses: dict[str, str] = {}
+    for line in listing.text.splitlines():
+        if line.startswith("jb-client "):
+            words = shlex.split(line, comments=True)[1:]
+            name = command_named(words)
+            if name is not None:
+                synopses[name] = synopses.get(name, "") + line + "\n"
+    return synopses
+
+
+def test_the_readme_lists_every_command_with_its_json_option() -> None:
+    listed = readme_commands()
+    for name, _, _ in COMMANDS:
+        assert name in listed, f"the README's command list has no `jb-client {name}` line"
+        shown = subprocess.run(
+            [sys.executable, "-m", "jb_client", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        if re.search(r"^  --json\b", shown, flags=re.M):  # an option of its own
+            assert "--json" in listed[name], f"the README's `jb-client {name}` lacks --json"
 
 
 def test_relative_links_between_pages_resolve() -> None:
