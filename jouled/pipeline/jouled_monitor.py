@@ -8,6 +8,7 @@ directory is never on `sys.path`. The monitor's files, in the order they run:
 - this one: what is watched, refused and let in; the setup; the records' encoding;
 - `jouled_origins.py`: whose code is whose (the tree's, the patch's, or neither);
 - `jouled_observe.py`: what runs as a test, and the observers that hear how it ended;
+- `jouled_case.py`: what a test case holds (its machinery, assertions, identity, binding);
 - `jouled_snapshot.py`: the namespaces that may not change, and their comparison;
 - `jouled_stack.py`: the import system as it was, and who is asking (the frames);
 - `jouled_hook.py`: `start`, the audit hook and the only writer of records.

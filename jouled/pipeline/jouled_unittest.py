@@ -24,6 +24,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files, executed first
+    from jouled.pipeline.jouled_case import (
+        binding_problems,
+        identity_problems,
+        machinery_problems,
+    )
     from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
         EVENT,
@@ -33,11 +38,8 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     from jouled.pipeline.jouled_observe import (
         _attr,
         awaits,
-        binding_problems,
         function_problems,
         guard_part_executor,
-        identity_problems,
-        machinery_problems,
         observe_within,
         observer,
         put_back,
