@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_failures import note_failure
     from jouled.pipeline.jouled_monitor import (
         _HMAC,
         EVENT,
@@ -40,10 +41,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         memory_sealed,
         run_could_write,
     )
-    from jouled.pipeline.jouled_observe import (
-        heard,
-        passed_problems,
-    )
+    from jouled.pipeline.jouled_observe import heard, passed_problems
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
         _MODULE_DICT,
@@ -196,6 +194,7 @@ def start(
         "ran": None,
         "within": None,  # `observe_within`: the test's own function, observed
         "inner_ran": None,
+        "swallowed": [],  # failures only the patch's code could catch (`note_failure`)
         "item_id": None,  # the running test's id, for a report that names none
         "unnamed": 0,  # reports made with no test running
     }
@@ -290,13 +289,15 @@ def start(
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
             function, observer, within = (*args[4:7], None, None, None)[:3]
             holder.update(function=function, observer=observer, within=within)
-            holder["ran"] = holder["inner_ran"] = None
+            holder.update(ran=None, inner_ran=None, swallowed=[])
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []
             snapshot.scan_modules(problems)  # test modules unittest imported just now
             problems += tests_builtins.refresh() if tests_builtins else []  # after fixtures
             for why in problems:
                 tamper(why, args[2])
+        elif kind == "failed":  # ("failed",): a framework's failure path (`signal_failures`)
+            note_failure(holder, frame, origins)
         elif kind == "ran":  # ("ran", test id, "" or what it raised, the raise): `heard`
             for why in heard(holder, frame, args, origins, patch_on_stack, item_check):
                 tamper(why, holder["item_id"] or "")
@@ -308,9 +309,8 @@ def start(
                 if test_id is None:
                     holder["unnamed"] += 1
                     test_id = f"<no test {holder['unnamed']}>"
-            # A call reported passed is checked whole (only a pass helps a forger); other
-            # reports by where they come from (a change that stays is found at the next
-            # passing call or at the end).
+            # A call reported passed is checked whole (only a pass helps a forger); others
+            # by where they come from (a lasting change is found at the next pass or end).
             problems = integrity() if when == "call" and outcome == "passed" else []
             if when == "call" and outcome == "passed":
                 problems += passed_problems(holder, test_id, running, origins)

@@ -17,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_failures import swallowed
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_origins import (
         _FUNC_CLOSURE,
@@ -417,6 +418,7 @@ def heard(
         holder["inner_ran"] = ending(holder["inner_ran"], raised, error, origins)
     found = patch_on_stack(frame.f_back)
     problems = [f"the test's observer was called by {found}"] if found else []
+    problems += swallowed(holder, frame, raised) if holder["swallowed"] else []
     if item_check is not None and holder["item"] is not None and test_id == holder["item_id"]:
         problems += item_check(holder["item"], origins)
     return problems

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         identity_problems,
         machinery_problems,
     )
+    from jouled.pipeline.jouled_failures import signal_failures
     from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
         EVENT,
@@ -419,7 +420,12 @@ def make_plugin(
 def plugin_codes() -> "tuple[Any, ...]":
     """Every function `make_plugin` defines, and the observer's: the only code whose
     records the monitor takes."""
-    return (*nested_codes(make_plugin), *nested_codes(observer), *nested_codes(guard_part_executor))
+    return (
+        *nested_codes(make_plugin),
+        *nested_codes(observer),
+        *nested_codes(guard_part_executor),
+        *nested_codes(signal_failures),
+    )
 
 
 def main() -> None:
@@ -433,6 +439,9 @@ def main() -> None:
     installed = environment_plugins(setup["root"]) if setup.get("plugins") else []
     plugin = make_plugin(audit, pytest, list(setup.pop("canaries", [])), installed)
     guard_part_executor(audit, __import__("unittest.case").case)
+    signal_failures(
+        audit, sys.modules["unittest.case"], sys.modules.get("_pytest.assertion.rewrite")
+    )
     register(plugin_codes())
     if mode == "module":
         sys.path.insert(0, os.getcwd())

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         identity_problems,
         machinery_problems,
     )
+    from jouled.pipeline.jouled_failures import signal_failures
     from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
         EVENT,
@@ -181,11 +182,13 @@ def install_reporter(audit: Any) -> "tuple[Any, ...]":
         return original_subtest(self, test, subtest, err)
 
     guard_part_executor(audit, unittest.case)
+    signal_failures(audit, unittest.case, None)
     setattr(result_class, "startTest", startTest)  # noqa: B010
     setattr(unittest.case.TestCase, "run", run)  # noqa: B010
     setattr(result_class, "addSubTest", addSubTest)  # noqa: B010
     own = (startTest.__code__, addSubTest.__code__, observe.__code__)
-    return (*codes, *own, *nested_codes(observer), *nested_codes(guard_part_executor))
+    guards = (*nested_codes(guard_part_executor), *nested_codes(signal_failures))
+    return (*codes, *own, *nested_codes(observer), *guards)
 
 
 def main() -> None:

@@ -1,0 +1,283 @@
+"""A test's failures, heard where they are raised, for the integrity monitor.
+
+The fifth of the monitor's files (`jouled_monitor.py` says how they run). The
+frameworks' failure paths (pytest's rewritten `assert`, unittest's `fail` and the
+message every one of its assertions builds as it fails) tell the monitor of each
+failure as it is raised (`signal_failures`). The monitor looks then at what stands
+between the failure and the observer of the running test (`swallowers`): the
+`try` and `with` blocks around each frame's line, and the functions on the way. A
+test whose call then returns, although only code of the patch's could have caught
+its failure (a context manager or a function of the patch's, or one the library
+returned from the patch's code), did not pass: the failure was swallowed.
+"""
+
+# Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
+# every annotation naming a generic is a string (`jouled_monitor.py`).
+
+import functools as _functools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_monitor import EVENT, WATCHED, WATCHED_PREFIXES
+    from jouled.pipeline.jouled_observe import _OBSERVERS
+    from jouled.pipeline.jouled_origins import (
+        _COMPILE,
+        _MODULE_DICT,
+        _ONLY_AST,
+        _TYPE_DICT,
+        _TYPE_MRO,
+        Origins,
+        _FunctionType,
+        _top,
+        nested_codes,
+    )
+
+_MISSING = object()
+_SWALLOWED_KEPT = 16  # a test's swallowed failures kept (one is enough to tell)
+
+
+def signal_failures(audit: Any, case: Any, rewrite: Any) -> None:
+    """Make the frameworks' failure paths tell the monitor (through `audit`) of each
+    failure as it is raised: unittest's `TestCase.fail` and `_formatMessage` (every
+    assertion of unittest's builds its message with it as it fails) in `case`, and the
+    explanation pytest's rewritten `assert` builds as it fails, in `rewrite` (the
+    module `_pytest.assertion.rewrite`, None under another runner)."""
+
+    def signalling(original: Any) -> Any:
+        @_functools.wraps(original)
+        def failed(*args: Any, **kwargs: Any) -> Any:
+            audit(EVENT, "failed")
+            return original(*args, **kwargs)
+
+        return failed
+
+    test_case = case.TestCase
+    for name in ("fail", "_formatMessage"):
+        original = _TYPE_DICT(test_case).get(name)
+        if type(original) is _FunctionType:
+            setattr(test_case, name, signalling(original))
+    original = _MODULE_DICT(rewrite).get("_format_explanation") if rewrite is not None else None
+    if type(original) is _FunctionType:
+        setattr(rewrite, "_format_explanation", signalling(original))  # noqa: B010
+
+
+def note_failure(holder: "dict[str, Any]", frame: Any, origins: "Origins") -> None:
+    """A failure was raised from `frame` (a `signal_failures` wrapper's): where only code
+    of the patch's could catch it before the running test's observer, keep that
+    observer's frame and why, for `swallowed` to judge when the call ends."""
+    if holder["item"] is None or len(holder["swallowed"]) >= _SWALLOWED_KEPT:
+        return
+    found = swallowers(frame.f_back, origins)
+    if found is not None:
+        holder["swallowed"].append(found)
+
+
+def swallowed(holder: "dict[str, Any]", frame: Any, raised: str) -> "list[str]":
+    """What an observer's call (`frame`, ending with `raised`, "" for a return) swallowed:
+    a failure raised inside it that only code of the patch's could catch, where the call
+    then returned."""
+    kept = holder["swallowed"]
+    mine = [why for at, why in kept if at is frame]
+    if not mine:
+        return []
+    holder["swallowed"] = [entry for entry in kept if entry[0] is not frame]
+    if raised:
+        return []
+    return [f"a failure of the test was caught by {mine[0]}, and the test returned"]
+
+
+def swallowers(frame: Any, origins: "Origins") -> Any:
+    """(the running test's observer frame, why) where a failure raised at `frame` can be
+    caught before that observer only by code of the patch's; None where the test or a
+    framework catches it (a `try` around it, `pytest.raises`, `assertRaises`, a
+    library's own handler), where nothing of the patch's stands on its way, or where no
+    observer is on the stack. The frames from the failure outward: the framework's
+    own that raise it; then the test's (or a library's left as it was), whose `try`
+    and `with` blocks around the line are looked at; then any function of the patch's,
+    which may catch it; a framework's frame after the test's is one the test asked to
+    catch it (`assertRaises(AssertionError, check)`)."""
+    suspects: list[str] = []
+    test_seen = False
+    current = frame
+    for _ in range(1000):
+        if current is None:
+            return None
+        code = current.f_code
+        if code in _OBSERVERS:
+            break
+        found = origins.code_from_tree(code)
+        if found:
+            if test_seen:
+                suspects.append(f"{code.co_name} of {found}")
+        elif _framework(current):
+            if test_seen:
+                return None
+        elif code not in _SIGNALLING:
+            test_seen = True
+            verdict = _enclosing(current, origins)
+            if verdict is None:
+                return None
+            if verdict:
+                suspects.append(verdict)
+        current = current.f_back
+    else:
+        return None
+    return (current, suspects[0]) if suspects else None
+
+
+def _framework(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__")
+    return type(name) is str and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
+
+
+def _enclosing(frame: Any, origins: "Origins") -> Any:
+    """What the `try` and `with` blocks around `frame`'s line (innermost first, in its
+    own function) say of a failure raised inside them: None where one may catch it for
+    the test (a `try` with handlers; a `with` of the test's, the framework's or a
+    library's left as it was), else the first `with` of the patch's, else ""."""
+    code = frame.f_code
+    line = frame.f_lineno
+    verdict = ""
+    for kind, items in _blocks(code.co_filename, code.co_firstlineno, line):
+        if kind == "try":
+            return None
+        for item in items:
+            found = _context_of(item, frame, origins)
+            if found is None:
+                return None
+            verdict = verdict or found
+    return verdict
+
+
+def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
+    """Whose code decides whether a `with` item (its expression `node`) swallows: the
+    called function's (`with lib.ctx():`) or the object's class's (`with cm:`). A
+    description where it is the patch's; None where it is not, or cannot be told
+    without running code."""
+    call = type(node).__name__ == "Call"
+    value = _resolve(node.func if call else node, frame)
+    if value is _MISSING:
+        return None
+    found = origins.from_tree(value) if call else origins.class_from_tree(type(value))
+    if not found:
+        return None
+    return f"the context manager {_named(node.func if call else node)} of {found}"
+
+
+def _resolve(node: Any, frame: Any) -> Any:
+    """The value a name or a dotted attribute chain has in `frame`, read from
+    namespaces only (no attribute lookup of the objects' own runs); `_MISSING` where
+    that cannot be done."""
+    kind = type(node).__name__
+    if kind == "Name":
+        for namespace in (frame.f_locals, frame.f_globals, frame.f_builtins):
+            try:
+                if node.id in namespace:
+                    return namespace[node.id]
+            except Exception:  # a locals proxy that refuses (3.13+)
+                return _MISSING
+        return _MISSING
+    if kind != "Attribute":
+        return _MISSING
+    base = _resolve(node.value, frame)
+    if base is _MISSING:
+        return _MISSING
+    name = node.attr
+    if type(base) is _ModuleType:
+        return _MODULE_DICT(base).get(name, _MISSING)
+    classes = _TYPE_MRO(base) if isinstance(base, type) else None
+    if classes is None:
+        try:
+            own = object.__getattribute__(base, "__dict__")
+        except AttributeError:
+            own = None
+        if type(own) is dict and name in own:
+            return own[name]
+        classes = _TYPE_MRO(type(base))
+    for klass in classes:
+        namespace = _TYPE_DICT(klass)
+        if name in namespace:
+            return namespace[name]
+    return _MISSING
+
+
+def _named(node: Any) -> str:
+    kind = type(node).__name__
+    if kind == "Name":
+        return node.id
+    if kind == "Attribute":
+        return _named(node.value) + "." + node.attr
+    return "(an expression)"
+
+
+_ModuleType = type(_functools)
+# file -> [(first line, last line of the function, [(kind, first, last, items)])]
+_BLOCKS: "dict[str, list[Any]]" = {}
+
+
+def _blocks(filename: str, first: int, line: int) -> "list[Any]":
+    """The `try` blocks with handlers and the `with` blocks whose bodies hold `line`,
+    innermost first, of the function of `filename` that starts at `first` (its first
+    decorator on 3.8+, or its `def`) and holds `line`; [] where the source cannot be
+    read (3.6 and 3.7 give no end lines)."""
+    scopes = _BLOCKS.get(filename)
+    if scopes is None:
+        scopes = _scopes(filename)
+        if len(_BLOCKS) < 10000:
+            _BLOCKS[filename] = scopes
+    around = [scope for scope in scopes if scope[0] <= line <= scope[1]]
+    named = [scope for scope in around if first in scope[2]]
+    if not around:
+        return []
+    best = max(named or around, key=lambda scope: scope[0])
+    found = [(b[1], b) for b in best[3] if b[1] <= line <= b[2]]
+    found.sort(key=lambda pair: -pair[0])
+    return [(b[0], b[3]) for _, b in found]
+
+
+def _scopes(filename: str) -> "list[Any]":
+    try:
+        with open(filename, "rb") as fh:
+            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    scopes: list[Any] = []
+    module = (1, 10**9, (1,), [])
+    scopes.append(module)
+    todo = [(child, module) for child in tree.body]
+    while todo:
+        node, scope = todo.pop()
+        kind = type(node).__name__
+        if kind in ("FunctionDef", "AsyncFunctionDef", "Lambda"):
+            decorators = [d.lineno for d in getattr(node, "decorator_list", ())]
+            end = getattr(node, "end_lineno", None)
+            if end is None:
+                return []
+            scope = (min([node.lineno, *decorators]), end, (node.lineno, *decorators), [])
+            scopes.append(scope)
+        elif kind in ("Try", "TryStar", "With", "AsyncWith") and node.body:
+            last = getattr(node.body[-1], "end_lineno", None)
+            if last is None:
+                return []
+            if kind in ("With", "AsyncWith"):
+                items = [item.context_expr for item in node.items]
+                scope[3].append(("with", node.body[0].lineno, last, items))
+            elif node.handlers:
+                scope[3].append(("try", node.body[0].lineno, last, ()))
+        for child in _children(node):
+            todo.append((child, scope))
+    return scopes
+
+
+def _children(node: Any) -> "list[Any]":
+    found = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            found.extend(v for v in value if hasattr(v, "_fields"))
+        elif hasattr(value, "_fields"):
+            found.append(value)
+    return found
+
+
+_SIGNALLING = nested_codes(signal_failures)
