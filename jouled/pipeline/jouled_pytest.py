@@ -55,19 +55,34 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
     )
     from jouled.pipeline.jouled_snapshot import same
 
-GUARDED_HOOKS = frozenset(
+# pytest's hooks an implementation of the patch's may answer: those that only read or
+# print, start or end the session's bookkeeping, or can at most leave a test out (which
+# no grade counts as passed). Every other hook of pytest's computes what a test is, what
+# it is given or how its outcome is made and reported (`pytest_runtest_makereport`,
+# `pytest_fixture_setup`, `pytest_collection_modifyitems`, `pytest_generate_tests`, ...).
+READ_ONLY_HOOKS = frozenset(
     {
-        "pytest_runtest_protocol",
-        "pytest_runtest_makereport",
-        "pytest_pyfunc_call",
-        "pytest_runtest_logreport",
-        "pytest_report_teststatus",
-        "pytest_sessionfinish",
-        "pytest_runtest_call",
-        "pytest_runtest_setup",
-        "pytest_runtest_teardown",
-        "pytest_exception_interact",
-        "pytest_runtestloop",
+        "pytest_addoption",
+        "pytest_addhooks",
+        "pytest_configure",
+        "pytest_unconfigure",
+        "pytest_plugin_registered",
+        "pytest_sessionstart",
+        "pytest_report_header",
+        "pytest_report_collectionfinish",
+        "pytest_terminal_summary",
+        "pytest_assertrepr_compare",
+        "pytest_assertion_pass",
+        "pytest_warning_recorded",
+        "pytest_runtest_logstart",
+        "pytest_runtest_logfinish",
+        "pytest_internalerror",
+        "pytest_keyboard_interrupt",
+        "pytest_enter_pdb",
+        "pytest_leave_pdb",
+        "pytest_ignore_collect",
+        "pytest_deselected",
+        "pytest_markeval_namespace",
     }
 )
 
@@ -196,7 +211,7 @@ class Registry:
         found = self.origins.from_tree(type(impl)) or self.origins.from_tree(
             _attr(impl, "function")
         )
-        if found and hook in GUARDED_HOOKS:
+        if found and hook.startswith("pytest_") and hook not in READ_ONLY_HOOKS:
             problems.append(f"an implementation of {hook} from {found} is registered")
             return
         self.known.setdefault(hook, []).append(impl)
