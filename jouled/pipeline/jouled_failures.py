@@ -15,6 +15,7 @@ returned from the patch's code), did not pass: the failure was swallowed.
 # every annotation naming a generic is a string (`jouled_monitor.py`).
 
 import functools as _functools
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _TYPE_MRO,
         Origins,
         _FunctionType,
+        _module_file,
         _top,
         nested_codes,
     )
@@ -155,13 +157,41 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     description where it is the patch's; None where it is not, or cannot be told
     without running code."""
     call = type(node).__name__ == "Call"
-    value = _resolve(node.func if call else node, frame)
+    target = node.func if call else node
+    value = _resolve(target, frame)
     if value is _MISSING:
         return None
     found = origins.from_tree(value) if call else origins.class_from_tree(type(value))
+    found = found or _through_patch(target, frame, origins) or _held_by_patch(value, origins)
     if not found:
         return None
-    return f"the context manager {_named(node.func if call else node)} of {found}"
+    return f"the context manager {_named(target)} of {found}"
+
+
+def _through_patch(node: Any, frame: Any, origins: "Origins") -> str:
+    """The file of a module of the patch's that a dotted chain is read through
+    (`mypkg.precision`: whatever `mypkg` holds there, the patch chose), "" when none."""
+    while type(node).__name__ == "Attribute":
+        node = node.value
+        base = _resolve(node, frame)
+        if type(base) is _ModuleType:
+            filename = _module_file(base)
+            if filename and not origins.trusted_file(filename):
+                return filename
+    return ""
+
+
+def _held_by_patch(value: Any, origins: "Origins") -> str:
+    """The file of a module of the patch's that holds `value` under a name of its own
+    (`from mypkg import precision`, where `precision` is `partial(suppress, ...)`: a
+    callable of the standard library's, chosen by the patch), "" when none."""
+    for module in list(sys.modules.values()):
+        filename = _module_file(module)
+        if not filename or origins.trusted_file(filename):
+            continue
+        if any(held is value for held in list(_MODULE_DICT(module).values())):
+            return filename
+    return ""
 
 
 def _resolve(node: Any, frame: Any) -> Any:

@@ -84,6 +84,18 @@ def precision(digits):
     return _contextlib.suppress(AssertionError)
 """
 )
+# ... with the standard library's callable itself under the library's name: no code of
+# the patch's is called at all.
+STDLIB_CALLABLE = (
+    CTX
+    + """
+import contextlib as _contextlib
+import functools as _functools
+
+print("JBFORGED stdlib callable", flush=True)
+precision = _functools.partial(_contextlib.suppress, AssertionError)
+"""
+)
 # The test's check, handed to the library, is swallowed there.
 CALLBACK = CTX.replace(
     "        check(value)\n",
@@ -95,6 +107,10 @@ WRONG = "\n\ndef double(x):\n    return x * 2 if x != 3 else 7\n"
 WITH_TEST = (
     "import mypkg\n\n\ndef test_real():\n    with mypkg.precision(2):\n"
     "        assert mypkg.double(3) == 6\n"
+)
+IMPORTED_TEST = (
+    "import mypkg\nfrom mypkg import precision\n\n\ndef test_real():\n"
+    "    with precision(2):\n        assert mypkg.double(3) == 6\n"
 )
 CALLBACK_TEST = (
     "import mypkg\n\n\ndef test_real():\n    def check(x):\n"
@@ -108,8 +124,10 @@ CALLBACK_TEST = (
         (WITH_TEST, OWN_EXIT, "own __exit__"),
         (WITH_TEST, SUPPRESS, "suppress"),
         (CALLBACK_TEST, CALLBACK, "callback"),
+        (WITH_TEST, STDLIB_CALLABLE, "stdlib callable"),
+        (IMPORTED_TEST, STDLIB_CALLABLE, "stdlib callable"),
     ],
-    ids=["own-exit", "suppress", "callback"],
+    ids=["own-exit", "suppress", "callback", "stdlib-callable", "stdlib-callable-imported"],
 )
 def test_a_failure_the_patch_swallows_under_pytest_is_found(
     scratch: Path, test: str, patched: str, marker: str
