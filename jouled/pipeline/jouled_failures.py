@@ -89,24 +89,28 @@ def swallowed(holder: "dict[str, Any]", frame: Any, raised: str) -> "list[str]":
 
 
 def swallowers(frame: Any, origins: "Origins") -> Any:
-    """(the running test's observer frame, why) where a failure raised at `frame` can be
-    caught before that observer only by code of the patch's; None where the test or a
-    framework catches it (a `try` around it, `pytest.raises`, `assertRaises`, a
-    library's own handler), where nothing of the patch's stands on its way, or where no
-    observer is on the stack. The frames from the failure outward: the framework's
-    own that raise it; then the test's (or a library's left as it was), whose `try`
-    and `with` blocks around the line are looked at; then any function of the patch's,
-    which may catch it; a framework's frame after the test's is one the test asked to
-    catch it (`assertRaises(AssertionError, check)`)."""
+    """(the running test's observer frame, why) where a failure raised at `frame` is
+    caught before that observer only where the test did not ask for it; (None, why)
+    where no observer is on the stack (a thread the test's check was handed to); None
+    where the test or a framework catches it (a `try` of the test's, `pytest.raises`,
+    `assertRaises`, a subtest), or nothing stands on its way.
+
+    The frames from the failure outward: the framework's own that raise it, and a
+    library's it runs in before the test's code; then the test's code (a test file's),
+    whose `try` and `with` blocks around the line are looked at; then, after it, any
+    function of the patch's, and any `try` or `with` of a library's around the line
+    (a handler the test's failure never reaches the test through: an executor, a
+    thread's bootstrap, an event loop's callback); a framework's frame after the
+    test's is one the test asked to catch it (`assertRaises(AssertionError, check)`)."""
     suspects: list[str] = []
     test_seen = False
     current = frame
     for _ in range(1000):
         if current is None:
-            return None
+            break
         code = current.f_code
         if code in _OBSERVERS:
-            break
+            return (current, suspects[0]) if suspects else None
         found = origins.code_from_tree(code)
         if found:
             if test_seen:
@@ -115,16 +119,15 @@ def swallowers(frame: Any, origins: "Origins") -> Any:
             if test_seen:
                 return None
         elif code not in _SIGNALLING:
-            test_seen = True
-            verdict = _enclosing(current, origins)
+            own = origins.is_protected(code.co_filename)
+            test_seen = test_seen or own
+            verdict = _enclosing(current, origins, own) if test_seen else ""
             if verdict is None:
                 return None
             if verdict:
                 suspects.append(verdict)
         current = current.f_back
-    else:
-        return None
-    return (current, suspects[0]) if suspects else None
+    return (None, suspects[0]) if suspects else None
 
 
 def _framework(frame: Any) -> bool:
@@ -132,15 +135,18 @@ def _framework(frame: Any) -> bool:
     return type(name) is str and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
 
 
-def _enclosing(frame: Any, origins: "Origins") -> Any:
+def _enclosing(frame: Any, origins: "Origins", own: bool) -> Any:
     """What the `try` and `with` blocks around `frame`'s line (innermost first, in its
-    own function) say of a failure raised inside them: None where one may catch it for
-    the test (a `try` with handlers; a `with` of the test's, the framework's or a
-    library's left as it was), else the first `with` of the patch's, else ""."""
+    own function) say of a failure raised inside them. In a test file's code (`own`):
+    None where one may catch it for the test (a `try` with handlers; a `with` of the
+    test's, the framework's or a library's the patch did not choose), else the first
+    `with` of the patch's, else "". In a library's: the first block there, else ""."""
     code = frame.f_code
     line = frame.f_lineno
     verdict = ""
     for kind, items in _blocks(code.co_filename, code.co_firstlineno, line):
+        if not own:
+            return f"a {kind} block of {code.co_name} in {code.co_filename}:{line}"
         if kind == "try":
             return None
         for item in items:
@@ -259,7 +265,7 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
     named = [scope for scope in around if first in scope[2]]
     if not around:
         return []
-    best = max(named or around, key=lambda scope: scope[0])
+    best = max(named or around, key=lambda scope: (scope[0], -scope[1]))
     found = [(b[1], b) for b in best[3] if b[1] <= line <= b[2]]
     found.sort(key=lambda pair: -pair[0])
     return [(b[0], b[3]) for _, b in found]

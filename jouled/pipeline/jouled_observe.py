@@ -77,6 +77,9 @@ def passed_problems(
                 f"the report says passed but the test's own function raised {inner}, "
                 "which a wrapper around it did not pass on"
             )
+    elsewhere = [why for at, why in holder["swallowed"] if at is None]
+    if elsewhere:  # `swallowers`: a check of the test's handed to another thread
+        problems.append(f"a failure of the test was caught by {elsewhere[0]}, off its call")
     if test_id != holder["observed"]:
         return problems
     problems += stand_in_problems(holder["function"], origins)

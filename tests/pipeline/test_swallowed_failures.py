@@ -226,7 +226,39 @@ def test_a_failure_an_async_context_manager_swallows_is_found(scratch: Path) -> 
     assert caught(list(channel.forged)), channel.forged
 
 
-# -- what the test asks to be caught, or a library's unchanged code catches ---------------
+# -- a library's own handler, reached through the patch's choice ----------------------------
+
+# The library's `each` hands the check to a thread pool and never asks for its result:
+# the failure is raised on another thread, where the executor's own handler keeps it.
+THREADED = CTX.replace(
+    "def each(values, check):\n    for value in values:\n        check(value)\n",
+    "def each(values, check):\n"
+    "    from concurrent.futures import ThreadPoolExecutor, wait\n"
+    "    with ThreadPoolExecutor(1) as pool:\n"
+    "        wait([pool.submit(check, value) for value in values])\n"
+    '    print("JBFORGED thread", flush=True)\n',
+)
+# The library's `each` is, unchanged, a helper that counts the failures it catches.
+TOLERANT = (
+    "def failures(values, check):\n    count = 0\n    for value in values:\n        try:\n"
+    "            check(value)\n        except AssertionError:\n            count += 1\n"
+    "    return count\n"
+)
+TOLERANT_EACH = CTX + "\nfrom mypkg.tolerant import failures as each\n"
+
+
+@pytest.mark.parametrize("route", ["thread", "unchanged-handler"])
+def test_a_failure_a_library_s_own_handler_keeps_is_found(scratch: Path, route: str) -> None:
+    patched = THREADED if route == "thread" else TOLERANT_EACH
+    unchanged = {"mypkg/tolerant.py": TOLERANT}
+    output, forged, outcomes = graded(scratch, CALLBACK_TEST, CTX, patched + WRONG, unchanged)
+    if route == "thread":
+        assert "JBFORGED thread" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
+    assert caught(forged), forged
+
+
+# -- what the test asks to be caught ------------------------------------------------------
 
 ASKED = {
     "pytest.raises": (
@@ -239,24 +271,13 @@ ASKED = {
         "            assert mypkg.double(3) == 7\n    except AssertionError:\n"
         "        print('JBCAUGHT by the test', flush=True)\n"
     ),
-    "library-unchanged": (
-        "import mypkg\nfrom mypkg import tolerant\n\n\ndef test_real():\n"
-        "    def check(x):\n        assert mypkg.double(x) == 7\n\n"
-        "    assert tolerant.failures([3], check) == 1\n"
-    ),
 }
-TOLERANT = (
-    "def failures(values, check):\n    count = 0\n    for value in values:\n        try:\n"
-    "            check(value)\n        except AssertionError:\n            count += 1\n"
-    "    return count\n"
-)
 
 
 @pytest.mark.parametrize("name", sorted(ASKED))
 def test_a_failure_the_test_asks_to_be_caught_is_not_tampering(scratch: Path, name: str) -> None:
     # The patch rewrote the library (its context manager too), and does not swallow.
-    unchanged = {"mypkg/tolerant.py": TOLERANT}
-    output, forged, outcomes = graded(scratch, ASKED[name], CTX, CTX + "\n", unchanged)
+    output, forged, outcomes = graded(scratch, ASKED[name], CTX, CTX + "\n")
     assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
     assert forged == [], forged
 
