@@ -38,12 +38,14 @@ _MISSING = object()
 _SWALLOWED_KEPT = 16  # a test's swallowed failures kept (one is enough to tell)
 
 
-def signal_failures(audit: Any, case: Any, rewrite: Any) -> None:
+def signal_failures(audit: Any, case: Any, rewrite: Any, outcomes: Any = None) -> None:
     """Make the frameworks' failure paths tell the monitor (through `audit`) of each
-    failure as it is raised: unittest's `TestCase.fail` and `_formatMessage` (every
-    assertion of unittest's builds its message with it as it fails) in `case`, and the
-    explanation pytest's rewritten `assert` builds as it fails, in `rewrite` (the
-    module `_pytest.assertion.rewrite`, None under another runner)."""
+    failure as it is raised: in unittest (`case`), `TestCase.fail`, `_formatMessage`
+    (every assertion builds its message with it as it fails) and `assertSequenceEqual`
+    left by a raise (its type checks raise with no message built); in pytest, what a
+    rewritten `assert` calls only as it fails (`rewrite`, the module
+    `_pytest.assertion.rewrite`) and the making of `Failed` (`outcomes`: `pytest.fail`,
+    `pytest.raises`' "did not raise"); None under another runner."""
 
     def signalling(original: Any) -> Any:
         @_functools.wraps(original)
@@ -53,14 +55,35 @@ def signal_failures(audit: Any, case: Any, rewrite: Any) -> None:
 
         return failed
 
+    def signalling_raise(original: Any) -> Any:
+        @_functools.wraps(original)
+        def left(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            except BaseException:
+                audit(EVENT, "failed")
+                raise
+
+        return left
+
     test_case = case.TestCase
-    for name in ("fail", "_formatMessage"):
+    for name, wrap in (
+        ("fail", signalling),
+        ("_formatMessage", signalling),
+        ("assertSequenceEqual", signalling_raise),
+    ):
         original = _TYPE_DICT(test_case).get(name)
         if type(original) is _FunctionType:
-            setattr(test_case, name, signalling(original))
-    original = _MODULE_DICT(rewrite).get("_format_explanation") if rewrite is not None else None
-    if type(original) is _FunctionType:
-        setattr(rewrite, "_format_explanation", signalling(original))  # noqa: B010
+            setattr(test_case, name, wrap(original))
+    for name in ("_format_explanation", "_call_reprcompare"):
+        original = _MODULE_DICT(rewrite).get(name) if rewrite is not None else None
+        if type(original) is _FunctionType:
+            setattr(rewrite, name, signalling(original))
+    failed_type = _MODULE_DICT(outcomes).get("Failed") if outcomes is not None else None
+    if isinstance(failed_type, type):
+        made = getattr(failed_type, "__init__", None)
+        if type(made) is _FunctionType:
+            setattr(failed_type, "__init__", signalling(made))  # noqa: B010
 
 
 def note_failure(holder: "dict[str, Any]", frame: Any, origins: "Origins") -> None:
@@ -100,8 +123,10 @@ def swallowers(frame: Any, origins: "Origins") -> Any:
     whose `try` and `with` blocks around the line are looked at; then, after it, any
     function of the patch's, and any `try` or `with` of a library's around the line
     (a handler the test's failure never reaches the test through: an executor, a
-    thread's bootstrap, an event loop's callback); a framework's frame after the
-    test's is one the test asked to catch it (`assertRaises(AssertionError, check)`)."""
+    thread's bootstrap, an event loop's callback); a framework's blocks count as the
+    test's (`assertRaises(AssertionError, check)` catches it in unittest's own `with`),
+    while a framework's frame with none (a mock's `side_effect`, `ast`'s visitor) only
+    passes the failure on."""
     suspects: list[str] = []
     test_seen = False
     current = frame
@@ -115,12 +140,10 @@ def swallowers(frame: Any, origins: "Origins") -> Any:
         if found:
             if test_seen:
                 suspects.append(f"{code.co_name} of {found}")
-        elif _framework(current):
-            if test_seen:
-                return None
         elif code not in _SIGNALLING:
-            own = origins.is_protected(code.co_filename)
-            test_seen = test_seen or own
+            framework = _framework(current)
+            own = framework or origins.is_protected(code.co_filename)
+            test_seen = test_seen or (own and not framework)
             verdict = _enclosing(current, origins, own) if test_seen else ""
             if verdict is None:
                 return None
@@ -165,10 +188,11 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     call = type(node).__name__ == "Call"
     target = node.func if call else node
     value = _resolve(target, frame)
-    if value is _MISSING:
-        return None
+    if value is _MISSING:  # what cannot be told without running code is the patch's
+        return f"the context manager {_named(target)}, which cannot be told"
     found = origins.from_tree(value) if call else origins.class_from_tree(type(value))
     found = found or _through_patch(target, frame, origins) or _held_by_patch(value, origins)
+    found = found or _imported_from_patch(target, frame, origins)
     if not found:
         return None
     return f"the context manager {_named(target)} of {found}"
@@ -180,11 +204,59 @@ def _through_patch(node: Any, frame: Any, origins: "Origins") -> str:
     while type(node).__name__ == "Attribute":
         node = node.value
         base = _resolve(node, frame)
-        if type(base) is _ModuleType:
-            filename = _module_file(base)
-            if filename and not origins.trusted_file(filename):
-                return filename
+        if isinstance(base, _ModuleType):
+            found = _patch_module(base, origins)
+            if found:
+                return found
     return ""
+
+
+def _imported_from_patch(node: Any, frame: Any, origins: "Origins") -> str:
+    """The module of the patch's the root name of a chain was imported from by the
+    frame's own source (`from mypkg import precision`: what `mypkg` handed over then,
+    a fresh object its `__getattr__` made included, the patch chose), "" when none."""
+    while type(node).__name__ == "Attribute":
+        node = node.value
+    if type(node).__name__ != "Name":
+        return ""
+    source = _imports(frame.f_code.co_filename).get(node.id)
+    if source is None:
+        return ""
+    module_name, level = source
+    if level:
+        package = frame.f_globals.get("__package__") or ""
+        parts = package.split(".") if package else []
+        base = ".".join(parts[: len(parts) - level + 1]) if level <= len(parts) else ""
+        module_name = f"{base}.{module_name}" if module_name else base
+    module = sys.modules.get(module_name)
+    return _patch_module(module, origins) if isinstance(module, _ModuleType) else ""
+
+
+# file -> {name it binds by `from M import`: (M, level)}
+_IMPORTS: "dict[str, dict[str, Any]]" = {}
+
+
+def _imports(filename: str) -> "dict[str, Any]":
+    table = _IMPORTS.get(filename)
+    if table is not None:
+        return table
+    table = {}
+    try:
+        with open(filename, "rb") as fh:
+            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    todo = list(tree.body) if tree is not None else []
+    while todo:
+        node = todo.pop()
+        if type(node).__name__ == "ImportFrom":
+            for alias in node.names:
+                table[alias.asname or alias.name] = (node.module or "", node.level or 0)
+        else:
+            todo.extend(_children(node))
+    if len(_IMPORTS) < 10000:
+        _IMPORTS[filename] = table
+    return table
 
 
 def _held_by_patch(value: Any, origins: "Origins") -> str:
@@ -192,11 +264,29 @@ def _held_by_patch(value: Any, origins: "Origins") -> str:
     (`from mypkg import precision`, where `precision` is `partial(suppress, ...)`: a
     callable of the standard library's, chosen by the patch), "" when none."""
     for module in list(sys.modules.values()):
-        filename = _module_file(module)
-        if not filename or origins.trusted_file(filename):
+        if not isinstance(module, _ModuleType):
             continue
-        if any(held is value for held in list(_MODULE_DICT(module).values())):
-            return filename
+        values = list(_MODULE_DICT(module).values())
+        if any(held is value for held in values):
+            found = _patch_module(module, origins, values)
+            if found:
+                return found
+    return ""
+
+
+def _patch_module(module: Any, origins: "Origins", values: Any = None) -> str:
+    """Whether a module is the patch's: by its file, or (a file name is a value anything
+    can set) by a function of the patch's it holds; a module of a class of its own is."""
+    if type(module) is not _ModuleType:
+        return f"a module of the class {type(module).__name__}"
+    filename = _module_file(module)
+    if filename and not origins.trusted_file(filename):
+        return filename
+    for held in values if values is not None else list(_MODULE_DICT(module).values()):
+        if type(held) is _FunctionType:
+            found = origins.function_from_tree(held)
+            if found:
+                return found
     return ""
 
 

@@ -51,10 +51,15 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         _TYPE_DICT,
         Origins,
         _FunctionType,
+        _MethodType,
+        _module_file,
         nested_codes,
     )
     from jouled.pipeline.jouled_snapshot import same
 
+# What a hook implementation may be besides a Python function or method (where the
+# plugin is not the patch's): one a compiled plugin of the environment's defines.
+_COMPILED = ("builtin_function_or_method", "cython_function_or_method")
 # pytest's hooks an implementation of the patch's may answer: those that only read or
 # print, start or end the session's bookkeeping, or can at most leave a test out (which
 # no grade counts as passed). Every other hook of pytest's computes what a test is, what
@@ -71,7 +76,6 @@ READ_ONLY_HOOKS = frozenset(
         "pytest_report_header",
         "pytest_report_collectionfinish",
         "pytest_terminal_summary",
-        "pytest_assertrepr_compare",
         "pytest_assertion_pass",
         "pytest_warning_recorded",
         "pytest_runtest_logstart",
@@ -107,18 +111,29 @@ class Registry:
         rewrite = sys.modules.get("_pytest.assertion.rewrite")
         self.rewrite_test = getattr(rewrite, "_rewrite_test", None)
         self.hook_type = getattr(rewrite, "AssertionRewritingHook", None)
+        self.rewriting = any(type(finder) is self.hook_type for finder in sys.meta_path)
 
     def verify_module(self, name: str, module: Any, filename: str, problems: "list[str]") -> None:
-        """A test module pytest rewrote: its functions are exactly what pytest's rewriting
-        makes of the file (so nothing changed pytest's rewriting, or its input, meanwhile)."""
+        """A test module: one pytest rewrites was rewritten, and its functions are exactly
+        what pytest's rewriting makes of the file (so nothing changed pytest's rewriting,
+        or its input, meanwhile)."""
         namespace = object.__getattribute__(module, "__dict__")
         spec = namespace.get("__spec__")
         loader = getattr(spec, "loader", None)
-        if self.rewrite_test is None or type(loader) is not self.hook_type:
+        if self.rewrite_test is None:
             return
         real = self.origins.realpath(filename)
-        if real in self.origins.canaries or real in self.origins.rewritten:
-            return  # a canary made to pass shows as one; a module checked as it was made
+        if real in self.origins.canaries:
+            return  # a canary made to pass shows as one
+        if type(loader) is not self.hook_type:
+            # pytest rewrites every test file it collects: one loaded past its rewriting
+            # (the hook told it is writing bytecode, taken out of the import path) fails
+            # with no word to the monitor
+            if self.rewriting and self._collected_name(filename):
+                problems.append(f"test module {name} was not rewritten by pytest")
+            return
+        if real in self.origins.rewritten:
+            return  # checked as it was made
         try:
             made = self.rewrite_test(_Path(filename), self.config)[-1]
         except Exception:  # an older pytest's signature, an unreadable file: not comparable
@@ -142,6 +157,17 @@ class Registry:
                     f"{name}.{code.co_name} is not what pytest makes of its source in {filename}"
                 )
                 return
+
+    def _collected_name(self, filename: str) -> bool:
+        """Whether pytest rewrites a file of this name (conftest, `python_files`)."""
+        base = os.path.basename(filename)
+        try:
+            patterns = self.config.getini("python_files")
+        except Exception:  # an older pytest's config: no word on the patterns
+            return base == "conftest.py"
+        return base == "conftest.py" or any(
+            _fnmatch(base, pattern) for pattern in patterns if "/" not in pattern
+        )
 
     def add_object(self, label: str, obj: Any) -> None:
         namespace = object.__getattribute__(obj, "__dict__")
@@ -208,16 +234,38 @@ class Registry:
     def _impl(self, hook: str, impl: Any, problems: "list[str]") -> None:
         if any(seen is impl for seen in self.known.get(hook, ())):
             return
-        found = self.origins.from_tree(type(impl)) or self.origins.from_tree(
-            _attr(impl, "function")
-        )
+        function = _attr(impl, "function")
+        found = self.origins.from_tree(type(impl)) or self.origins.from_tree(function)
+        if hook.startswith("pytest_") and hook not in READ_ONLY_HOOKS:
+            # Who made the plugin counts too, and what is not a function is judged by
+            # nothing it can hide behind (a mock whose side effect is the patch's).
+            found = found or self._plugin_from_tree(_attr(impl, "plugin"))
+            kind = type(function).__name__
+            plain = type(function) in (_FunctionType, _MethodType) or kind in _COMPILED
+            if not found and not plain:
+                found = f"a {kind}, not a function"
         if found and hook.startswith("pytest_") and hook not in READ_ONLY_HOOKS:
             problems.append(f"an implementation of {hook} from {found} is registered")
             return
         self.known.setdefault(hook, []).append(impl)
 
+    def _plugin_from_tree(self, plugin: Any) -> str:
+        """Where the patch's code stands behind a plugin object: its class, or, for a
+        module, its file or a function of the patch's it holds."""
+        if not isinstance(plugin, type(sys)):
+            return self.origins.from_tree(plugin)
+        filename = _module_file(plugin)
+        if filename and not self.origins.trusted_file(filename):
+            return filename
+        for value in list(object.__getattribute__(plugin, "__dict__").values()):
+            found = self.origins.from_tree(value) if type(value) is _FunctionType else ""
+            if found:
+                return found
+        return ""
+
 
 _HOOKEXEC = __import__("operator").attrgetter("_hookexec")
+_fnmatch = __import__("fnmatch").fnmatch
 _VALUES = __import__("operator").methodcaller("values")
 _chain = __import__("itertools").chain.from_iterable
 _Path = __import__("pathlib").Path
@@ -454,9 +502,9 @@ def main() -> None:
     installed = environment_plugins(setup["root"]) if setup.get("plugins") else []
     plugin = make_plugin(audit, pytest, list(setup.pop("canaries", [])), installed)
     guard_part_executor(audit, __import__("unittest.case").case)
-    signal_failures(
-        audit, sys.modules["unittest.case"], sys.modules.get("_pytest.assertion.rewrite")
-    )
+    modules = sys.modules
+    rewrite, outcomes = modules.get("_pytest.assertion.rewrite"), modules.get("_pytest.outcomes")
+    signal_failures(audit, modules["unittest.case"], rewrite, outcomes)
     register(plugin_codes())
     if mode == "module":
         sys.path.insert(0, os.getcwd())
