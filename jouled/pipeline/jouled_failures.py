@@ -47,10 +47,14 @@ def signal_failures(audit: Any, case: Any, rewrite: Any, outcomes: Any = None) -
     `_pytest.assertion.rewrite`) and the making of `Failed` (`outcomes`: `pytest.fail`,
     `pytest.raises`' "did not raise"); None under another runner."""
 
-    def signalling(original: Any) -> Any:
+    def signalling(original: Any, made: bool = False) -> Any:
+        # the failure's class: what is made (`made`: the first argument is the failure
+        # being made), or the test case's failureException, or AssertionError
         @_functools.wraps(original)
         def failed(*args: Any, **kwargs: Any) -> Any:
-            audit(EVENT, "failed")
+            given = type(args[0]) if args else None
+            kind = given if made else getattr(given, "failureException", AssertionError)
+            audit(EVENT, "failed", kind)
             return original(*args, **kwargs)
 
         return failed
@@ -60,8 +64,8 @@ def signal_failures(audit: Any, case: Any, rewrite: Any, outcomes: Any = None) -
         def left(*args: Any, **kwargs: Any) -> Any:
             try:
                 return original(*args, **kwargs)
-            except BaseException:
-                audit(EVENT, "failed")
+            except BaseException as raised:
+                audit(EVENT, "failed", type(raised))
                 raise
 
         return left
@@ -81,18 +85,20 @@ def signal_failures(audit: Any, case: Any, rewrite: Any, outcomes: Any = None) -
             setattr(rewrite, name, signalling(original))
     failed_type = _MODULE_DICT(outcomes).get("Failed") if outcomes is not None else None
     if isinstance(failed_type, type):
-        made = getattr(failed_type, "__init__", None)
-        if type(made) is _FunctionType:
-            setattr(failed_type, "__init__", signalling(made))  # noqa: B010
+        init = getattr(failed_type, "__init__", None)
+        if type(init) is _FunctionType:
+            setattr(failed_type, "__init__", signalling(init, made=True))  # noqa: B010
 
 
-def note_failure(holder: "dict[str, Any]", frame: Any, origins: "Origins") -> None:
-    """A failure was raised from `frame` (a `signal_failures` wrapper's): where only code
-    of the patch's could catch it before the running test's observer, keep that
-    observer's frame and why, for `swallowed` to judge when the call ends."""
+def note_failure(holder: "dict[str, Any]", frame: Any, origins: "Origins", kind: Any) -> None:
+    """A failure (of class `kind`) was raised from `frame` (a `signal_failures`
+    wrapper's): where only code of the patch's could catch it before the running test's
+    observer, keep that observer's frame and why, for `swallowed` to judge when the call
+    ends."""
     if holder["item"] is None or len(holder["swallowed"]) >= _SWALLOWED_KEPT:
         return
-    found = swallowers(frame.f_back, origins)
+    kind = kind if isinstance(kind, type) else AssertionError
+    found = swallowers(frame.f_back, origins, kind)
     if found is not None:
         holder["swallowed"].append(found)
 
@@ -111,46 +117,76 @@ def swallowed(holder: "dict[str, Any]", frame: Any, raised: str) -> "list[str]":
     return [f"a failure of the test was caught by {mine[0]}, and the test returned"]
 
 
-def swallowers(frame: Any, origins: "Origins") -> Any:
-    """(the running test's observer frame, why) where a failure raised at `frame` is
-    caught before that observer only where the test did not ask for it; (None, why)
-    where no observer is on the stack (a thread the test's check was handed to); None
-    where the test or a framework catches it (a `try` of the test's, `pytest.raises`,
-    `assertRaises`, a subtest), or nothing stands on its way.
+def swallowers(frame: Any, origins: "Origins", kind: Any = AssertionError) -> Any:
+    """(the running test's observer frame, why) where a failure (of class `kind`) raised
+    at `frame` may be caught before that observer by code the test did not ask to catch
+    it; (None, why) where no observer is on the stack (a thread the test's check was
+    handed to); None where the test or a framework it called catches it first, or
+    nothing of the patch's stands on its way.
 
-    The frames from the failure outward: the framework's own that raise it, and a
-    library's it runs in before the test's code; then the test's code (a test file's),
-    whose `try` and `with` blocks around the line are looked at; then, after it, any
-    function of the patch's, and any `try` or `with` of a library's around the line
-    (a handler the test's failure never reaches the test through: an executor, a
-    thread's bootstrap, an event loop's callback); a framework's blocks count as the
-    test's (`assertRaises(AssertionError, check)` catches it in unittest's own `with`),
-    while a framework's frame with none (a mock's `side_effect`, `ast`'s visitor) only
-    passes the failure on."""
+    The frames from the failure outward, every one to the observer: the framework's own
+    that raise it, and a library's it runs in before the test's code, only pass it on.
+    From the test's code (a test file's) out, what may catch it is the patch's (a
+    function of the patch's on the way, a `with` whose context manager is the patch's,
+    any `try` or `with` of a library's: a handler the failure never reaches the test
+    through) or the test's (its own `try` whose handlers take the failure's class, a
+    subtest, a framework's catcher it calls). The first catcher from the raise decides:
+    the test's, with nothing of the patch's inside it, ends the walk; an outer one does
+    not clear what the patch's may already have swallowed, save a catcher that fails
+    the test when nothing reaches it (`pytest.raises`, `assertRaises`). A framework's
+    catcher counts as the test's only where the test's code, not the patch's, called it
+    (`assertRaises(AssertionError, check)` in the test; not `pytest.raises` called
+    by the library with the test's check)."""
     suspects: list[str] = []
     test_seen = False
+    called = ""  # a framework's catcher: the test's only if the test's code called it
     current = frame
-    for _ in range(1000):
-        if current is None:
-            break
+    while current is not None:
         code = current.f_code
         if code in _OBSERVERS:
-            return (current, suspects[0]) if suspects else None
+            break
+        if code in _SIGNALLING:
+            current = current.f_back
+            continue
         found = origins.code_from_tree(code)
+        framework = not found and _framework(current)
+        own = not found and not framework and origins.is_protected(code.co_filename)
+        if called and (found or own):
+            if found:
+                suspects.append(f"{called}, called by {code.co_name} of {found}")
+            elif not suspects:
+                return None  # the test asked the framework to catch it
+            called = ""
         if found:
             if test_seen:
                 suspects.append(f"{code.co_name} of {found}")
-        elif code not in _SIGNALLING:
-            framework = _framework(current)
-            own = framework or origins.is_protected(code.co_filename)
-            test_seen = test_seen or (own and not framework)
-            verdict = _enclosing(current, origins, own) if test_seen else ""
-            if verdict is None:
-                return None
-            if verdict:
-                suspects.append(verdict)
+        elif own or (framework and test_seen):
+            test_seen = True
+            for verdict, why in _enclosing(current, origins, kind, own):
+                if verdict == "patch":
+                    suspects.append(why)
+                elif verdict == "ignores" and own:  # the test's own: failures here do not count
+                    return None
+                elif verdict == "proves":  # fails the test unless the failure reaches it
+                    suspects.clear()
+                    if own:
+                        return None
+                    called = called or why
+                    break
+                elif not suspects:  # "catches": the test's own catcher
+                    if own:
+                        return None
+                    called = called or why
+                    break
+        elif test_seen and not framework:  # a library's handler keeps it
+            blocks = _enclosing(current, origins, kind, False)
+            suspects += [why for _, why in blocks[:1]]
         current = current.f_back
-    return (None, suspects[0]) if suspects else None
+    else:
+        current = None
+    if called and not suspects:
+        suspects.append(f"{called}, with no test's code calling it")
+    return (current, suspects[0]) if suspects else None
 
 
 def _framework(frame: Any) -> bool:
@@ -158,44 +194,89 @@ def _framework(frame: Any) -> bool:
     return type(name) is str and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
 
 
-def _enclosing(frame: Any, origins: "Origins", own: bool) -> Any:
-    """What the `try` and `with` blocks around `frame`'s line (innermost first, in its
-    own function) say of a failure raised inside them. In a test file's code (`own`):
-    None where one may catch it for the test (a `try` with handlers; a `with` of the
-    test's, the framework's or a library's the patch did not choose), else the first
-    `with` of the patch's, else "". In a library's: the first block there, else ""."""
+def _enclosing(frame: Any, origins: "Origins", kind: Any, own: bool) -> "list[Any]":
+    """The `try` and `with` blocks around `frame`'s line that may catch a failure of
+    class `kind`, innermost first (a `with` of several items, its last first), each as
+    (verdict, description): "patch" (a context manager of the patch's, or one that
+    cannot be told), "proves" (a framework's catcher that fails the test unless the
+    failure reaches it), "ignores" (the test's own `try` whose handlers take `kind`, or
+    `contextlib.suppress`: the test says a failure there does not count), "catches" (a
+    subtest, a framework's other handler); any other `with` passes the failure on. In a
+    library's frame (`own` False and no framework's), every block is listed as "patch"."""
     code = frame.f_code
     line = frame.f_lineno
-    verdict = ""
-    for kind, items in _blocks(code.co_filename, code.co_firstlineno, line):
-        if not own:
-            return f"a {kind} block of {code.co_name} in {code.co_filename}:{line}"
-        if kind == "try":
-            return None
-        for item in items:
-            found = _context_of(item, frame, origins)
-            if found is None:
-                return None
-            verdict = verdict or found
-    return verdict
+    found: list[Any] = []
+    where = f"{code.co_name} in {code.co_filename}:{line}"
+    for block, items in _blocks(code.co_filename, code.co_firstlineno, line):
+        if not own and not _framework(frame):
+            found.append(("patch", f"a {block} block of {where}"))
+            continue
+        if block == "try":
+            if _handles(items, frame, kind):
+                if own:
+                    found.append(("ignores", f"the test's try block at {where}"))
+                else:
+                    proves = "raises" in code.co_name.lower()
+                    found.append(("proves" if proves else "catches", f"the try block of {where}"))
+            continue
+        for item in reversed(items):
+            verdict = _context_of(item, frame, origins)
+            if verdict is not None:
+                found.append(verdict)
+    return found
+
+
+def _handles(handlers: Any, frame: Any, kind: Any) -> bool:
+    """Whether a `try`'s handlers (their type expressions) take a failure of `kind`; an
+    expression that cannot be read from namespaces is taken to."""
+    for node in handlers:
+        if node is None:
+            return True
+        exprs = node.elts if type(node).__name__ == "Tuple" else [node]
+        for expr in exprs:
+            value = _resolve(expr, frame)
+            if value is _MISSING or not isinstance(value, type):
+                return True
+            try:
+                if issubclass(kind, value):
+                    return True
+            except TypeError:
+                return True
+    return False
 
 
 def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
-    """Whose code decides whether a `with` item (its expression `node`) swallows: the
-    called function's (`with lib.ctx():`) or the object's class's (`with cm:`). A
-    description where it is the patch's; None where it is not, or cannot be told
-    without running code."""
+    """What a `with` item (its expression `node`) is to a failure inside it: ("patch",
+    why) where the called function's or the object's code is the patch's, or reached
+    through, held by or imported from a module of the patch's, or cannot be told without
+    running code; ("proves", why) for a framework's catcher of an expected raise (it
+    fails the test when nothing reaches it); ("catches", why) for a framework's subtest
+    or the standard library's `suppress`; None for any other (it passes the failure on)."""
     call = type(node).__name__ == "Call"
     target = node.func if call else node
+    named = _named(target)
     value = _resolve(target, frame)
     if value is _MISSING:  # what cannot be told without running code is the patch's
-        return f"the context manager {_named(target)}, which cannot be told"
+        return ("patch", f"the context manager {named}, which cannot be told")
     found = origins.from_tree(value) if call else origins.class_from_tree(type(value))
     found = found or _through_patch(target, frame, origins) or _held_by_patch(value, origins)
     found = found or _imported_from_patch(target, frame, origins)
-    if not found:
+    if found:
+        return ("patch", f"the context manager {named} of {found}")
+    maker = value if call else type(value)
+    module = getattr(maker, "__module__", None)
+    name = getattr(maker, "__name__", "")
+    if type(module) is not str or type(name) is not str:
         return None
-    return f"the context manager {_named(target)} of {found}"
+    if _top(module) in WATCHED or module.startswith(WATCHED_PREFIXES):
+        if "raises" in name.lower():
+            return ("proves", f"the context manager {named}")
+        if name in ("subTest", "subtests", "test"):
+            return ("catches", f"the context manager {named}")
+        return None
+    if module == "contextlib" and name == "suppress":
+        return ("ignores", f"the context manager {named}")
+    return None
 
 
 def _through_patch(node: Any, frame: Any, origins: "Origins") -> str:
@@ -389,7 +470,8 @@ def _scopes(filename: str) -> "list[Any]":
                 items = [item.context_expr for item in node.items]
                 scope[3].append(("with", node.body[0].lineno, last, items))
             elif node.handlers:
-                scope[3].append(("try", node.body[0].lineno, last, ()))
+                handlers = [handler.type for handler in node.handlers]
+                scope[3].append(("try", node.body[0].lineno, last, handlers))
         for child in _children(node):
             todo.append((child, scope))
     return scopes

@@ -297,7 +297,7 @@ def start(
             for why in problems:
                 tamper(why, args[2])
         elif kind == "failed":  # ("failed",): a framework's failure path (`signal_failures`)
-            note_failure(holder, frame, origins)
+            note_failure(holder, frame, origins, args[1] if len(args) > 1 else None)
         elif kind == "ran":  # ("ran", test id, "" or what it raised, the raise): `heard`
             for why in heard(holder, frame, args, origins, patch_on_stack, item_check):
                 tamper(why, holder["item_id"] or "")

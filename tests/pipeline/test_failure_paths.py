@@ -7,8 +7,10 @@ own; the test's check routed through a framework's frame (`ast`'s visitor, a moc
 side effect) to a handler of the patch's; failures raised past the paths most
 assertions take (`assertListEqual`'s type check, `pytest.fail`, `pytest.raises`' "did
 not raise", a raising `pytest_assertrepr_compare`); pytest's assertion rewriting
-switched off for the test modules imported later; and a plugin's hook implementation
-that is a mock.
+switched off for the test modules imported later; a plugin's hook implementation
+that is a mock; a framework's catcher the library calls with the test's check; the
+patch's context manager inside an outer block of the test's that does not catch the
+failure; and a handler of the library's 1,400 frames out from the raise.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tests.pipeline.test_swallowed_failures import (
     CAUGHT,
     CTX,
     IMPORTED_TEST,
+    OWN_EXIT,
     PLAIN,
     STDLIB_CALLABLE,
     UNITTEST,
@@ -326,3 +329,145 @@ def test_mock_hookimpl_outside_read_only(scratch: Path) -> None:
     got = outcomes.get("tests/test_a.py::test_real[3-6]")
     assert "JBFORGED mock hookimpl" in output, output[-3000:]
     assert defended(got, forged, "is registered"), (outcomes, forged)
+
+
+# -- a framework's catcher the patch calls, an outer block, a walk made long -----------------
+
+# The library calls the test's check through a framework's own catcher (pytest's
+# `CallInfo.from_call`, `pytest.raises`' callable form, unittest's `assertRaises`): a
+# framework's catcher counts as the test's only where the test's code called it.
+VIA_CALLINFO = CTX.replace(
+    "        check(value)\n",
+    "        import functools\n"
+    "        from _pytest.runner import CallInfo\n"
+    "        info = CallInfo.from_call(functools.partial(check, value), 'call')\n"
+    "        if info.excinfo is not None:\n"
+    '            print("JBFORGED callinfo", flush=True)\n',
+)
+VIA_RAISES = CTX.replace(
+    "        check(value)\n",
+    "        import pytest\n"
+    "        try:\n"
+    "            pytest.raises(AssertionError, check, value)\n"
+    '            print("JBFORGED raises-callable", flush=True)\n'
+    "        except BaseException:\n"
+    "            pass\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("patched", "marker"),
+    [(VIA_CALLINFO, "callinfo"), (VIA_RAISES, "raises-callable")],
+    ids=["callinfo", "raises-callable"],
+)
+def test_a_framework_s_catcher_the_patch_calls_is_the_patch_s(
+    scratch: Path, patched: str, marker: str
+) -> None:
+    output, forged, outcomes = graded(scratch, CALLBACK_TEST, CTX, patched + WRONG)
+    assert f"JBFORGED {marker}" in output, output[-3000:]
+    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+
+
+VIA_ASSERTRAISES = CTX.replace(
+    "        check(value)\n",
+    "        import unittest\n"
+    "        try:\n"
+    "            unittest.TestCase().assertRaises(AssertionError, check, value)\n"
+    '            print("JBFORGED assertRaises-callable", flush=True)\n'
+    "        except AssertionError:\n"
+    "            pass\n",
+)
+
+
+def test_unittest_s_catcher_the_patch_calls_is_the_patch_s(scratch: Path) -> None:
+    tests = UNITTEST.replace("BODY", CALLBACK_BODY)
+    channel, output, _ = run(
+        scratch, sys.executable, forged=VIA_ASSERTRAISES + WRONG, tests=tests, lib=CTX
+    )
+    assert "JBFORGED assertRaises-callable" in output, output[-3000:]
+    assert defended(channel.outcomes.get(BUG), list(channel.forged)), channel.forged
+
+
+# The patch's context manager (or its handler of the test's check) inside a block of the
+# test's that does not catch the failure: a `with` of the standard library's, the inner
+# item of a `with` of two, a `try` whose handler takes something else.
+NESTED_TEST = (
+    "import warnings\n\nimport mypkg\n\n\ndef test_real():\n"
+    "    with warnings.catch_warnings():\n"
+    "        with mypkg.precision(2):\n"
+    "            assert mypkg.double(3) == 6\n"
+)
+# One `with` of two items: the later item is the inner one, but the items are read in order.
+TWO_ITEMS_TEST = (
+    "import warnings\n\nimport mypkg\n\n\ndef test_real():\n"
+    "    with warnings.catch_warnings(), mypkg.precision(2):\n"
+    "        assert mypkg.double(3) == 6\n"
+)
+# An outer `try` whose handler is for something else entirely.
+OUTER_TRY_TEST = (
+    "import mypkg\n\n\ndef test_real():\n"
+    "    try:\n"
+    "        with mypkg.precision(2):\n"
+    "            assert mypkg.double(3) == 6\n"
+    "    except ImportError:\n"
+    "        pass\n"
+)
+
+CALLBACK_IN_WITH_TEST = (
+    "import warnings\n\nimport mypkg\n\n\ndef test_real():\n    def check(x):\n"
+    "        assert mypkg.double(x) == 2 * x\n\n"
+    "    with warnings.catch_warnings():\n        mypkg.each([1, 3], check)\n"
+)
+
+PLAIN_CALLBACK = CTX.replace(
+    "        check(value)\n",
+    "        try:\n            check(value)\n        except AssertionError:\n"
+    '            print("JBFORGED callback", flush=True)\n',
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "patched", "marker"),
+    [
+        (NESTED_TEST, OWN_EXIT, "own __exit__"),
+        (TWO_ITEMS_TEST, OWN_EXIT, "own __exit__"),
+        (OUTER_TRY_TEST, OWN_EXIT, "own __exit__"),
+        (CALLBACK_IN_WITH_TEST, PLAIN_CALLBACK, "callback"),
+    ],
+    ids=["nested-with", "two-items", "outer-try", "callback-in-with"],
+)
+def test_an_outer_block_that_does_not_catch_clears_nothing(
+    scratch: Path, test: str, patched: str, marker: str
+) -> None:
+    output, forged, outcomes = graded(scratch, test, CTX, patched + WRONG)
+    assert f"JBFORGED {marker}" in output, output[-3000:]
+    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+
+
+# The library's handler 1,400 frames out from the raise (a deep copy of nested lists whose
+# innermost object reduces to the test's check): the walk goes to the observer, however far.
+DEEP = CTX.replace(
+    "def each(values, check):\n    for value in values:\n        check(value)\n",
+    "def each(values, check):\n"
+    "    import copy, sys\n"
+    "    sys.setrecursionlimit(20000)\n"
+    "    class _Call:\n"
+    "        def __init__(self, value):\n"
+    "            self.value = value\n"
+    "        def __reduce_ex__(self, protocol):\n"
+    "            return (check, (self.value,))\n"
+    "    for value in values:\n"
+    "        nest = _Call(value)\n"
+    "        for _ in range(700):\n"
+    "            nest = [nest]\n"
+    "        try:\n"
+    "            copy.deepcopy(nest)\n"
+    "        except AssertionError:\n"
+    '            print("JBFORGED deep", flush=True)\n',
+)
+
+
+def test_a_handler_far_out_from_the_raise_is_found(scratch: Path) -> None:
+    output, forged, outcomes = graded(scratch, CALLBACK_TEST, CTX, DEEP + WRONG)
+    assert "JBFORGED deep" in output, output[-3000:]
+    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
