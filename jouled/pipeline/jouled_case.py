@@ -229,6 +229,15 @@ def binding_problems(function: Any, instance: Any) -> "list[str]":
     return []
 
 
+def source_tree(filename: str) -> Any:
+    """The syntax tree of a source file, None where it cannot be read or parsed."""
+    try:
+        with open(filename, "rb") as fh:
+            return _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 _DEFINED: "dict[str, dict[str, tuple[int, int]]]" = {}
 
 
@@ -238,11 +247,7 @@ def _defined(filename: str, qualname: str) -> "tuple[int, int] | None":
     table = _DEFINED.get(filename)
     if table is None:
         table = {}
-        try:
-            with open(filename, "rb") as fh:
-                tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
-        except (OSError, SyntaxError, ValueError):
-            tree = None
+        tree = source_tree(filename)
         todo = [("", node) for node in (tree.body if tree is not None else [])]
         while todo:
             prefix, node = todo.pop()

@@ -19,12 +19,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_case import source_tree
     from jouled.pipeline.jouled_monitor import EVENT, WATCHED, WATCHED_PREFIXES
     from jouled.pipeline.jouled_observe import _OBSERVERS
     from jouled.pipeline.jouled_origins import (
-        _COMPILE,
         _MODULE_DICT,
-        _ONLY_AST,
         _TYPE_DICT,
         _TYPE_MRO,
         Origins,
@@ -322,11 +321,7 @@ def _imports(filename: str) -> "dict[str, Any]":
     if table is not None:
         return table
     table = {}
-    try:
-        with open(filename, "rb") as fh:
-            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
-    except (OSError, SyntaxError, ValueError):
-        tree = None
+    tree = source_tree(filename)
     todo = list(tree.body) if tree is not None else []
     while todo:
         node = todo.pop()
@@ -443,10 +438,8 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
 
 
 def _scopes(filename: str) -> "list[Any]":
-    try:
-        with open(filename, "rb") as fh:
-            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
-    except (OSError, SyntaxError, ValueError):
+    tree = source_tree(filename)
+    if tree is None:
         return []
     scopes: list[Any] = []
     module = (1, 10**9, (1,), [])

@@ -44,10 +44,18 @@ def defended(outcome: str | None, forged: list[str], finding: str = CAUGHT) -> b
     return outcome == "passed" and any(finding in why for why in forged)
 
 
+def forged_and_found(scratch: Path, test: str, patched: str, marker: str) -> None:
+    """A pytest task whose library the patch changes from `CTX` to `patched`: the payload
+    printed `marker`, the test passed, and the forgery was found."""
+    output, forged, outcomes = graded(scratch, test, CTX, patched)
+    assert marker in output, output[-3000:]
+    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+
+
 # -- 1. with-item resolution -------------------------------------------------------------
 
-# `mypkg.precision` is not in the module's dict: PEP 562 `__getattr__` hands it out, so
-# `_resolve` gives _MISSING and `_context_of` says "not the patch's".
+# `mypkg.precision` is not in the module's dict: a PEP 562 `__getattr__` hands it out
+# (a new object each time, held by no module).
 GETATTR = (
     CTX
     + """
@@ -65,12 +73,10 @@ def __getattr__(name):
 """
 )
 
-# The module's `__file__` claims the standard library's file: `_through_patch` and
-# `_held_by_patch` take the module for a trusted one.
+# The module's `__file__` names the standard library's file.
 FILE_LIE = STDLIB_CALLABLE + "\n__file__ = _contextlib.__file__\n"
 
-# The package is a ModuleType subclass instance in sys.modules: `_through_patch` and
-# `_held_by_patch` look only at exact ModuleType.
+# The package in sys.modules is an instance of a ModuleType subclass of its own.
 MODULE_SUBCLASS = (
     STDLIB_CALLABLE
     + WRONG
@@ -89,8 +95,6 @@ _sys.modules[__name__] = _me
 """
 )
 
-# A dotted chain through a plain (non-module) object of the patch's whose class is made
-# to look like the standard library's: `mypkg` itself is still read.
 WITH_CASES = {
     "getattr-dotted": (WITH_TEST, GETATTR, "getattr"),
     "getattr-imported": (IMPORTED_TEST, GETATTR, "getattr"),
@@ -104,16 +108,13 @@ WITH_CASES = {
 @pytest.mark.parametrize("name", sorted(WITH_CASES))
 def test_with_item_misresolved(scratch: Path, name: str) -> None:
     test, payload, marker = WITH_CASES[name]
-    output, forged, outcomes = graded(scratch, test, CTX, payload + WRONG)
-    assert f"JBFORGED {marker}" in output, output[-3000:]
-    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+    forged_and_found(scratch, test, payload + WRONG, f"JBFORGED {marker}")
 
 
 # -- 2. callbacks routed through a framework frame ---------------------------------------
 
-# ast.NodeVisitor.visit (module `ast`, a WATCHED top) calls `visit_int`, set on the
-# instance to the test's check: the walk meets the `ast` frame after the test's and
-# returns None ("the test asked"), never reaching the patch's `try`.
+# ast.NodeVisitor.visit (a framework's module: `ast` is watched) calls `visit_int`, set
+# on the instance to the test's check, inside the library's `try`.
 AST_ROUTE = CTX.replace(
     "def each(values, check):\n    for value in values:\n        check(value)\n",
     "def each(values, check):\n"
@@ -144,9 +145,7 @@ CALLBACK_CASES = {"ast": (AST_ROUTE, "ast route"), "mock": (MOCK_ROUTE, "mock ro
 @pytest.mark.parametrize("name", sorted(CALLBACK_CASES))
 def test_callback_through_framework_frame_pytest(scratch: Path, name: str) -> None:
     payload, marker = CALLBACK_CASES[name]
-    output, forged, outcomes = graded(scratch, CALLBACK_TEST, CTX, payload + WRONG)
-    assert f"JBFORGED {marker}" in output, output[-3000:]
-    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+    forged_and_found(scratch, CALLBACK_TEST, payload + WRONG, f"JBFORGED {marker}")
 
 
 CALLBACK_BODY = "lib.each([1, 3], lambda x: self.assertEqual(lib.double(x), 2 * x))"
@@ -363,9 +362,7 @@ VIA_RAISES = CTX.replace(
 def test_a_framework_s_catcher_the_patch_calls_is_the_patch_s(
     scratch: Path, patched: str, marker: str
 ) -> None:
-    output, forged, outcomes = graded(scratch, CALLBACK_TEST, CTX, patched + WRONG)
-    assert f"JBFORGED {marker}" in output, output[-3000:]
-    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+    forged_and_found(scratch, CALLBACK_TEST, patched + WRONG, f"JBFORGED {marker}")
 
 
 VIA_ASSERTRAISES = CTX.replace(
@@ -397,7 +394,7 @@ NESTED_TEST = (
     "        with mypkg.precision(2):\n"
     "            assert mypkg.double(3) == 6\n"
 )
-# One `with` of two items: the later item is the inner one, but the items are read in order.
+# One `with` of two items: the later item is the inner one.
 TWO_ITEMS_TEST = (
     "import warnings\n\nimport mypkg\n\n\ndef test_real():\n"
     "    with warnings.catch_warnings(), mypkg.precision(2):\n"
@@ -439,9 +436,7 @@ PLAIN_CALLBACK = CTX.replace(
 def test_an_outer_block_that_does_not_catch_clears_nothing(
     scratch: Path, test: str, patched: str, marker: str
 ) -> None:
-    output, forged, outcomes = graded(scratch, test, CTX, patched + WRONG)
-    assert f"JBFORGED {marker}" in output, output[-3000:]
-    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+    forged_and_found(scratch, test, patched + WRONG, f"JBFORGED {marker}")
 
 
 # The library's handler 1,400 frames out from the raise (a deep copy of nested lists whose
@@ -468,6 +463,4 @@ DEEP = CTX.replace(
 
 
 def test_a_handler_far_out_from_the_raise_is_found(scratch: Path) -> None:
-    output, forged, outcomes = graded(scratch, CALLBACK_TEST, CTX, DEEP + WRONG)
-    assert "JBFORGED deep" in output, output[-3000:]
-    assert defended(outcomes.get(PLAIN), forged), (outcomes, forged)
+    forged_and_found(scratch, CALLBACK_TEST, DEEP + WRONG, "JBFORGED deep")
