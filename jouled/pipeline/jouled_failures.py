@@ -442,7 +442,7 @@ def _scopes(filename: str) -> "list[Any]":
     if tree is None:
         return []
     scopes: list[Any] = []
-    module = (1, 10**9, (1,), [])
+    module: Any = (1, 10**9, (1,), [])
     scopes.append(module)
     todo = [(child, module) for child in tree.body]
     while todo:
@@ -471,7 +471,7 @@ def _scopes(filename: str) -> "list[Any]":
 
 
 def _children(node: Any) -> "list[Any]":
-    found = []
+    found: list[Any] = []
     for name in node._fields:
         value = getattr(node, name, None)
         if type(value) is list:
