@@ -168,7 +168,11 @@ def main() -> int:
         prepare_tree(contract, t, fix)
         return t
 
+    # pytest as the graded runs start it: no plugin of the environment's loaded unasked
+    # (the development environment's hypothesis plugin alone costs more than the run)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     bare_argv = plain_argv(contract.test_cmd)
     noop = [sys.executable, "-c", "pass"]
 
