@@ -316,7 +316,9 @@ def run(
         function(**values)
     except KeyboardInterrupt:  # 128 + SIGINT, as a shell reports it
         sys.stderr.write("\ninterrupted\n")
-        sys.exit(130)
+        from jb_client.cli_common import interrupted
+
+        interrupted()
     except BrokenPipeError:
         # The reader left (`jb-client ... | head`): say nothing more, as click did.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -18,6 +18,7 @@ from jb_client.cli_common import (
     emit,
     error,
     fail,
+    interrupted,
     progress,
     read_file,
     render,
@@ -125,7 +126,7 @@ def submit(
             "interrupted: the daemon stops the attempt; one that had started is signed "
             "as an abort, which no frontier counts (submit again to grade the patch)"
         )
-        raise SystemExit(130) from None
+        interrupted()
     if as_json:
         emit(receipt.to_dict())
     else:

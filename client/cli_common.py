@@ -162,6 +162,15 @@ def fail(err: JouledError) -> NoReturn:
     raise SystemExit(EXIT_USAGE if err.kind != Kind.INTERNAL else EXIT_FAILED_CHECK)
 
 
+def interrupted() -> NoReturn:
+    """Exit 130 (128 + SIGINT, as a shell reports it) at once, once Ctrl-C was answered:
+    the gRPC library's shutdown, left to run, may raise the interrupt again and end the
+    process by the signal instead."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def error(message: str) -> None:
     """`error: MESSAGE` on stderr, the message (a path, an id, the daemon's words) as
     written: every error the CLI reports goes through here."""
