@@ -17,7 +17,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_monitor import WATCHED, WATCHED_PREFIXES
     from jouled.pipeline.jouled_observe import _TYPE_NAME, _layers, innermost
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
@@ -34,7 +33,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _MethodType,
         _module_file,
         _Partial,
-        _top,
+        framework_module,
     )
 
 
@@ -129,7 +128,7 @@ _EQUALITY = (
 def _framework_class(namespace: Any) -> bool:
     """Whether a class is a test framework's (compared whole at every check)."""
     module = namespace.get("__module__")
-    return type(module) is not str or _top(module) in WATCHED or module.startswith(WATCHED_PREFIXES)
+    return type(module) is not str or framework_module(module)
 
 
 def _aliased(function: Any) -> "tuple[Any, ...]":

@@ -1,14 +1,15 @@
 """A test's failures, heard where they are raised, for the integrity monitor.
 
 The fifth of the monitor's files (`jouled_monitor.py` says how they run). The
-frameworks' failure paths (pytest's rewritten `assert`, unittest's `fail` and the
-message every one of its assertions builds as it fails) tell the monitor of each
-failure as it is raised (`signal_failures`). The monitor looks then at what stands
-between the failure and the observer of the running test (`swallowers`): the
-`try` and `with` blocks around each frame's line, and the functions on the way. A
-test whose call then returns, although only code of the patch's could have caught
-its failure (a context manager or a function of the patch's, or one the library
-returned from the patch's code), did not pass: the failure was swallowed.
+frameworks' failure paths (what pytest's rewritten `assert` calls as it fails, the
+making of pytest's `Failed`, unittest's `fail` and the message every one of its
+assertions builds as it fails) tell the monitor of each failure as it is raised
+(`signal_failures`). The monitor looks then at what stands between the failure and the
+observer of the running test (`swallowers`): the `try` and `with` blocks around each
+frame's line, and the functions on the way. A test whose call then returns, although
+its failure may have been caught where the test did not ask for it (a context manager
+or a function of the patch's, a library's own handler, a framework's catcher the
+patch called), did not pass: the failure was swallowed.
 """
 
 # Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_case import source_tree
-    from jouled.pipeline.jouled_monitor import EVENT, WATCHED, WATCHED_PREFIXES
+    from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
     from jouled.pipeline.jouled_origins import (
         _MODULE_DICT,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         Origins,
         _FunctionType,
         _module_file,
-        _top,
+        framework_module,
         nested_codes,
     )
 
@@ -189,8 +190,7 @@ def swallowers(frame: Any, origins: "Origins", kind: Any = AssertionError) -> An
 
 
 def _framework(frame: Any) -> bool:
-    name = frame.f_globals.get("__name__")
-    return type(name) is str and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
+    return framework_module(frame.f_globals.get("__name__"))
 
 
 def _enclosing(frame: Any, origins: "Origins", kind: Any, own: bool) -> "list[Any]":
@@ -206,8 +206,9 @@ def _enclosing(frame: Any, origins: "Origins", kind: Any, own: bool) -> "list[An
     line = frame.f_lineno
     found: list[Any] = []
     where = f"{code.co_name} in {code.co_filename}:{line}"
+    library = not own and not _framework(frame)
     for block, items in _blocks(code.co_filename, code.co_firstlineno, line):
-        if not own and not _framework(frame):
+        if library:
             found.append(("patch", f"a {block} block of {where}"))
             continue
         if block == "try":
@@ -249,8 +250,9 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     why) where the called function's or the object's code is the patch's, or reached
     through, held by or imported from a module of the patch's, or cannot be told without
     running code; ("proves", why) for a framework's catcher of an expected raise (it
-    fails the test when nothing reaches it); ("catches", why) for a framework's subtest
-    or the standard library's `suppress`; None for any other (it passes the failure on)."""
+    fails the test when nothing reaches it); ("catches", why) for a framework's subtest;
+    ("ignores", why) for the standard library's `suppress`; None for any other (it
+    passes the failure on)."""
     call = type(node).__name__ == "Call"
     target = node.func if call else node
     named = _named(target)
@@ -267,7 +269,7 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     name = getattr(maker, "__name__", "")
     if type(module) is not str or type(name) is not str:
         return None
-    if _top(module) in WATCHED or module.startswith(WATCHED_PREFIXES):
+    if framework_module(module):
         if "raises" in name.lower():
             return ("proves", f"the context manager {named}")
         if name in ("subTest", "subtests", "test"):
@@ -299,7 +301,7 @@ def _imported_from_patch(node: Any, frame: Any, origins: "Origins") -> str:
         node = node.value
     if type(node).__name__ != "Name":
         return ""
-    source = _imports(frame.f_code.co_filename).get(node.id)
+    source = _source(frame.f_code.co_filename)[1].get(node.id)
     if source is None:
         return ""
     module_name, level = source
@@ -310,29 +312,6 @@ def _imported_from_patch(node: Any, frame: Any, origins: "Origins") -> str:
         module_name = f"{base}.{module_name}" if module_name else base
     module = sys.modules.get(module_name)
     return _patch_module(module, origins) if isinstance(module, _ModuleType) else ""
-
-
-# file -> {name it binds by `from M import`: (M, level)}
-_IMPORTS: "dict[str, dict[str, Any]]" = {}
-
-
-def _imports(filename: str) -> "dict[str, Any]":
-    table = _IMPORTS.get(filename)
-    if table is not None:
-        return table
-    table = {}
-    tree = source_tree(filename)
-    todo = list(tree.body) if tree is not None else []
-    while todo:
-        node = todo.pop()
-        if type(node).__name__ == "ImportFrom":
-            for alias in node.names:
-                table[alias.asname or alias.name] = (node.module or "", node.level or 0)
-        else:
-            todo.extend(_children(node))
-    if len(_IMPORTS) < 10000:
-        _IMPORTS[filename] = table
-    return table
 
 
 def _held_by_patch(value: Any, origins: "Origins") -> str:
@@ -413,8 +392,20 @@ def _named(node: Any) -> str:
 
 
 _ModuleType = type(_functools)
-# file -> [(first line, last line of the function, [(kind, first, last, items)])]
-_BLOCKS: "dict[str, list[Any]]" = {}
+# file -> ([(first line, last line of a function, its heads, [(kind, first, last,
+# items)])], {name it binds by `from M import`: (M, level)})
+_SOURCES: "dict[str, tuple[list[Any], dict[str, Any]]]" = {}
+
+
+def _source(filename: str) -> "tuple[list[Any], dict[str, Any]]":
+    """A source file's functions with their `try` and `with` blocks, and the names it
+    imports `from` a module: read and parsed once."""
+    known = _SOURCES.get(filename)
+    if known is None:
+        known = _scopes(filename)
+        if len(_SOURCES) < 10000:
+            _SOURCES[filename] = known
+    return known
 
 
 def _blocks(filename: str, first: int, line: int) -> "list[Any]":
@@ -422,11 +413,7 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
     innermost first, of the function of `filename` that starts at `first` (its first
     decorator on 3.8+, or its `def`) and holds `line`; [] where the source cannot be
     read (3.6 and 3.7 give no end lines)."""
-    scopes = _BLOCKS.get(filename)
-    if scopes is None:
-        scopes = _scopes(filename)
-        if len(_BLOCKS) < 10000:
-            _BLOCKS[filename] = scopes
+    scopes = _source(filename)[0]
     around = [scope for scope in scopes if scope[0] <= line <= scope[1]]
     named = [scope for scope in around if first in scope[2]]
     if not around:
@@ -437,10 +424,11 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
     return [(b[0], b[3]) for _, b in found]
 
 
-def _scopes(filename: str) -> "list[Any]":
+def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
     tree = source_tree(filename)
+    imports: dict[str, Any] = {}
     if tree is None:
-        return []
+        return [], imports
     scopes: list[Any] = []
     module: Any = (1, 10**9, (1,), [])
     scopes.append(module)
@@ -452,22 +440,25 @@ def _scopes(filename: str) -> "list[Any]":
             decorators = [d.lineno for d in getattr(node, "decorator_list", ())]
             end = getattr(node, "end_lineno", None)
             if end is None:
-                return []
+                return [], imports
             scope = (min([node.lineno, *decorators]), end, (node.lineno, *decorators), [])
             scopes.append(scope)
         elif kind in ("Try", "TryStar", "With", "AsyncWith") and node.body:
             last = getattr(node.body[-1], "end_lineno", None)
             if last is None:
-                return []
+                return [], imports
             if kind in ("With", "AsyncWith"):
                 items = [item.context_expr for item in node.items]
                 scope[3].append(("with", node.body[0].lineno, last, items))
             elif node.handlers:
                 handlers = [handler.type for handler in node.handlers]
                 scope[3].append(("try", node.body[0].lineno, last, handlers))
+        elif kind == "ImportFrom":
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (node.module or "", node.level or 0)
         for child in _children(node):
             todo.append((child, scope))
-    return scopes
+    return scopes, imports
 
 
 def _children(node: Any) -> "list[Any]":

@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         TRACING,
         WANTED,
         WATCHED,
-        WATCHED_PREFIXES,
         Refused,
         Withheld,
         _CodeType,
@@ -49,6 +48,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         Origins,
         _FunctionType,
         _top,
+        framework_module,
         initializing,
     )
     from jouled.pipeline.jouled_snapshot import (
@@ -398,9 +398,7 @@ def start(
         if frame is None or "ctypes" in modules:
             return
         importer = frame.f_globals.get("__name__")
-        if type(importer) is not str or not (
-            _top(importer) in WATCHED or importer.startswith(WATCHED_PREFIXES)
-        ):
+        if not framework_module(importer):
             return
         if origins.code_from_tree(frame.f_code):
             return
@@ -525,10 +523,7 @@ def start(
                 # become the tree's; any other object's class is the program's business
                 # (Django clones a query by giving an empty object the query's class).
                 module = _TYPE_DICT(kind).get("__module__")
-                framework = type(module) is str and (
-                    _top(module) in WATCHED or module.startswith(WATCHED_PREFIXES)
-                )
-                found = origins.from_tree(args[2]) if framework else ""
+                found = origins.from_tree(args[2]) if framework_module(module) else ""
                 if found and not origins.from_tree(kind):
                     refuse(f"an object of {kind.__name__} was given a class from {found}")
         elif event == "compile":

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
         MAX_DYNAMIC,
+        WATCHED,
+        WATCHED_PREFIXES,
         _CodeType,
         read_setup,
     )
@@ -290,6 +292,11 @@ def initializing(name: str) -> bool:
 
 def _top(name: str) -> str:
     return name.partition(".")[0]
+
+
+def framework_module(name: Any) -> bool:
+    """Whether a module of this name is a test framework's (`WATCHED`, `WATCHED_PREFIXES`)."""
+    return type(name) is str and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
 
 
 def nested_codes(function: Any) -> "tuple[Any, ...]":

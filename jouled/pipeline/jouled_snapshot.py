@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _has_code,
         _module_file,
         _top,
+        framework_module,
     )
 
 # -- what may not change --------------------------------------------------------------------
@@ -625,11 +626,7 @@ def run_with_framework_builtins(
     for namespace in found:
         name = namespace.get("__name__")
         now = namespace.get("__builtins__")
-        framework = (
-            type(name) is str
-            and name not in ("builtins", "ast")
-            and (_top(name) in WATCHED or name.startswith(WATCHED_PREFIXES))
-        )
+        framework = name not in ("builtins", "ast") and framework_module(name)
         python = now is _BUILTINS or now is _MODULE_DICT(_BUILTINS)
         filename = code.co_filename
         if framework and python:
