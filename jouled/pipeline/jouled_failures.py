@@ -330,10 +330,17 @@ def _held_by_patch(value: Any, origins: "Origins") -> str:
 
 
 def _patch_module(module: Any, origins: "Origins", values: Any = None) -> str:
-    """Whether a module is the patch's: by its file, or (a file name is a value anything
-    can set) by a function of the patch's it holds; a module of a class of its own is."""
+    """Whether a module is the patch's (`module_of_patch`); a module of a class of its
+    own is."""
     if type(module) is not _ModuleType:
         return f"a module of the class {type(module).__name__}"
+    return module_of_patch(module, origins, values)
+
+
+def module_of_patch(module: Any, origins: "Origins", values: Any = None) -> str:
+    """Where the patch's code stands behind a module: its file, or (a file name is a value
+    anything can set) a function of the patch's it holds (`values`: its dict's values,
+    where already read); "" when nothing does."""
     filename = _module_file(module)
     if filename and not origins.trusted_file(filename):
         return filename

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         identity_problems,
         machinery_problems,
     )
-    from jouled.pipeline.jouled_failures import signal_failures
+    from jouled.pipeline.jouled_failures import module_of_patch, signal_failures
     from jouled.pipeline.jouled_hook import start
     from jouled.pipeline.jouled_monitor import (
         EVENT,
@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files, executed f
         Origins,
         _FunctionType,
         _MethodType,
-        _module_file,
         nested_codes,
     )
     from jouled.pipeline.jouled_snapshot import same
@@ -236,7 +235,8 @@ class Registry:
             return
         function = _attr(impl, "function")
         found = self.origins.from_tree(type(impl)) or self.origins.from_tree(function)
-        if hook.startswith("pytest_") and hook not in READ_ONLY_HOOKS:
+        guarded = hook.startswith("pytest_") and hook not in READ_ONLY_HOOKS
+        if guarded:
             # Who made the plugin counts too, and what is not a function is judged by
             # nothing it can hide behind (a mock whose side effect is the patch's).
             found = found or self._plugin_from_tree(_attr(impl, "plugin"))
@@ -244,7 +244,7 @@ class Registry:
             plain = type(function) in (_FunctionType, _MethodType) or kind in _COMPILED
             if not found and not plain:
                 found = f"a {kind}, not a function"
-        if found and hook.startswith("pytest_") and hook not in READ_ONLY_HOOKS:
+        if found and guarded:
             problems.append(f"an implementation of {hook} from {found} is registered")
             return
         self.known.setdefault(hook, []).append(impl)
@@ -254,14 +254,7 @@ class Registry:
         module, its file or a function of the patch's it holds."""
         if not isinstance(plugin, type(sys)):
             return self.origins.from_tree(plugin)
-        filename = _module_file(plugin)
-        if filename and not self.origins.trusted_file(filename):
-            return filename
-        for value in list(object.__getattribute__(plugin, "__dict__").values()):
-            found = self.origins.from_tree(value) if type(value) is _FunctionType else ""
-            if found:
-                return found
-        return ""
+        return module_of_patch(plugin, self.origins)
 
 
 _HOOKEXEC = __import__("operator").attrgetter("_hookexec")
