@@ -417,18 +417,26 @@ def _source(filename: str) -> "tuple[list[Any], dict[str, Any]]":
 
 def _blocks(filename: str, first: int, line: int) -> "list[Any]":
     """The `try` blocks with handlers and the `with` blocks whose bodies hold `line`,
-    innermost first, of the function of `filename` that starts at `first` (its first
-    decorator on 3.8+, or its `def`) and holds `line`; [] where the source cannot be
-    read (3.6 and 3.7 give no end lines)."""
+    innermost first, as (kind, items), of the function of `filename` that starts at
+    `first` (its first decorator on 3.8+, or its `def`) and holds `line`; [] where the
+    source cannot be read (3.6 and 3.7 give no end lines)."""
+    return [(block[0], block[3]) for block in around(filename, first, line)]
+
+
+def around(filename: str, first: int, line: int) -> "list[Any]":
+    """`_blocks`, each block whole: ("with", first line of its body, last line, items,
+    its own first line, [(first, last line) of each check in its body]) or ("try",
+    first line of its body, last, handlers' types, [(first, last line) of each handler],
+    (first, last line) of its `finally` or None)."""
     scopes = _source(filename)[0]
-    around = [scope for scope in scopes if scope[0] <= line <= scope[1]]
-    named = [scope for scope in around if first in scope[2]]
-    if not around:
+    inside = [scope for scope in scopes if scope[0] <= line <= scope[1]]
+    named = [scope for scope in inside if first in scope[2]]
+    if not inside:
         return []
-    best = max(named or around, key=lambda scope: (scope[0], -scope[1]))
+    best = max(named or inside, key=lambda scope: (scope[0], -scope[1]))
     found = [(b[1], b) for b in best[3] if b[1] <= line <= b[2]]
     found.sort(key=lambda pair: -pair[0])
-    return [(b[0], b[3]) for _, b in found]
+    return [b for _, b in found]
 
 
 def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
@@ -456,16 +464,44 @@ def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
                 return [], imports
             if kind in ("With", "AsyncWith"):
                 items = [item.context_expr for item in node.items]
-                scope[3].append(("with", node.body[0].lineno, last, items))
-            elif node.handlers:
+                checks = _checks(node.body)
+                scope[3].append(("with", node.body[0].lineno, last, items, node.lineno, checks))
+            elif node.handlers or getattr(node, "finalbody", None):
                 handlers = [handler.type for handler in node.handlers]
-                scope[3].append(("try", node.body[0].lineno, last, handlers))
+                spans = [_span(handler) for handler in node.handlers]
+                final = getattr(node, "finalbody", None)
+                final_span = (final[0].lineno, _span(final[-1])[1]) if final else None
+                scope[3].append(("try", node.body[0].lineno, last, handlers, spans, final_span))
         elif kind == "ImportFrom":
             for alias in node.names:
                 imports[alias.asname or alias.name] = (node.module or "", node.level or 0)
         for child in _children(node):
             todo.append((child, scope))
     return scopes, imports
+
+
+def _span(node: Any) -> "tuple[int, int]":
+    return (node.lineno, getattr(node, "end_lineno", None) or node.lineno)
+
+
+def _checks(body: "list[Any]") -> "list[tuple[int, int]]":
+    """Where a block's body checks something: each `assert`, and each call of a function
+    whose name begins with `assert` or `fail` (`self.assertEqual`, `pytest.fail`,
+    `numpy.testing.assert_allclose`), as (first line, last line)."""
+    found: list[tuple[int, int]] = []
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        kind = type(node).__name__
+        if kind == "Assert":
+            found.append(_span(node))
+        elif kind == "Call":
+            func = node.func
+            name = getattr(func, "attr", None) or getattr(func, "id", None) or ""
+            if name.lower().startswith(("assert", "fail")):
+                found.append(_span(node))
+        todo.extend(_children(node))
+    return found
 
 
 def _children(node: Any) -> "list[Any]":

@@ -42,8 +42,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     )
     from jouled.pipeline.jouled_observe import heard, passed_problems
     from jouled.pipeline.jouled_origins import (
-        _FUNC_CODE,
-        _MODULE_DICT,
         _TYPE_DICT,
         Origins,
         _FunctionType,
@@ -60,7 +58,8 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         run_with_framework_builtins,
         version_tags,
     )
-    from jouled.pipeline.jouled_stack import Machinery, Stack
+    from jouled.pipeline.jouled_stack import Machinery, Stack, pytest_rewriter
+    from jouled.pipeline.jouled_traced import Trace
 
 
 def start(
@@ -96,6 +95,8 @@ def start(
     origins.canaries = frozenset(
         os.path.realpath(os.path.join(root, rel)) for rel in setup.get("canaries", [])
     )
+    # The suite's own frames, traced while a test runs (audit hooks: 3.8+).
+    trace = Trace(origins, getattr(sys, "audit", None), setup["root"])
     runner = globals()
     # A warning attributed to a frame of the runner's (unittest's "test returned a
     # value", stacklevel=3) keeps its registry here: made now, so it is never a new name.
@@ -158,21 +159,6 @@ def start(
         stack.stack_problem,
         stack.asker,
     )
-
-    def rewriter(code: Any) -> bool:
-        """Whether `code` is pytest's own that runs a module it rewrote (its assertion
-        rewriting hook's `exec_module`, as pytest's module holds it now, code the patch
-        did not write)."""
-        rewriting = modules.get("_pytest.assertion.rewrite")
-        namespace = _MODULE_DICT(rewriting) if type(rewriting) is type(sys) else {}
-        hook_class = namespace.get("AssertionRewritingHook")
-        is_class = issubclass(type(hook_class), type)
-        runs = _TYPE_DICT(hook_class).get("exec_module") if is_class else None
-        return (
-            type(runs) is _FunctionType
-            and _FUNC_CODE(runs) is code
-            and not origins.code_from_tree(code)
-        )
 
     state: dict[str, Any] = {
         "n": 0,
@@ -249,6 +235,9 @@ def start(
     modules = sys.modules
 
     def op(args: "tuple[Any, ...]", frame: Any) -> None:
+        if frame is not None and frame.f_code is trace.local_code and args[0] == "traced":
+            trace.heard(holder, frame, args)
+            return
         if frame is None or not any(frame.f_code is c for c in plugin_codes):
             tamper(f"a runner record was asked for by {caller_file(frame)}")
             return
@@ -290,6 +279,7 @@ def start(
             function, observer, within = (*args[4:7], None, None, None)[:3]
             holder.update(function=function, observer=observer, within=within)
             holder.update(ran=None, inner_ran=None, swallowed=[])
+            trace.start()
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []
             snapshot.scan_modules(problems)  # test modules unittest imported just now
@@ -311,9 +301,10 @@ def start(
                     test_id = f"<no test {holder['unnamed']}>"
             # A call reported passed is checked whole (only a pass helps a forger); others
             # by where they come from (a lasting change is found at the next pass or end).
+            traced = trace.stop()
             problems = integrity() if when == "call" and outcome == "passed" else []
             if when == "call" and outcome == "passed":
-                problems += passed_problems(holder, test_id, running, origins)
+                problems += passed_problems(holder, test_id, running, origins) + traced
             found = origins.from_tree(type(report))
             if found:
                 problems.append(f"the report is an instance of a class from {found}")
@@ -344,7 +335,7 @@ def start(
             if state["finished"]:
                 tamper("the session finished twice")
                 return
-            problems = integrity()
+            problems = integrity() + trace.stop()
             why = stack_problem(frame)
             if why:
                 problems.append(why)
@@ -360,7 +351,7 @@ def start(
         the file compiles to."""
         if machinery.imports(frame, code):
             return ""
-        rewriting = frame is not None and rewriter(frame.f_code)
+        rewriting = frame is not None and pytest_rewriter(frame.f_code, origins, modules)
         if rewriting and (
             origins.is_protected(filename) or realpath_(filename) in origins.rewritten
         ):
@@ -444,9 +435,10 @@ def start(
             if event in OWN_USE and own_use(getframe(2), event):
                 return
             refuse(f"{event} was called from {caller_file(getframe(2))}")
-        elif event in TRACING:
-            if args and args[0] is not None:
-                refuse(f"{event} installed a callback from {caller_file(getframe(2))}")
+        elif event in TRACING:  # (the event names no function: a change either way)
+            found = patch_on_stack(getframe(2))
+            if found:
+                refuse(f"{event} was called by {found}")
         elif event == "open":
             path = args[0]
             if type(path) is bytes:
@@ -651,6 +643,7 @@ def start(
             heard.__code__,
             Snapshot.check.__code__,
             Stack.caller.__code__,
+            Trace.heard.__code__,
         )
     )
 

@@ -319,3 +319,19 @@ class Stack:
             frame = frame.f_back
             depth += 1
         return "<none>"
+
+
+def pytest_rewriter(code: Any, origins: "Origins", modules: "dict[str, Any]") -> bool:
+    """Whether `code` is pytest's own that runs a module it rewrote (its assertion
+    rewriting hook's `exec_module`, as pytest's module holds it now, code the patch
+    did not write; `modules`: `sys.modules` as the monitor found it)."""
+    rewriting = modules.get("_pytest.assertion.rewrite")
+    namespace = _MODULE_DICT(rewriting) if type(rewriting) is type(sys) else {}
+    hook_class = namespace.get("AssertionRewritingHook")
+    is_class = issubclass(type(hook_class), type)
+    runs = _TYPE_DICT(hook_class).get("exec_module") if is_class else None
+    return (
+        type(runs) is _FunctionType
+        and _FUNC_CODE(runs) is code
+        and not origins.code_from_tree(code)
+    )

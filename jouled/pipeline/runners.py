@@ -29,7 +29,17 @@ HERE = Path(__file__).parent
 # The monitor's files, in the order they run (`jouled_monitor.py` says what each holds).
 MONITOR = tuple(
     HERE / f"jouled_{name}.py"
-    for name in ("monitor", "origins", "observe", "case", "failures", "snapshot", "stack", "hook")
+    for name in (
+        "monitor",
+        "origins",
+        "observe",
+        "case",
+        "failures",
+        "traced",
+        "snapshot",
+        "stack",
+        "hook",
+    )
 )
 KEY_BYTES = 32
 _CACHE_LIMIT = 64

@@ -1,0 +1,203 @@
+"""A test's own frames, traced while it runs, for the integrity monitor.
+
+The sixth of the monitor's files (`jouled_monitor.py` says how they run). The failures'
+file hears a failure where a framework raises it; an exception of any other kind, or a
+bare `assert` under a runner that does not rewrite it, is raised with no framework's
+code on its way. So while a test runs (from the runner's word that it starts to its
+report) the frames of the suite's own files are traced (`sys.settrace`, which every
+interpreter the monitor runs on has; their lines only while an exception is pending in
+them), and every exception that reaches one is judged where it arrives.
+
+An exception that arrives inside a `with` block whose context manager is the patch's
+(`_context_of`), with no catcher of the test's or a framework's around that block, and
+that cuts short a check of the test's (it is a failure itself, or an `assert` or an
+`assert...`/`fail` call of the block stands at or after the line it arrived at), is
+pending until the frame goes on. Where the frame then runs a line past the block and
+outside the handlers of its own `try` blocks, or returns, the context manager
+swallowed it, and the test's pass is not the test's. A library whose feature is to
+suppress errors keeps its tests: where nothing of the test's is cut short, or the test
+catches the error itself, nothing is pending.
+
+What the tracer holds is read-only (a frozen set of file names, `sys.audit`); what it
+sees is told to the hook, and judged there.
+"""
+
+# Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
+# every annotation naming a generic is a string (`jouled_monitor.py`).
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_failures import _context_of, _handles, around
+    from jouled.pipeline.jouled_monitor import EVENT
+    from jouled.pipeline.jouled_observe import _OBSERVERS
+    from jouled.pipeline.jouled_origins import Origins
+
+_PENDING_KEPT = 64  # exceptions pending at once (each in a frame of the suite's own)
+_RETURNS = frozenset(
+    code for name, code in __import__("opcode").opmap.items() if name.startswith("RETURN_")
+)
+_NOT_JUDGED = (StopIteration, StopAsyncIteration, GeneratorExit)
+_get = dict.get
+
+
+class Trace:
+    """The trace of the suite's own frames while a test runs, and what it found."""
+
+    def __init__(self, origins: "Origins", audit: Any, given_root: str) -> None:
+        self.origins = origins
+        # The suite's files as their code may name them: by real path, and under the
+        # tree's path as the run was given it.
+        real_root = origins.root.rstrip(os.sep) + os.sep
+        given = given_root.rstrip(os.sep) + os.sep
+        names = set(origins.protected)
+        names.update(
+            given + name[len(real_root) :]
+            for name in origins.protected
+            if name.startswith(real_root)
+        )
+        names_ = frozenset(names)
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            audit(EVENT, "traced", event, arg)
+            return local
+
+        def traced(frame: Any, event: str, arg: Any) -> Any:
+            # (a frame's globals, not its code: reading `f_code` is an audit event)
+            if _get(frame.f_globals, "__file__") in names_:
+                frame.f_trace_lines = False
+                return local
+            return None
+
+        self.traced = traced
+        self.local_code = local.__code__
+        self.on = False
+        self.pending: list[Any] = []  # [frame, error, the block, why, its try blocks' spans]
+        self._settrace, self._gettrace = sys.settrace, sys.gettrace
+
+    def start(self) -> None:
+        """Trace the suite's own frames from now (a test starts)."""
+        self.pending = []
+        self.on = True
+        self._settrace(self.traced)
+
+    def stop(self) -> "list[str]":
+        """Stop tracing (the test's report); what says the trace did not hold throughout."""
+        if not self.on:
+            return []
+        self.on = False
+        self.pending = []
+        held = self._gettrace() is self.traced
+        self._settrace(None)
+        if held:
+            return []
+        return ["the trace of the test's own frames was turned off while the test ran"]
+
+    def heard(self, holder: "dict[str, Any]", tracer: Any, args: "tuple[Any, ...]") -> None:
+        """The tracer's word (`tracer` its frame; `args`: "traced", the event, its
+        argument) on a frame of the suite's own."""
+        frame = tracer.f_back
+        if not self.on or frame is None or not self.origins.is_protected(frame.f_code.co_filename):
+            return
+        event = args[1] if len(args) > 1 else None
+        if event == "exception":
+            self._arrived(frame, args[2])
+            return
+        entry = next((entry for entry in self.pending if entry[0] is frame), None)
+        if entry is None:
+            return
+        if event == "line":
+            verdict = _after(entry, frame.f_lineno)
+        elif event == "return":  # returned, or left to wait (a yield) or by a raise
+            verdict = "swallowed" if _returned(frame) else ""
+        else:
+            verdict = ""
+        if verdict:
+            self._settle(entry)
+        if verdict == "swallowed" and len(holder["swallowed"]) < _PENDING_KEPT:
+            holder["swallowed"].append((_observer_of(frame), entry[3]))
+
+    def _settle(self, entry: Any) -> None:
+        self.pending = [other for other in self.pending if other is not entry]
+        if not any(other[0] is entry[0] for other in self.pending):
+            entry[0].f_trace_lines = False
+
+    def _arrived(self, frame: Any, arg: Any) -> None:
+        """An exception reached `frame` (raised there, or by a call it made)."""
+        error = arg[1] if type(arg) is tuple and len(arg) > 1 else None
+        kind = type(error)
+        if error is None or issubclass(kind, _NOT_JUDGED):
+            return  # (an `await` that completes, a generator's end: no raise of the test's)
+        self.pending = [entry for entry in self.pending if entry[0] is not frame]
+        found = _swallower(frame, self.origins, kind, isinstance(error, AssertionError))
+        if found is None or len(self.pending) >= _PENDING_KEPT:
+            return
+        block, why, spans = found
+        self.pending.append([frame, error, block, why, spans])
+        frame.f_trace_lines = True
+
+
+def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
+    """(the `with` block, why, the spans of the `try` blocks' handlers ("caught") and
+    `finally` ("") around it) where a context manager of the patch's is the first that may catch an
+    exception of class `kind` arriving at `frame`'s line, nothing of the test's or a
+    framework's that would catch it stands around it, and it cuts a check of the
+    test's short (`failure`: it is itself one); None otherwise."""
+    code = frame.f_code
+    line = frame.f_lineno
+    found: Any = None
+    spans: list[Any] = []
+    for block in around(code.co_filename, code.co_firstlineno, line):
+        if block[0] == "try":
+            if found is None and _handles(block[3], frame, kind):
+                return None  # the test's own `try` takes it first
+            spans += [(first, last, "caught") for first, last in block[4]]
+            spans += [(block[5][0], block[5][1], "")] if block[5] else []
+            continue
+        for item in reversed(block[3]):
+            verdict = _context_of(item, frame, origins)
+            if verdict is None:
+                continue
+            if verdict[0] != "patch":
+                return None  # a framework's catcher, or `suppress`: the test's choice
+            if found is None:
+                cut = failure or any(end >= line for _, end in block[5])
+                if not cut:
+                    return None
+                where = f"{code.co_name} in {code.co_filename}:{line}"
+                found = (block, f"{verdict[1]}, which swallowed a {kind.__name__} at {where}")
+    if found is None:
+        return None
+    return (found[0], found[1], spans)
+
+
+def _after(entry: Any, line: int) -> str:
+    """How a line the frame runs after a pending exception settles it: "" (still in the
+    block, or in a `finally`: pending), "caught" (in a handler of the test's own `try`),
+    "swallowed" (past the block)."""
+    block, spans = entry[2], entry[4]
+    if block[4] <= line <= block[2]:
+        return ""
+    for first, last, verdict in spans:
+        if first <= line <= last:
+            return verdict
+    return "swallowed"
+
+
+def _returned(frame: Any) -> bool:
+    """Whether a frame's 'return' event is a return (not a yield, nor a raise leaving it)."""
+    code = frame.f_code.co_code
+    at = frame.f_lasti
+    return 0 <= at < len(code) and code[at] in _RETURNS
+
+
+def _observer_of(frame: Any) -> Any:
+    """The running test's observer on the stack from `frame` outward; None off its call."""
+    current = frame
+    while current is not None:
+        if current.f_code in _OBSERVERS:
+            return current
+        current = current.f_back
+    return None

@@ -1,0 +1,244 @@
+"""An exception of any kind, swallowed in the test's own `with` block by the patch.
+
+The failures' checks hear a failure where a framework raises it. A forger that knows
+this makes the code under test raise something else (its own exception class) inside
+the test's `with lib.ctx():` block, and the library's context manager swallows it: the
+test's checks after the raise never run, no failure is ever raised, and the call
+returns. Likewise a bare `assert` under unittest, which raises with no framework's code
+on its way. The monitor traces the suite's own frames while a test runs and sees the
+exception arrive, and the frame go on past the block. Each payload prints a marker to
+prove it ran.
+
+What the test asks for itself is not tampering: a library whose feature is to suppress
+errors (nothing of the test's is cut short), the test's own `try`, `pytest.raises`
+around the library's block.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.test_swallowed_failures import BUG, CAUGHT, CTX, PLAIN, caught, graded
+from tests.pipeline.test_test_code_routes import MONITORED
+from tests.pipeline.test_unittest_run import run
+
+# The library's context manager swallows whatever is raised in its block, and `double`
+# raises, where it would have returned a wrong value, an exception of the patch's own.
+SWALLOWS_ANY = (
+    CTX.replace(
+        "    def __exit__(self, *exc):\n        return None\n",
+        "    def __exit__(self, kind, value, trace):\n"
+        "        if kind is not None:\n"
+        '            print("JBFORGED swallowed", kind.__name__, flush=True)\n'
+        "            return True\n",
+    )
+    + """
+
+class Skip(Exception):
+    pass
+
+
+def double(x):
+    if x == 3:
+        raise Skip()
+    return x * 2
+"""
+)
+# Only a bare `assert` of the test fails (unittest does not rewrite it): the context
+# manager swallows AssertionError, and `double` is wrong.
+SWALLOWS_ASSERTION = CTX.replace(
+    "    def __exit__(self, *exc):\n        return None\n",
+    "    def __exit__(self, kind, value, trace):\n"
+    "        if kind is not None and issubclass(kind, AssertionError):\n"
+    '            print("JBFORGED swallowed", kind.__name__, flush=True)\n'
+    "            return True\n",
+) + ("\n\ndef double(x):\n    return x * 2 if x != 3 else 7\n")
+
+WITH_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    with mypkg.precision(2):\n"
+    "        value = mypkg.double(3)\n        assert value == 6\n"
+)
+
+
+def test_an_exception_the_patch_swallows_in_the_test_s_block_is_found(scratch: Path) -> None:
+    output, forged, outcomes = graded(scratch, WITH_TEST, CTX, SWALLOWS_ANY)
+    assert "JBFORGED swallowed Skip" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", outcomes  # the swallow worked: only the monitor saw
+    found = caught(forged)
+    assert found and "which swallowed a Skip" in found[0], forged
+
+
+UNITTEST = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        with lib.precision(2):
+            BODY
+"""
+
+
+@pytest.mark.parametrize("python", MONITORED)
+@pytest.mark.parametrize(
+    ("body", "patched", "kind"),
+    [
+        ("self.assertEqual(lib.double(3), 6)", SWALLOWS_ANY, "Skip"),
+        ("assert lib.double(3) == 6", SWALLOWS_ASSERTION, "AssertionError"),
+    ],
+    ids=["own-exception", "bare-assert"],
+)
+def test_an_exception_the_patch_swallows_under_unittest_is_found(
+    scratch: Path, python: str, body: str, patched: str, kind: str
+) -> None:
+    tests = UNITTEST.replace("BODY", body)
+    channel, output, _ = run(scratch, python, forged=patched, tests=tests, lib=CTX)
+    assert f"JBFORGED swallowed {kind}" in output, output[-3000:]
+    assert channel.outcomes.get(BUG) == "passed", channel.outcomes
+    found = caught(list(channel.forged))
+    assert found and f"which swallowed a {kind}" in found[0], channel.forged
+
+
+ASYNC_CTX = """
+class session:
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return None
+
+
+async def double(x):
+    return x * 2
+"""
+ASYNC_SWALLOWS = """
+class session:
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, kind, value, trace):
+        print("JBFORGED async swallowed", kind and kind.__name__, flush=True)
+        return kind is not None
+
+
+async def double(x):
+    if x == 3:
+        raise LookupError()
+    return x * 2
+"""
+ASYNC_TESTS = """\
+import unittest
+
+import lib
+
+
+class T(unittest.IsolatedAsyncioTestCase):
+    async def test_ok(self):
+        self.assertEqual(await lib.double(2), 4)
+
+    async def test_bug(self):
+        async with lib.session():
+            self.assertEqual(await lib.double(3), 6)
+"""
+
+
+def test_an_exception_an_async_context_manager_swallows_is_found(scratch: Path) -> None:
+    channel, output, _ = run(
+        scratch, sys.executable, forged=ASYNC_SWALLOWS, tests=ASYNC_TESTS, lib=ASYNC_CTX
+    )
+    assert "JBFORGED async swallowed LookupError" in output, output[-3000:]
+    assert channel.outcomes.get(BUG) == "passed", channel.outcomes
+    assert caught(list(channel.forged)), channel.forged
+
+
+# -- what the test asks for itself ------------------------------------------------------
+
+# A library whose feature is to suppress errors, fixed by the patch: its test's block
+# ends at the raise, and the test checks what the library did after the block.
+QUIET_BUGGY = """
+seen = []
+
+
+class quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, trace):
+        return False
+
+
+def explode():
+    raise ValueError("boom")
+"""
+QUIET_FIXED = QUIET_BUGGY.replace(
+    "    def __exit__(self, kind, value, trace):\n        return False\n",
+    "    def __exit__(self, kind, value, trace):\n"
+    "        if kind is not None:\n"
+    "            seen.append(kind.__name__)\n"
+    "        return True\n",
+)
+QUIET_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    with mypkg.quiet():\n        mypkg.explode()\n"
+    "    assert mypkg.seen == ['ValueError']\n"
+)
+# The patch's context manager passes the error on, and the test catches it itself.
+PASSES_ON = CTX + "\n\ndef explode():\n    raise ValueError('boom')\n"
+CATCHES_TEST = """import pytest
+
+import mypkg
+
+
+def test_real():
+    try:
+        with mypkg.precision(2):
+            mypkg.explode()
+            assert False, "not reached"
+    except ValueError:
+        pass
+    with pytest.raises(ValueError):
+        with mypkg.precision(2):
+            mypkg.explode()
+            assert False, "not reached"
+    done = True
+    assert done
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "before", "after"),
+    [(QUIET_TEST, QUIET_BUGGY, QUIET_FIXED), (CATCHES_TEST, CTX, PASSES_ON)],
+    ids=["suppressing-library", "the-test-catches"],
+)
+def test_what_the_test_asks_for_is_not_tampering(
+    scratch: Path, test: str, before: str, after: str
+) -> None:
+    output, forged, outcomes = graded(scratch, test, before, after)
+    assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
+    assert not forged, forged
+
+
+# -- the trace itself ----------------------------------------------------------------------
+
+# The patch turns the trace of the test's frames off (or puts its own in its place, which
+# could rewrite a test's variables as it runs).
+UNTRACED = CTX.replace(
+    "def double(x):\n    return x * 2\n",
+    "def double(x):\n    import sys\n"
+    '    print("JBFORGED settrace", flush=True)\n'
+    "    sys.settrace(None)\n    return x * 2\n",
+)
+
+
+def test_the_patch_may_not_touch_the_trace(scratch: Path) -> None:
+    output, forged, _ = graded(scratch, WITH_TEST, CTX, UNTRACED)
+    assert "JBFORGED settrace" in output, output[-3000:]
+    assert any("sys.settrace was called by" in why for why in forged), forged
+    assert CAUGHT not in " ".join(forged), forged
