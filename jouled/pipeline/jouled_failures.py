@@ -20,13 +20,15 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_case import source_tree
+    from jouled.pipeline.jouled_case import _defined, _same_file, source_tree
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
     from jouled.pipeline.jouled_origins import (
+        _FUNC_CODE,
         _MODULE_DICT,
         _TYPE_DICT,
         _TYPE_MRO,
+        _TYPE_QUALNAME,
         Origins,
         _FunctionType,
         _module_file,
@@ -265,6 +267,9 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     if found:
         return ("patch", f"the context manager {named} of {found}")
     maker = value if call else type(value)
+    odd = _odd_exit(maker) if isinstance(maker, type) else ""
+    if odd:
+        return ("patch", f"the context manager {named}, whose {odd}")
     module = getattr(maker, "__module__", None)
     name = getattr(maker, "__name__", "")
     if type(module) is not str or type(name) is not str:
@@ -278,6 +283,41 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     if module == "contextlib" and name == "suppress":
         return ("ignores", f"the context manager {named}")
     return None
+
+
+def _odd_exit(cls: Any) -> str:
+    """What is odd about a Python class's exit (`__exit__`, `__aexit__`, the first on its
+    MRO): one that is not the `def` its class's source has under that name (a builtin
+    such as `slice`, which returns something true for any raise; another class's
+    function; a lambda). Writing a class's attribute raises no audit event, so a
+    context manager of the standard library's may have been given the patch's exit. ""
+    where nothing is odd, or the class is a C type's, which nothing can change."""
+    for name in ("__exit__", "__aexit__"):
+        for klass in _TYPE_MRO(cls):
+            namespace = _TYPE_DICT(klass)
+            if name not in namespace:
+                continue
+            if not _TYPE_FLAGS(klass) & _HEAPTYPE:
+                break
+            held = namespace[name]
+            module = sys.modules.get(namespace.get("__module__"))
+            filename = _module_file(module) if isinstance(module, _ModuleType) else ""
+            span = _defined(filename, _TYPE_QUALNAME(klass) + "." + name) if filename else None
+            if type(held) is not _FunctionType:
+                return f"{name} is a {type(held).__name__}"
+            code = _FUNC_CODE(held)
+            if span is not None and not (
+                code.co_name == name
+                and span[0] <= code.co_firstlineno <= span[1]
+                and _same_file(code.co_filename, filename)
+            ):
+                return f"{name} is {code.co_name} of {code.co_filename}:{code.co_firstlineno}"
+            break
+    return ""
+
+
+_TYPE_FLAGS = type.__dict__["__flags__"].__get__
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code
 
 
 def _through_patch(node: Any, frame: Any, origins: "Origins") -> str:

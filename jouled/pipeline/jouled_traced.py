@@ -4,9 +4,11 @@ The sixth of the monitor's files (`jouled_monitor.py` says how they run). The fa
 file hears a failure where a framework raises it; an exception of any other kind, or a
 bare `assert` under a runner that does not rewrite it, is raised with no framework's
 code on its way. So while a test runs (from the runner's word that it starts to its
-report) the frames of the suite's own files are traced (`sys.settrace`, which every
-interpreter the monitor runs on has; their lines only while an exception is pending in
-them), and every exception that reaches one is judged where it arrives.
+report) the frames of the suite's own files are traced (`sys.settrace`, on Python 3.8
+and later; their lines only while an exception is pending in them), and every
+exception that reaches one is judged where it arrives. Every frame the trace is handed
+must tell it of its end: one whose trace function was taken from it (a frame is
+readable, and writing its `f_trace` raises no audit event) is found that way.
 
 An exception that arrives inside a `with` block whose context manager is the patch's
 (`_context_of`), with no catcher of the test's or a framework's around that block, and
@@ -36,10 +38,18 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_origins import Origins
 
 _PENDING_KEPT = 64  # exceptions pending at once (each in a frame of the suite's own)
-_RETURNS = frozenset(
-    code for name, code in __import__("opcode").opmap.items() if name.startswith("RETURN_")
+_OWING_KEPT = 100000  # frames of the suite's own running at once
+_opcodes = __import__("opcode").opmap
+_RETURNS = frozenset(code for name, code in _opcodes.items() if name.startswith("RETURN_"))
+# Where the interpreter itself ends an iteration or an `await` with StopIteration (a
+# generator's loop on 3.8 and 3.9, an awaited coroutine's return), or throws
+# GeneratorExit into a generator at its `yield`: not a raise of the test's call.
+_ITERATION = (StopIteration, StopAsyncIteration, GeneratorExit)
+_ITERATING = frozenset(
+    _opcodes[name]
+    for name in ("FOR_ITER", "YIELD_FROM", "SEND", "END_SEND", "END_ASYNC_FOR", "YIELD_VALUE")
+    if name in _opcodes
 )
-_NOT_JUDGED = (StopIteration, StopAsyncIteration, GeneratorExit)
 _get = dict.get
 
 
@@ -68,18 +78,24 @@ class Trace:
             # (a frame's globals, not its code: reading `f_code` is an audit event)
             if _get(frame.f_globals, "__file__") in names_:
                 frame.f_trace_lines = False
+                audit(EVENT, "traced", "call", None)
                 return local
             return None
 
         self.traced = traced
-        self.local_code = local.__code__
+        self.codes = (local.__code__, traced.__code__)
         self.on = False
+        self.able = audit is not None  # Python 3.8+ (and frames' `f_trace_lines`, 3.7+)
         self.pending: list[Any] = []  # [frame, error, the block, why, its try blocks' spans]
+        self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
 
     def start(self) -> None:
         """Trace the suite's own frames from now (a test starts)."""
         self.pending = []
+        self.owing = {}
+        if not self.able:
+            return
         self.on = True
         self._settrace(self.traced)
 
@@ -91,9 +107,13 @@ class Trace:
         self.pending = []
         held = self._gettrace() is self.traced
         self._settrace(None)
-        if held:
-            return []
-        return ["the trace of the test's own frames was turned off while the test ran"]
+        owing, self.owing = list(self.owing.values()), {}
+        if not held:
+            return ["the trace of the test's own frames was turned off while the test ran"]
+        if owing:  # its trace function was taken from it: nothing it did since was seen
+            code = owing[0].f_code
+            return [f"the trace of {code.co_name} in {code.co_filename} was cut while it ran"]
+        return []
 
     def heard(self, holder: "dict[str, Any]", tracer: Any, args: "tuple[Any, ...]") -> None:
         """The tracer's word (`tracer` its frame; `args`: "traced", the event, its
@@ -102,6 +122,12 @@ class Trace:
         if not self.on or frame is None or not self.origins.is_protected(frame.f_code.co_filename):
             return
         event = args[1] if len(args) > 1 else None
+        if event == "call":
+            if tracer.f_code is self.codes[1] and len(self.owing) < _OWING_KEPT:
+                self.owing[id(frame)] = frame
+            return
+        if event == "return":
+            self.owing.pop(id(frame), None)
         if event == "exception":
             self._arrived(frame, args[2])
             return
@@ -128,8 +154,8 @@ class Trace:
         """An exception reached `frame` (raised there, or by a call it made)."""
         error = arg[1] if type(arg) is tuple and len(arg) > 1 else None
         kind = type(error)
-        if error is None or issubclass(kind, _NOT_JUDGED):
-            return  # (an `await` that completes, a generator's end: no raise of the test's)
+        if error is None or (issubclass(kind, _ITERATION) and _opcode(frame) in _ITERATING):
+            return
         self.pending = [entry for entry in self.pending if entry[0] is not frame]
         found = _swallower(frame, self.origins, kind, isinstance(error, AssertionError))
         if found is None or len(self.pending) >= _PENDING_KEPT:
@@ -188,9 +214,14 @@ def _after(entry: Any, line: int) -> str:
 
 def _returned(frame: Any) -> bool:
     """Whether a frame's 'return' event is a return (not a yield, nor a raise leaving it)."""
+    return _opcode(frame) in _RETURNS
+
+
+def _opcode(frame: Any) -> int:
+    """The operation a frame is at (-1 where its offset is not in its code)."""
     code = frame.f_code.co_code
     at = frame.f_lasti
-    return 0 <= at < len(code) and code[at] in _RETURNS
+    return code[at] if 0 <= at < len(code) else -1
 
 
 def _observer_of(frame: Any) -> Any:

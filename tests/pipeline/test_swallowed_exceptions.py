@@ -159,6 +159,85 @@ def test_an_exception_an_async_context_manager_swallows_is_found(scratch: Path) 
     assert caught(list(channel.forged)), channel.forged
 
 
+# An exception of a class the interpreter itself raises to end an iteration, raised by
+# the library's own call: judged like any other (only the interpreter's own end of a
+# loop or an `await` is not).
+SWALLOWS_STOP = SWALLOWS_ANY.replace("class Skip(Exception):", "class Skip(StopIteration):")
+# The context manager of a class the patch did not write (the standard library's), its
+# exit swapped for a builtin that returns something true for any raise.
+CATCH_WARNINGS = (
+    CTX
+    + """
+import warnings as _warnings
+
+print("JBFORGED swallowed catch_warnings", flush=True)
+_warnings.catch_warnings.__exit__ = slice
+
+
+def double(x):
+    return x * 2 if x != 3 else 7
+"""
+)
+WARNINGS_TEST = (
+    "import warnings\n\nimport mypkg\n\n\ndef test_real():\n"
+    "    with warnings.catch_warnings():\n        assert mypkg.double(3) == 6\n"
+)
+# ... or for another class's exit of the same module, which swallows what it is told to.
+NULLCONTEXT = (
+    CTX
+    + """
+import contextlib as _contextlib
+
+print("JBFORGED swallowed nullcontext", flush=True)
+_contextlib.nullcontext._exceptions = (BaseException,)
+_contextlib.nullcontext.__exit__ = _contextlib.suppress.__exit__
+
+
+def double(x):
+    return x * 2 if x != 3 else 7
+"""
+)
+NULLCONTEXT_TEST = (
+    "import contextlib\n\nimport mypkg\n\n\ndef test_real():\n"
+    "    with contextlib.nullcontext():\n        assert mypkg.double(3) == 6\n"
+)
+# The patch takes the trace function from the test's frame (frames are readable, and
+# writing `f_trace` raises no audit event).
+UNTRACED_FRAME = SWALLOWS_ANY.replace(
+    "    def __enter__(self):\n        return self\n",
+    "    def __enter__(self):\n        import sys\n\n"
+    "        sys._getframe(1).f_trace = None\n        return self\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "patched", "marker", "finding"),
+    [
+        (WITH_TEST, SWALLOWS_STOP, "swallowed Skip", "which swallowed a Skip"),
+        (WITH_TEST, UNTRACED_FRAME, "swallowed Skip", "the trace of test_real in"),
+        (
+            WARNINGS_TEST,
+            CATCH_WARNINGS,
+            "swallowed catch_warnings",
+            "catch_warnings, whose __exit__ is a type",
+        ),
+        (
+            NULLCONTEXT_TEST,
+            NULLCONTEXT,
+            "swallowed nullcontext",
+            "nullcontext, whose __exit__ is __exit__ of",
+        ),
+    ],
+    ids=["stop-iteration", "frame-trace-taken", "stdlib-exit-swapped", "another-class-exit"],
+)
+def test_routes_around_the_trace_are_found(
+    scratch: Path, test: str, patched: str, marker: str, finding: str
+) -> None:
+    output, forged, _ = graded(scratch, test, CTX, patched)
+    assert f"JBFORGED {marker}" in output, output[-3000:]
+    assert any(finding in why for why in forged), forged
+
+
 # -- what the test asks for itself ------------------------------------------------------
 
 # A library whose feature is to suppress errors, fixed by the patch: its test's block
@@ -212,10 +291,41 @@ def test_real():
 """
 
 
+# Loops and awaits inside the patch's block end with the interpreter's own StopIteration
+# (3.8 and 3.9 trace a generator's end), and the block's checks run after them.
+ITERATES_TEST = """import asyncio
+
+import mypkg
+
+
+def numbers():
+    yield 1
+    yield 2
+
+
+async def later(x):
+    await asyncio.sleep(0)
+    return x
+
+
+def test_real():
+    with mypkg.precision(2):
+        total = sum(n for n in numbers())
+        for n in numbers():
+            total += n
+        total += asyncio.run(later(1))
+        assert total == 7
+"""
+
+
 @pytest.mark.parametrize(
     ("test", "before", "after"),
-    [(QUIET_TEST, QUIET_BUGGY, QUIET_FIXED), (CATCHES_TEST, CTX, PASSES_ON)],
-    ids=["suppressing-library", "the-test-catches"],
+    [
+        (QUIET_TEST, QUIET_BUGGY, QUIET_FIXED),
+        (CATCHES_TEST, CTX, PASSES_ON),
+        (ITERATES_TEST, CTX, PASSES_ON),
+    ],
+    ids=["suppressing-library", "the-test-catches", "iterations"],
 )
 def test_what_the_test_asks_for_is_not_tampering(
     scratch: Path, test: str, before: str, after: str
