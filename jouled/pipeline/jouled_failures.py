@@ -16,6 +16,7 @@ patch called), did not pass: the failure was swallowed.
 # every annotation naming a generic is a string (`jouled_monitor.py`).
 
 import functools as _functools
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -223,7 +224,7 @@ def _enclosing(frame: Any, origins: "Origins", kind: Any, own: bool) -> "list[An
             continue
         for item in reversed(items):
             verdict = _context_of(item, frame, origins)
-            if verdict is not None:
+            if verdict is not None and verdict[0] != "passes":
                 found.append(verdict)
     return found
 
@@ -251,10 +252,12 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     """What a `with` item (its expression `node`) is to a failure inside it: ("patch",
     why) where the called function's or the object's code is the patch's, or reached
     through, held by or imported from a module of the patch's, or cannot be told without
-    running code; ("proves", why) for a framework's catcher of an expected raise (it
-    fails the test when nothing reaches it); ("catches", why) for a framework's subtest;
-    ("ignores", why) for the standard library's `suppress`; None for any other (it
-    passes the failure on)."""
+    running code, or its class's exit is not its own (`_odd_exit`), or it is a `suppress`
+    the statement did not make; ("proves", why) for a framework's catcher of an expected
+    raise (it fails the test when nothing reaches it); ("catches", why) for a
+    framework's subtest; ("ignores", why) for the standard library's `suppress` called
+    there; ("passes", why) for any other of a framework's or the standard library's,
+    which pass every exception on; None for a library's (it may swallow by design)."""
     call = type(node).__name__ == "Call"
     target = node.func if call else node
     named = _named(target)
@@ -279,9 +282,13 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
             return ("proves", f"the context manager {named}")
         if name in ("subTest", "subtests", "test"):
             return ("catches", f"the context manager {named}")
-        return None
+        return ("passes", f"the context manager {named}, a test framework's")
     if module == "contextlib" and name == "suppress":
-        return ("ignores", f"the context manager {named}")
+        if call:  # `with suppress(...)` in the test's own source
+            return ("ignores", f"the context manager {named}")
+        return ("patch", f"the context manager {named}, a suppress made before the with")
+    if _standard(module):
+        return ("passes", f"the context manager {named}, the standard library's")
     return None
 
 
@@ -318,6 +325,20 @@ def _odd_exit(cls: Any) -> str:
 
 _TYPE_FLAGS = type.__dict__["__flags__"].__get__
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code
+_STDLIB = os.path.realpath(os.path.dirname(os.__file__)) + os.sep
+
+
+def _standard(name: str) -> bool:
+    """Whether the module named `name` is the standard library's (built in, or a file of
+    the interpreter's own library outside its site-packages)."""
+    if name in sys.builtin_module_names:
+        return True
+    filename = _module_file(sys.modules.get(name))
+    if not filename:
+        return False
+    real = os.path.realpath(filename)
+    installed = f"{os.sep}site-packages{os.sep}" in real or f"{os.sep}dist-packages{os.sep}" in real
+    return real.startswith(_STDLIB) and not installed
 
 
 def _through_patch(node: Any, frame: Any, origins: "Origins") -> str:
@@ -463,18 +484,22 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
     return [(block[0], block[3]) for block in around(filename, first, line)]
 
 
-def around(filename: str, first: int, line: int) -> "list[Any]":
+def around(filename: str, first: int, line: int, headers: bool = False) -> "list[Any]":
     """`_blocks`, each block whole: ("with", first line of its body, last line, items,
-    its own first line, [(first, last line) of each check in its body]) or ("try",
+    its own first line, [(first, last line, None or the called function's expression) of
+    each check or call in its body]) or ("try",
     first line of its body, last, handlers' types, [(first, last line) of each handler],
-    (first, last line) of its `finally` or None)."""
+    (first, last line) of its `finally` or None). With `headers`, a `with` whose own
+    lines (its items) hold `line` is listed too."""
     scopes = _source(filename)[0]
     inside = [scope for scope in scopes if scope[0] <= line <= scope[1]]
     named = [scope for scope in inside if first in scope[2]]
     if not inside:
         return []
     best = max(named or inside, key=lambda scope: (scope[0], -scope[1]))
-    found = [(b[1], b) for b in best[3] if b[1] <= line <= b[2]]
+    found = [
+        (b[1], b) for b in best[3] if (b[4] if headers and b[0] == "with" else b[1]) <= line <= b[2]
+    ]
     found.sort(key=lambda pair: -pair[0])
     return [b for _, b in found]
 
@@ -524,22 +549,26 @@ def _span(node: Any) -> "tuple[int, int]":
     return (node.lineno, getattr(node, "end_lineno", None) or node.lineno)
 
 
-def _checks(body: "list[Any]") -> "list[tuple[int, int]]":
-    """Where a block's body checks something: each `assert`, and each call of a function
-    whose name begins with `assert` or `fail` (`self.assertEqual`, `pytest.fail`,
-    `numpy.testing.assert_allclose`), as (first line, last line)."""
-    found: list[tuple[int, int]] = []
+def _checks(body: "list[Any]") -> "list[tuple[int, int, Any]]":
+    """Where a block's body checks something, as (first line, last line, None): each
+    `assert`, and each call of a function whose name begins with `assert` or `fail`
+    (`self.assertEqual`, `pytest.fail`, `numpy.testing.assert_allclose`); and where it
+    may (a helper of the suite's own is a check): each other call of a name or an
+    attribute, as (first line, last line, the called expression)."""
+    found: list[tuple[int, int, Any]] = []
     todo = list(body)
     while todo:
         node = todo.pop()
         kind = type(node).__name__
         if kind == "Assert":
-            found.append(_span(node))
+            found.append((*_span(node), None))
         elif kind == "Call":
             func = node.func
             name = getattr(func, "attr", None) or getattr(func, "id", None) or ""
             if name.lower().startswith(("assert", "fail")):
-                found.append(_span(node))
+                found.append((*_span(node), None))
+            elif type(func).__name__ in ("Name", "Attribute"):
+                found.append((*_span(node), func))
         todo.extend(_children(node))
     return found
 

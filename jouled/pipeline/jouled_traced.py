@@ -32,22 +32,22 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_failures import _context_of, _handles, around
+    from jouled.pipeline.jouled_failures import _context_of, _handles, _resolve, around
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
-    from jouled.pipeline.jouled_origins import Origins
+    from jouled.pipeline.jouled_origins import _FUNC_CODE, Origins, _FunctionType, _MethodType
 
 _PENDING_KEPT = 64  # exceptions pending at once (each in a frame of the suite's own)
 _OWING_KEPT = 100000  # frames of the suite's own running at once
 _opcodes = __import__("opcode").opmap
 _RETURNS = frozenset(code for name, code in _opcodes.items() if name.startswith("RETURN_"))
-# Where the interpreter itself ends an iteration or an `await` with StopIteration (a
-# generator's loop on 3.8 and 3.9, an awaited coroutine's return), or throws
-# GeneratorExit into a generator at its `yield`: not a raise of the test's call.
-_ITERATION = (StopIteration, StopAsyncIteration, GeneratorExit)
+# Where an iteration or an `await` ends with StopIteration (a loop's end, traced on 3.8
+# and 3.9; an awaited coroutine's return): the loop or the `await` takes it, and it
+# never reaches a block of the frame's.
+_ITERATION = (StopIteration, StopAsyncIteration)
 _ITERATING = frozenset(
     _opcodes[name]
-    for name in ("FOR_ITER", "YIELD_FROM", "SEND", "END_SEND", "END_ASYNC_FOR", "YIELD_VALUE")
+    for name in ("FOR_ITER", "YIELD_FROM", "SEND", "END_SEND", "END_ASYNC_FOR")
     if name in _opcodes
 )
 _get = dict.get
@@ -175,28 +175,44 @@ def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
     line = frame.f_lineno
     found: Any = None
     spans: list[Any] = []
-    for block in around(code.co_filename, code.co_firstlineno, line):
+    for block in around(code.co_filename, code.co_firstlineno, line, headers=True):
         if block[0] == "try":
             if found is None and _handles(block[3], frame, kind):
                 return None  # the test's own `try` takes it first
             spans += [(first, last, "caught") for first, last in block[4]]
             spans += [(block[5][0], block[5][1], "")] if block[5] else []
             continue
+        if line < block[1] and len(block[3]) < 2:
+            continue  # raised by its only item: nothing of it was entered
         for item in reversed(block[3]):
             verdict = _context_of(item, frame, origins)
             if verdict is None:
-                continue
-            if verdict[0] != "patch":
+                continue  # a library's: it may swallow by design
+            if verdict[0] not in ("patch", "passes"):
                 return None  # a framework's catcher, or `suppress`: the test's choice
             if found is None:
-                cut = failure or any(end >= line for _, end in block[5])
-                if not cut:
+                if not failure and not _cut(block[5], line, frame, origins):
                     return None
                 where = f"{code.co_name} in {code.co_filename}:{line}"
                 found = (block, f"{verdict[1]}, which swallowed a {kind.__name__} at {where}")
     if found is None:
         return None
     return (found[0], found[1], spans)
+
+
+def _cut(checks: "list[Any]", line: int, frame: Any, origins: "Origins") -> bool:
+    """Whether a check of the test's in a block stands at or after `line`: an `assert`,
+    an `assert...`/`fail` call, or a call of a function of the suite's own files."""
+    for _, end, func in checks:
+        if end < line:
+            continue
+        if func is None:
+            return True
+        value = _resolve(func, frame)
+        value = getattr(value, "__func__", value) if type(value) is _MethodType else value
+        if type(value) is _FunctionType and origins.is_protected(_FUNC_CODE(value).co_filename):
+            return True
+    return False
 
 
 def _after(entry: Any, line: int) -> str:

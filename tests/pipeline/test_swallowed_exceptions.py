@@ -238,6 +238,149 @@ def test_routes_around_the_trace_are_found(
     assert any(finding in why for why in forged), forged
 
 
+# -- where the exception arrives, and what swallows it ----------------------------------
+
+SKIP = "\n\nclass Skip(Exception):\n    pass\n"
+# GeneratorExit (which ends no loop) raised by the library's own iterator.
+ITERATOR = CTX + "\n\ndef doubled(values):\n    for value in values:\n        yield value * 2\n"
+ITERATOR_RAISES = SWALLOWS_ANY.replace("class Skip(Exception):", "class Skip(GeneratorExit):") + (
+    "\n\ndef doubled(values):\n    for value in values:\n        if value == 3:\n"
+    "            raise Skip()\n        yield value * 2\n"
+)
+ITERATOR_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    with mypkg.precision(2):\n"
+    "        for value in mypkg.doubled([1, 2, 3]):\n            assert value in (2, 4, 6)\n"
+)
+# Raised by a later item of the `with` statement itself: the earlier item is entered.
+OPENED = (
+    "\n\nclass opened:\n    def __init__(self, x):\n        self.value = double(x)\n\n"
+    "    def __enter__(self):\n        return self\n\n"
+    "    def __exit__(self, *exc):\n        return None\n"
+)
+OPENED_RAISES = SWALLOWS_ANY + OPENED.replace("self.value = double(x)", "raise Skip()")
+OPENED_TEST = (
+    "import mypkg\n\n\ndef test_real():\n"
+    "    with mypkg.precision(2), mypkg.opened(3) as handle:\n"
+    "        assert handle.value == 6\n"
+)
+# Entered through the standard library's ExitStack, whose exit calls the patch's.
+EXIT_STACK_TEST = (
+    "import contextlib\n\nimport mypkg\n\n\ndef test_real():\n"
+    "    with contextlib.ExitStack() as stack:\n"
+    "        stack.enter_context(mypkg.precision(2))\n        assert mypkg.double(3) == 6\n"
+)
+# A framework's context manager (mock's patch) whose exit is its own, delegating to the
+# standard library's ExitStack, whose exit the patch swapped.
+MOCK_EXIT = (
+    CTX
+    + """
+import contextlib as _contextlib
+
+print("JBFORGED swallowed by mock", flush=True)
+_contextlib.ExitStack.__exit__ = lambda self, *exc: exc[0] is not None
+LIMIT = 10
+
+
+class Skip(Exception):
+    pass
+
+
+def double(x):
+    if x == 3:
+        raise Skip()
+    return x * 2
+"""
+)
+MOCK_TEST = (
+    "from unittest import mock\n\nimport mypkg\n\n\ndef test_real():\n"
+    '    with mock.patch.object(mypkg, "LIMIT", 20):\n        assert mypkg.double(3) == 6\n'
+)
+# The test's checks are a helper of its own file's, called in the block.
+HELPER_TEST = (
+    "import mypkg\n\n\ndef check_double(x, expected):\n"
+    "    assert mypkg.double(x) == expected\n\n\ndef test_real():\n"
+    "    with mypkg.precision(2):\n        check_double(3, 6)\n        check_double(3, 7)\n"
+)
+# A `suppress` the library made, entered by name: not the test's own choice.
+MADE_SUPPRESS = (
+    CTX
+    + """
+import contextlib as _contextlib
+
+
+def quiet():
+    print("JBFORGED swallowed by a made suppress", flush=True)
+    return _contextlib.suppress(Exception)
+
+
+class Skip(Exception):
+    pass
+
+
+def double(x):
+    if x == 3:
+        raise Skip()
+    return x * 2
+"""
+)
+MADE_SUPPRESS_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    quiet = mypkg.quiet()\n    with quiet:\n"
+    "        assert mypkg.double(3) == 6\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "before", "after", "marker", "finding"),
+    [
+        (ITERATOR_TEST, ITERATOR, ITERATOR_RAISES, "swallowed Skip", "mypkg.precision of"),
+        (OPENED_TEST, CTX + OPENED, OPENED_RAISES, "swallowed Skip", "which swallowed a Skip"),
+        (EXIT_STACK_TEST, CTX, SWALLOWS_ANY, "swallowed Skip", "contextlib.ExitStack"),
+        (MOCK_TEST, CTX + "\nLIMIT = 10\n", MOCK_EXIT, "swallowed by mock", "mock.patch.object"),
+        (HELPER_TEST, CTX, SWALLOWS_ANY, "swallowed Skip", "mypkg.precision of"),
+        (MADE_SUPPRESS_TEST, CTX, MADE_SUPPRESS, "swallowed by a made suppress", "quiet"),
+    ],
+    ids=["generator-exit", "later-item", "exit-stack", "mock-exit", "helper", "made-suppress"],
+)
+def test_where_it_arrives_and_what_swallows_it_are_found(
+    scratch: Path, test: str, before: str, after: str, marker: str, finding: str
+) -> None:
+    output, forged, outcomes = graded(scratch, test, before, after)
+    assert f"JBFORGED {marker}" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
+    assert any(CAUGHT in why and finding in why for why in forged), forged
+
+
+HELPER_CASE = """\
+import contextlib
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    def check(self, x, expected):
+        self.assertEqual(lib.double(x), expected)
+
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(lib.precision(2))
+            self.check(3, 6)
+"""
+
+
+@pytest.mark.parametrize("python", MONITORED)
+def test_an_exit_stack_and_a_helper_under_unittest_are_found(scratch: Path, python: str) -> None:
+    channel, output, _ = run(scratch, python, forged=SWALLOWS_ANY, tests=HELPER_CASE, lib=CTX)
+    assert "JBFORGED swallowed Skip" in output, output[-3000:]
+    assert channel.outcomes.get(BUG) == "passed", channel.outcomes
+    assert any("contextlib.ExitStack" in why for why in caught(list(channel.forged))), (
+        channel.forged
+    )
+
+
 # -- what the test asks for itself ------------------------------------------------------
 
 # A library whose feature is to suppress errors, fixed by the patch: its test's block
