@@ -235,7 +235,8 @@ def start(
     modules = sys.modules
 
     def op(args: "tuple[Any, ...]", frame: Any) -> None:
-        if frame is not None and frame.f_code in trace.codes and args[0] == "traced":
+        code = frame.f_code if frame is not None else None
+        if (code is trace.codes[0] or code is trace.codes[1]) and args[0] == "traced":
             trace.heard(holder, frame, args)
             return
         if frame is None or not any(frame.f_code is c for c in plugin_codes):

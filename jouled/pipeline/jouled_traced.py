@@ -89,6 +89,7 @@ class Trace:
         self.pending: list[Any] = []  # [frame, error, the block, why, its try blocks' spans]
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
+        self._files: dict[str, bool] = {}  # file name -> whether it is the suite's own
 
     def start(self) -> None:
         """Trace the suite's own frames from now (a test starts)."""
@@ -119,7 +120,7 @@ class Trace:
         """The tracer's word (`tracer` its frame; `args`: "traced", the event, its
         argument) on a frame of the suite's own."""
         frame = tracer.f_back
-        if not self.on or frame is None or not self.origins.is_protected(frame.f_code.co_filename):
+        if not self.on or frame is None or not self._protected(frame.f_code.co_filename):
             return
         event = args[1] if len(args) > 1 else None
         if event == "call":
@@ -144,6 +145,12 @@ class Trace:
             self._settle(entry)
         if verdict == "swallowed" and len(holder["swallowed"]) < _PENDING_KEPT:
             holder["swallowed"].append((_observer_of(frame), entry[3]))
+
+    def _protected(self, filename: str) -> bool:
+        known = self._files.get(filename)
+        if known is None:
+            known = self._files[filename] = self.origins.is_protected(filename)
+        return known
 
     def _settle(self, entry: Any) -> None:
         self.pending = [other for other in self.pending if other is not entry]
