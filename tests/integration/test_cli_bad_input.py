@@ -3,17 +3,21 @@ exit 2, never a Python traceback, and nothing signed on the daemon's ledger."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from jb_client.api import checkpoint_history_path, parquet_path
 
 from .attacks import wait_until
-from .conftest import Daemon
+from .conftest import Daemon, start_daemon
+from .gate import TASK, Gate, hold_patch, wait_for, write_tasks
 
 
 def usage_error(done: subprocess.CompletedProcess[str], *said: str) -> None:
@@ -153,29 +157,53 @@ def test_a_patch_that_cannot_be_read_says_what_to_give(daemon: Daemon, tmp_path:
     usage_error(done, "cannot read", "readable file")
 
 
-def test_an_interrupted_submit_says_what_becomes_of_the_attempt(daemon: Daemon) -> None:
-    fix = Path(__file__).resolve().parents[1] / "docs" / "fixtures" / "lrucache-fix.diff"
-    argv = ["--target", daemon.target, "submit", "--task", "smoke/lrucache", "--patch", str(fix)]
+@pytest.fixture
+def gate_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A daemon serving the `gate` suite, whose graded run the test holds and releases."""
+    d = start_daemon(tmp_path / "data", tasks=write_tasks(tmp_path / "tasks"))
+    yield d
+    Gate(d.data_dir).release_all()
+    assert d.stop() == 0, d.log.read_text()
+
+
+def test_an_interrupted_submit_says_what_becomes_of_the_attempt(
+    gate_daemon: Daemon, tmp_path: Path
+) -> None:
+    patch = tmp_path / "hold.diff"
+    patch.write_bytes(hold_patch(tmp_path / "tasks", tmp_path))
+    key = "interrupted-submit"
+    argv = ["--target", gate_daemon.target, "submit", "--task", TASK, "--patch", str(patch)]
+    size = gate_daemon.ledger_size()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jb_client", *argv],
+        [sys.executable, "-m", "jb_client", *argv, "--idempotency-key", key],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **daemon.extra_env},
+        env={**os.environ, **gate_daemon.extra_env},
     )
-    assert proc.stderr is not None
-    said = ""
-    while "grade" not in said:  # the attempt runs its tests: it will be signed either way
-        line = proc.stderr.readline()
-        assert line, said + proc.communicate()[1]
-        said += line
-    size = daemon.ledger_size()
+    # The attempt's test is running and held: Ctrl-C lands while the client waits on it.
+    gate = Gate(gate_daemon.data_dir)
+    wait_for("the attempt to be held", lambda: bool(gate.held()) or proc.poll() is not None)
+    assert gate.held(), proc.communicate(timeout=300)[1]
     proc.send_signal(signal.SIGINT)
-    _, rest = proc.communicate(timeout=300)
-    assert proc.returncode == 130, said + rest
-    assert "interrupted: the daemon stops the attempt" in rest and "Traceback" not in rest, rest
-    # Its entry (an abort, or the result if it finished first) lands before the next test.
-    assert wait_until(lambda: daemon.ledger_size() > size, 120), "the attempt was never signed"
+    _, said = proc.communicate(timeout=300)
+    assert proc.returncode == 130, said
+    assert "interrupted: the daemon stops the attempt" in said and "Traceback" not in said, said
+    # The daemon records the attempt once its run ends: let the held test go, then its
+    # entry, an abort, is signed.
+    gate.release_all()
+    assert wait_until(lambda: gate_daemon.ledger_size() > size, 120), "the attempt was never signed"
+    out = tmp_path / "ledger.jsonl"
+    done = gate_daemon.client("export", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    done = gate_daemon.client("verify", str(out), "--pubkey", str(gate_daemon.pubkey))
+    assert done.returncode == 0 and done.stdout.startswith("ok "), done.stdout + done.stderr
+    docs = [
+        json.loads(base64.b64decode(json.loads(line)["payload"]))
+        for line in out.read_text().splitlines()
+    ]
+    kinds = [d["kind"] for d in docs if d["body"].get("idempotency_key") == key]
+    assert kinds == ["abort"], kinds
 
 
 def test_run_refuses_a_solver_the_daemon_does_not_host_before_any_attempt(
