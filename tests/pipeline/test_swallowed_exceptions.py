@@ -21,21 +21,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.test_swallowed_failures import BUG, CAUGHT, CTX, PLAIN, caught, graded
+from tests.pipeline.test_swallowed_failures import (
+    ASYNC_CTX,
+    ASYNC_TESTS,
+    BUG,
+    CAUGHT,
+    CTX,
+    PLAIN,
+    caught,
+    graded,
+)
 from tests.pipeline.test_test_code_routes import MONITORED
 from tests.pipeline.test_unittest_run import run
 
-# The library's context manager swallows whatever is raised in its block, and `double`
-# raises, where it would have returned a wrong value, an exception of the patch's own.
-SWALLOWS_ANY = (
-    CTX.replace(
-        "    def __exit__(self, *exc):\n        return None\n",
-        "    def __exit__(self, kind, value, trace):\n"
-        "        if kind is not None:\n"
-        '            print("JBFORGED swallowed", kind.__name__, flush=True)\n'
-        "            return True\n",
-    )
-    + """
+# `double` raises, where it would have returned a wrong value, an exception of the
+# patch's own.
+RAISES = """
 
 class Skip(Exception):
     pass
@@ -46,6 +47,16 @@ def double(x):
         raise Skip()
     return x * 2
 """
+# ... and the library's context manager swallows whatever is raised in its block.
+SWALLOWS_ANY = (
+    CTX.replace(
+        "    def __exit__(self, *exc):\n        return None\n",
+        "    def __exit__(self, kind, value, trace):\n"
+        "        if kind is not None:\n"
+        '            print("JBFORGED swallowed", kind.__name__, flush=True)\n'
+        "            return True\n",
+    )
+    + RAISES
 )
 # Only a bare `assert` of the test fails (unittest does not rewrite it): the context
 # manager swallows AssertionError, and `double` is wrong.
@@ -107,18 +118,6 @@ def test_an_exception_the_patch_swallows_under_unittest_is_found(
     assert found and f"which swallowed a {kind}" in found[0], channel.forged
 
 
-ASYNC_CTX = """
-class session:
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        return None
-
-
-async def double(x):
-    return x * 2
-"""
 ASYNC_SWALLOWS = """
 class session:
     async def __aenter__(self):
@@ -133,20 +132,6 @@ async def double(x):
     if x == 3:
         raise LookupError()
     return x * 2
-"""
-ASYNC_TESTS = """\
-import unittest
-
-import lib
-
-
-class T(unittest.IsolatedAsyncioTestCase):
-    async def test_ok(self):
-        self.assertEqual(await lib.double(2), 4)
-
-    async def test_bug(self):
-        async with lib.session():
-            self.assertEqual(await lib.double(3), 6)
 """
 
 
@@ -240,7 +225,6 @@ def test_routes_around_the_trace_are_found(
 
 # -- where the exception arrives, and what swallows it ----------------------------------
 
-SKIP = "\n\nclass Skip(Exception):\n    pass\n"
 # GeneratorExit (which ends no loop) raised by the library's own iterator.
 ITERATOR = CTX + "\n\ndef doubled(values):\n    for value in values:\n        yield value * 2\n"
 ITERATOR_RAISES = SWALLOWS_ANY.replace("class Skip(Exception):", "class Skip(GeneratorExit):") + (
@@ -279,17 +263,8 @@ import contextlib as _contextlib
 print("JBFORGED swallowed by mock", flush=True)
 _contextlib.ExitStack.__exit__ = lambda self, *exc: exc[0] is not None
 LIMIT = 10
-
-
-class Skip(Exception):
-    pass
-
-
-def double(x):
-    if x == 3:
-        raise Skip()
-    return x * 2
 """
+    + RAISES
 )
 MOCK_TEST = (
     "from unittest import mock\n\nimport mypkg\n\n\ndef test_real():\n"
@@ -311,17 +286,8 @@ import contextlib as _contextlib
 def quiet():
     print("JBFORGED swallowed by a made suppress", flush=True)
     return _contextlib.suppress(Exception)
-
-
-class Skip(Exception):
-    pass
-
-
-def double(x):
-    if x == 3:
-        raise Skip()
-    return x * 2
 """
+    + RAISES
 )
 MADE_SUPPRESS_TEST = (
     "import mypkg\n\n\ndef test_real():\n    quiet = mypkg.quiet()\n    with quiet:\n"
