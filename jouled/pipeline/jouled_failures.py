@@ -487,7 +487,7 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
 def around(filename: str, first: int, line: int, headers: bool = False) -> "list[Any]":
     """`_blocks`, each block whole: ("with", first line of its body, last line, items,
     its own first line, [(first, last line, None or the called function's expression) of
-    each check or call in its body]) or ("try",
+    each check or call in its body], [(first, last line) of each loop in it]) or ("try",
     first line of its body, last, handlers' types, [(first, last line) of each handler],
     (first, last line) of its `finally` or None). With `headers`, a `with` whose own
     lines (its items) hold `line` is listed too."""
@@ -529,8 +529,10 @@ def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
                 return [], imports
             if kind in ("With", "AsyncWith"):
                 items = [item.context_expr for item in node.items]
-                checks = _checks(node.body)
-                scope[3].append(("with", node.body[0].lineno, last, items, node.lineno, checks))
+                checks, loops = _checks(node.body)
+                scope[3].append(
+                    ("with", node.body[0].lineno, last, items, node.lineno, checks, loops)
+                )
             elif node.handlers or getattr(node, "finalbody", None):
                 handlers = [handler.type for handler in node.handlers]
                 spans = [_span(handler) for handler in node.handlers]
@@ -549,17 +551,21 @@ def _span(node: Any) -> "tuple[int, int]":
     return (node.lineno, getattr(node, "end_lineno", None) or node.lineno)
 
 
-def _checks(body: "list[Any]") -> "list[tuple[int, int, Any]]":
+def _checks(body: "list[Any]") -> "tuple[list[tuple[int, int, Any]], list[tuple[int, int]]]":
     """Where a block's body checks something, as (first line, last line, None): each
     `assert`, and each call of a function whose name begins with `assert` or `fail`
     (`self.assertEqual`, `pytest.fail`, `numpy.testing.assert_allclose`); and where it
     may (a helper of the suite's own is a check): each other call of a name or an
-    attribute, as (first line, last line, the called expression)."""
+    attribute, as (first line, last line, the called expression). And the (first line,
+    last line) of each loop in it (a check earlier in a loop runs again later)."""
     found: list[tuple[int, int, Any]] = []
+    loops: list[tuple[int, int]] = []
     todo = list(body)
     while todo:
         node = todo.pop()
         kind = type(node).__name__
+        if kind in ("For", "AsyncFor", "While"):
+            loops.append(_span(node))
         if kind == "Assert":
             found.append((*_span(node), None))
         elif kind == "Call":
@@ -570,7 +576,7 @@ def _checks(body: "list[Any]") -> "list[tuple[int, int, Any]]":
             elif type(func).__name__ in ("Name", "Attribute"):
                 found.append((*_span(node), func))
         todo.extend(_children(node))
-    return found
+    return found, loops
 
 
 def _children(node: Any) -> "list[Any]":

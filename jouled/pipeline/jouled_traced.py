@@ -32,12 +32,19 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_failures import _context_of, _handles, _resolve, around
+    from jouled.pipeline.jouled_failures import (
+        _MISSING,
+        _SWALLOWED_KEPT,
+        _context_of,
+        _handles,
+        _resolve,
+        around,
+    )
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
     from jouled.pipeline.jouled_origins import _FUNC_CODE, Origins, _FunctionType, _MethodType
 
-_PENDING_KEPT = 64  # exceptions pending at once (each in a frame of the suite's own)
+_PENDING_KEPT = 10000  # frames of the suite's own with an exception pending at once
 _OWING_KEPT = 100000  # frames of the suite's own running at once
 _opcodes = __import__("opcode").opmap
 _RETURNS = frozenset(code for name, code in _opcodes.items() if name.startswith("RETURN_"))
@@ -51,6 +58,7 @@ _ITERATING = frozenset(
     if name in _opcodes
 )
 _get = dict.get
+_SUSPENDS = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine (two kinds), async generator
 
 
 class Trace:
@@ -86,14 +94,17 @@ class Trace:
         self.codes = (local.__code__, traced.__code__)
         self.on = False
         self.able = audit is not None  # Python 3.8+ (and frames' `f_trace_lines`, 3.7+)
-        self.pending: list[Any] = []  # [frame, error, the block, why, its try blocks' spans]
+        # id(frame) -> [frame, error, the block, why, its try blocks' spans]: one a frame
+        self.pending: dict[int, Any] = {}
+        self.overflowed = False
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
         self._files: dict[str, bool] = {}  # file name -> whether it is the suite's own
 
     def start(self) -> None:
         """Trace the suite's own frames from now (a test starts)."""
-        self.pending = []
+        self.pending = {}
+        self.overflowed = False
         self.owing = {}
         if not self.able:
             return
@@ -105,7 +116,7 @@ class Trace:
         if not self.on:
             return []
         self.on = False
-        self.pending = []
+        self.pending = {}
         held = self._gettrace() is self.traced
         self._settrace(None)
         owing, self.owing = list(self.owing.values()), {}
@@ -114,6 +125,8 @@ class Trace:
         if owing:  # its trace function was taken from it: nothing it did since was seen
             code = owing[0].f_code
             return [f"the trace of {code.co_name} in {code.co_filename} was cut while it ran"]
+        if self.overflowed:
+            return ["more exceptions were pending or swallowed in the test's frames than are kept"]
         return []
 
     def heard(self, holder: "dict[str, Any]", tracer: Any, args: "tuple[Any, ...]") -> None:
@@ -132,19 +145,23 @@ class Trace:
         if event == "exception":
             self._arrived(frame, args[2])
             return
-        entry = next((entry for entry in self.pending if entry[0] is frame), None)
+        entry = self.pending.get(id(frame))
         if entry is None:
             return
         if event == "line":
             verdict = _after(entry, frame.f_lineno)
-        elif event == "return":  # returned, or left to wait (a yield) or by a raise
-            verdict = "swallowed" if _returned(frame) else ""
+        elif event == "return" and _returned(frame):
+            verdict = "swallowed"
+        elif event == "return":  # left by a raise, or to wait (a generator's, ambiguous)
+            verdict = "" if frame.f_code.co_flags & _SUSPENDS else "raised"
         else:
             verdict = ""
         if verdict:
             self._settle(entry)
-        if verdict == "swallowed" and len(holder["swallowed"]) < _PENDING_KEPT:
+        if verdict == "swallowed" and len(holder["swallowed"]) < _SWALLOWED_KEPT:
             holder["swallowed"].append((_observer_of(frame), entry[3]))
+        elif verdict == "swallowed":
+            self.overflowed = True
 
     def _protected(self, filename: str) -> bool:
         known = self._files.get(filename)
@@ -153,9 +170,8 @@ class Trace:
         return known
 
     def _settle(self, entry: Any) -> None:
-        self.pending = [other for other in self.pending if other is not entry]
-        if not any(other[0] is entry[0] for other in self.pending):
-            entry[0].f_trace_lines = False
+        self.pending.pop(id(entry[0]), None)
+        entry[0].f_trace_lines = False
 
     def _arrived(self, frame: Any, arg: Any) -> None:
         """An exception reached `frame` (raised there, or by a call it made)."""
@@ -163,12 +179,15 @@ class Trace:
         kind = type(error)
         if error is None or (issubclass(kind, _ITERATION) and _opcode(frame) in _ITERATING):
             return
-        self.pending = [entry for entry in self.pending if entry[0] is not frame]
+        self.pending.pop(id(frame), None)
         found = _swallower(frame, self.origins, kind, isinstance(error, AssertionError))
-        if found is None or len(self.pending) >= _PENDING_KEPT:
+        if found is None:
+            return
+        if len(self.pending) >= _PENDING_KEPT:
+            self.overflowed = True
             return
         block, why, spans = found
-        self.pending.append([frame, error, block, why, spans])
+        self.pending[id(frame)] = [frame, error, block, why, spans]
         frame.f_trace_lines = True
 
 
@@ -198,7 +217,7 @@ def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
             if verdict[0] not in ("patch", "passes"):
                 return None  # a framework's catcher, or `suppress`: the test's choice
             if found is None:
-                if not failure and not _cut(block[5], line, frame, origins):
+                if not failure and not _cut(block, line, frame, origins):
                     return None
                 where = f"{code.co_name} in {code.co_filename}:{line}"
                 found = (block, f"{verdict[1]}, which swallowed a {kind.__name__} at {where}")
@@ -207,19 +226,39 @@ def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
     return (found[0], found[1], spans)
 
 
-def _cut(checks: "list[Any]", line: int, frame: Any, origins: "Origins") -> bool:
-    """Whether a check of the test's in a block stands at or after `line`: an `assert`,
-    an `assert...`/`fail` call, or a call of a function of the suite's own files."""
-    for _, end, func in checks:
-        if end < line:
-            continue
-        if func is None:
-            return True
-        value = _resolve(func, frame)
-        value = getattr(value, "__func__", value) if type(value) is _MethodType else value
-        if type(value) is _FunctionType and origins.is_protected(_FUNC_CODE(value).co_filename):
+def _cut(block: Any, line: int, frame: Any, origins: "Origins") -> bool:
+    """Whether a check of the test's in a `with` block stands at or after `line` (or
+    anywhere in a loop around `line`, which would have run it again): an `assert`, an
+    `assert...`/`fail` call, or a call of what may be one (`_checks_something`)."""
+    start = min([first for first, last in block[6] if first <= line <= last] or [line])
+    for _, end, func in block[5]:
+        if end >= start and (func is None or _checks_something(_resolve(func, frame), origins)):
             return True
     return False
+
+
+def _checks_something(value: Any, origins: "Origins") -> bool:
+    """Whether what a call in a test's block calls may be a check: a function of the
+    suite's own files, or one named `assert...`/`fail...` (through methods, static and
+    class methods and partials: `equal = self.assertEqual`), or what cannot be told."""
+    for _ in range(8):
+        if type(value) in _WRAPPING:
+            value = value.__func__
+        elif type(value) is _partial:
+            value = value.func
+        else:
+            break
+    if value is _MISSING:
+        return True
+    if type(value) is not _FunctionType:
+        return False
+    code = _FUNC_CODE(value)
+    named = code.co_name.lower().startswith(("assert", "fail"))
+    return named or origins.is_protected(code.co_filename)
+
+
+_WRAPPING = (_MethodType, staticmethod, classmethod)
+_partial = __import__("functools").partial
 
 
 def _after(entry: Any, line: int) -> str:

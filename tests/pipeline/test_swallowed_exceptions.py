@@ -347,6 +347,94 @@ def test_an_exit_stack_and_a_helper_under_unittest_are_found(scratch: Path, pyth
     )
 
 
+# The library's context manager first runs the test's own function many times, each run
+# leaving by the same raise (its exit lets those through), before it swallows the one
+# that counts: pending exceptions are a frame's own, and leave with it.
+FLOOD = (
+    SWALLOWS_ANY.replace(
+        "    def __enter__(self):\n        return self\n",
+        "    def __enter__(self):\n"
+        '        if not _state["running"]:\n'
+        "            import sys\n\n"
+        '            _state["running"] = True\n'
+        '            test = sys._getframe(1).f_globals["test_real"]\n'
+        "            for _ in range(100):\n"
+        "                try:\n                    test()\n"
+        "                except Skip:\n                    pass\n"
+        '            _state["running"] = False\n'
+        "        return self\n",
+    ).replace(
+        "        if kind is not None:\n", '        if kind is not None and not _state["running"]:\n'
+    )
+    + '\n_state = {"running": False}\n'
+)
+# The check that is cut short stands before the raise in the block, in a loop: its later
+# rounds never run (`touch` raises in the first round, `double` is wrong in the second).
+LOOP = CTX + "\n\ndef touch(x):\n    return x\n"
+LOOP_RAISES = (
+    SWALLOWS_ANY
+    + "\n\ndef touch(x):\n    if x == 1:\n        raise Skip()\n    return x\n"
+    + "\n\ndef double(x):\n    return 5 if x == 2 else x * 2\n"
+)
+LOOP_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    with mypkg.precision(2):\n"
+    "        for x in (1, 2, 3):\n            assert mypkg.double(x) == 2 * x\n"
+    "            mypkg.touch(x)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "before", "after"),
+    [(WITH_TEST, CTX, FLOOD), (LOOP_TEST, LOOP, LOOP_RAISES)],
+    ids=["many-pending", "loop"],
+)
+def test_a_swallow_behind_others_or_in_a_loop_is_found(
+    scratch: Path, test: str, before: str, after: str
+) -> None:
+    output, forged, outcomes = graded(scratch, test, before, after)
+    assert "JBFORGED swallowed Skip" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
+    assert any("mypkg.precision of" in why for why in caught(forged)), forged
+
+
+# Checks the test calls by other names: a static or a class method of its own, and an
+# assertion of unittest's under another name.
+CHECKED_BY = """\
+import unittest
+
+import lib
+
+
+class T(unittest.TestCase):
+    @staticmethod
+    def check(x, expected):
+        assert lib.double(x) == expected
+
+    @classmethod
+    def verify(cls, x, expected):
+        assert lib.double(x) == expected
+
+    def test_ok(self):
+        self.assertEqual(lib.double(2), 4)
+
+    def test_bug(self):
+        equal = self.assertEqual
+        with lib.precision(2):
+            CALL
+"""
+
+
+@pytest.mark.parametrize(
+    "call", ["self.check(3, 6)", "self.verify(3, 6)", "equal(lib.double(3), 6)"]
+)
+def test_checks_by_other_names_are_checks(scratch: Path, call: str) -> None:
+    tests = CHECKED_BY.replace("CALL", call)
+    channel, output, _ = run(scratch, sys.executable, forged=SWALLOWS_ANY, tests=tests, lib=CTX)
+    assert "JBFORGED swallowed Skip" in output, output[-3000:]
+    assert channel.outcomes.get(BUG) == "passed", channel.outcomes
+    assert caught(list(channel.forged)), channel.forged
+
+
 # -- what the test asks for itself ------------------------------------------------------
 
 # A library whose feature is to suppress errors, fixed by the patch: its test's block
