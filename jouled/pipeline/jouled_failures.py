@@ -240,10 +240,7 @@ def _handles(handlers: Any, frame: Any, kind: Any) -> bool:
             value = _resolve(expr, frame)
             if value is _MISSING or not isinstance(value, type):
                 return True
-            try:
-                if issubclass(kind, value):
-                    return True
-            except TypeError:
+            if any(klass is value for klass in _TYPE_MRO(kind)):  # as `except` matches
                 return True
     return False
 
@@ -270,9 +267,17 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     if found:
         return ("patch", f"the context manager {named} of {found}")
     maker = value if call else type(value)
-    odd = _odd_exit(maker) if isinstance(maker, type) else ""
-    if odd:
-        return ("patch", f"the context manager {named}, whose {odd}")
+    if isinstance(maker, type):
+        odd = _odd_exit(maker)
+        if odd:
+            return ("patch", f"the context manager {named}, whose {odd}")
+        # judged as the first class on its MRO that the module it names holds there: a
+        # class made at run time may name any module
+        maker = _held_class(maker, origins)
+        if maker is None:
+            return ("patch", f"the context manager {named}, of a class no module holds")
+    elif type(maker) not in _PLAIN_CALLABLES:
+        return ("patch", f"the context manager {named}, made by a {type(maker).__name__}")
     module = getattr(maker, "__module__", None)
     name = getattr(maker, "__name__", "")
     if type(module) is not str or type(name) is not str:
@@ -284,12 +289,45 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
             return ("catches", f"the context manager {named}")
         return ("passes", f"the context manager {named}, a test framework's")
     if module == "contextlib" and name == "suppress":
-        if call:  # `with suppress(...)` in the test's own source
+        if call and maker is _SUPPRESS:  # `with suppress(...)` in the test's own source
             return ("ignores", f"the context manager {named}")
         return ("patch", f"the context manager {named}, a suppress made before the with")
     if _standard(module):
         return ("passes", f"the context manager {named}, the standard library's")
     return None
+
+
+def _held_class(cls: Any, origins: "Origins") -> Any:
+    """The first class on `cls`'s MRO that its module holds under its qualified name (a C
+    type is taken as it is: nothing can make one at run time; so is a class of a test
+    module's, which may make its own anywhere); None where there is none but `object`."""
+    for klass in _TYPE_MRO(cls):
+        if klass is object:
+            break
+        if not _TYPE_FLAGS(klass) & _HEAPTYPE:
+            return klass
+        namespace = _TYPE_DICT(klass)
+        module = sys.modules.get(namespace.get("__module__"))
+        filename = _module_file(module) if isinstance(module, _ModuleType) else ""
+        if filename and origins.is_protected(filename):
+            return klass
+        held = _MODULE_DICT(module) if isinstance(module, _ModuleType) else {}
+        path = _TYPE_QUALNAME(klass).split(".")
+        for part in path[:-1]:
+            owner = held.get(part)
+            held = _TYPE_DICT(owner) if isinstance(owner, type) else {}
+        if held.get(path[-1]) is klass:
+            return klass
+    return None
+
+
+_PLAIN_CALLABLES = (
+    _FunctionType,
+    type(len),  # a builtin function or a bound builtin method
+    type(_SWALLOWED_KEPT.__add__),  # a bound builtin method
+    type(_held_class.__get__(0)),  # a bound method
+)
+_SUPPRESS = __import__("contextlib").suppress
 
 
 def _odd_exit(cls: Any) -> str:
@@ -313,11 +351,13 @@ def _odd_exit(cls: Any) -> str:
             if type(held) is not _FunctionType:
                 return f"{name} is a {type(held).__name__}"
             code = _FUNC_CODE(held)
-            if span is not None and not (
-                code.co_name == name
-                and span[0] <= code.co_firstlineno <= span[1]
-                and _same_file(code.co_filename, filename)
-            ):
+            # Its class's own `def`; where the source names none (a class made in a
+            # function, as tests make theirs), at least a function of that file.
+            own = code.co_name == name and bool(filename)
+            own = own and _same_file(code.co_filename, filename)
+            if own and span is not None:
+                own = span[0] <= code.co_firstlineno <= span[1]
+            if not own:
                 return f"{name} is {code.co_name} of {code.co_filename}:{code.co_firstlineno}"
             break
     return ""
@@ -488,8 +528,9 @@ def around(filename: str, first: int, line: int, headers: bool = False) -> "list
     """`_blocks`, each block whole: ("with", first line of its body, last line, items,
     its own first line, [(first, last line, None or the called function's expression) of
     each check or call in its body], [(first, last line) of each loop in it]) or ("try",
-    first line of its body, last, handlers' types, [(first, last line) of each handler],
-    (first, last line) of its `finally` or None). With `headers`, a `with` whose own
+    first line of its body, last, handlers' types, [(its `except` line, first and last
+    line of its body) of each handler], (first, last line) of its `finally` or None,
+    the statement's last line). With `headers`, a `with` whose own
     lines (its items) hold `line` is listed too."""
     scopes = _source(filename)[0]
     inside = [scope for scope in scopes if scope[0] <= line <= scope[1]]
@@ -535,10 +576,16 @@ def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
                 )
             elif node.handlers or getattr(node, "finalbody", None):
                 handlers = [handler.type for handler in node.handlers]
-                spans = [_span(handler) for handler in node.handlers]
+                spans = [
+                    (handler.lineno, handler.body[0].lineno, _span(handler)[1])
+                    for handler in node.handlers
+                ]
                 final = getattr(node, "finalbody", None)
                 final_span = (final[0].lineno, _span(final[-1])[1]) if final else None
-                scope[3].append(("try", node.body[0].lineno, last, handlers, spans, final_span))
+                end = _span(node)[1]
+                scope[3].append(
+                    ("try", node.body[0].lineno, last, handlers, spans, final_span, end)
+                )
         elif kind == "ImportFrom":
             for alias in node.names:
                 imports[alias.asname or alias.name] = (node.module or "", node.level or 0)

@@ -36,13 +36,18 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _MISSING,
         _SWALLOWED_KEPT,
         _context_of,
-        _handles,
         _resolve,
         around,
     )
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
-    from jouled.pipeline.jouled_origins import _FUNC_CODE, Origins, _FunctionType, _MethodType
+    from jouled.pipeline.jouled_origins import (
+        _FUNC_CODE,
+        _TYPE_MRO,
+        Origins,
+        _FunctionType,
+        _MethodType,
+    )
 
 _PENDING_KEPT = 10000  # frames of the suite's own with an exception pending at once
 _OWING_KEPT = 100000  # frames of the suite's own running at once
@@ -94,7 +99,7 @@ class Trace:
         self.codes = (local.__code__, traced.__code__)
         self.on = False
         self.able = audit is not None  # Python 3.8+ (and frames' `f_trace_lines`, 3.7+)
-        # id(frame) -> [frame, error, the block, why, its try blocks' spans]: one a frame
+        # id(frame) -> [frame, error, *what `_swallower` found]: one a frame
         self.pending: dict[int, Any] = {}
         self.overflowed = False
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
@@ -151,7 +156,7 @@ class Trace:
         if event == "line":
             verdict = _after(entry, frame.f_lineno)
         elif event == "return" and _returned(frame):
-            verdict = "swallowed"
+            verdict = _after(entry, 0)
         elif event == "return":  # left by a raise, or to wait (a generator's, ambiguous)
             verdict = "" if frame.f_code.co_flags & _SUSPENDS else "raised"
         else:
@@ -186,44 +191,87 @@ class Trace:
         if len(self.pending) >= _PENDING_KEPT:
             self.overflowed = True
             return
-        block, why, spans = found
-        self.pending[id(frame)] = [frame, error, block, why, spans]
+        self.pending[id(frame)] = [frame, error, *found]
         frame.f_trace_lines = True
 
 
 def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
-    """(the `with` block, why, the spans of the `try` blocks' handlers ("caught") and
-    `finally` ("") around it) where a context manager of the patch's is the first that may catch an
-    exception of class `kind` arriving at `frame`'s line, nothing of the test's or a
-    framework's that would catch it stands around it, and it cuts a check of the
-    test's short (`failure`: it is itself one); None otherwise."""
+    """What is pending where an exception of class `kind` arrives at `frame`'s line: the
+    innermost `with` block around it whose context manager is the patch's, the standard
+    library's or a framework's (`_context_of`: "patch" or "passes"), where a check of the
+    test's there is cut short (`failure`: the exception is itself one; a framework's
+    catcher inside the block that it arrived in is one too); None where there is none,
+    or a framework's catcher around that block fails the test if nothing reaches it. As
+    [the block, why, spans of lines that settle it (the body of a handler of a `try`
+    inside the block: "caught"; a `finally`: ""; a handler of a `try` around the block,
+    which the exception reached: "caught"), the blocks inside it that the exception is
+    in (first and last line, whether it may stop it there, whether it is a `with`), the
+    blocks around it that may catch it].
+
+    Nothing is decided here that the frame's next lines can tell: where the frame goes
+    on inside the block, out of the blocks inside it that could stop the exception, one
+    of them did; a line in the body of a handler stopped it. A catcher's class is read
+    by the exception's MRO (`_may_catch`), never by asking the class."""
     code = frame.f_code
     line = frame.f_lineno
     found: Any = None
-    spans: list[Any] = []
+    proved = False
+    caught: list[Any] = []  # bodies of the inner `try` blocks' handlers
+    final: list[Any] = []
+    reached: list[Any] = []  # handlers of the `try` blocks around the block
+    inner: list[Any] = []
+    outer: list[Any] = []
     for block in around(code.co_filename, code.co_firstlineno, line, headers=True):
         if block[0] == "try":
-            if found is None and _handles(block[3], frame, kind):
-                return None  # the test's own `try` takes it first
-            spans += [(first, last, "caught") for first, last in block[4]]
-            spans += [(block[5][0], block[5][1], "")] if block[5] else []
+            final += [(block[5][0], block[5][1], "")] if block[5] else []
+            if found is None:
+                caught += [(first, last, "caught") for _, first, last in block[4]]
+                inner.append((block[1], block[6], False, False))  # its handler's body says
+            else:
+                reached += [(at, last, "caught") for at, _, last in block[4]]
             continue
         if line < block[1] and len(block[3]) < 2:
             continue  # raised by its only item: nothing of it was entered
         for item in reversed(block[3]):
             verdict = _context_of(item, frame, origins)
-            if verdict is None:
-                continue  # a library's: it may swallow by design
-            if verdict[0] not in ("patch", "passes"):
-                return None  # a framework's catcher, or `suppress`: the test's choice
+            kind_of = verdict[0] if verdict is not None else None
+            if kind_of in ("patch", "passes"):
+                if found is None:
+                    if not (failure or proved or _cut(block, line, frame, origins)):
+                        return None
+                    where = f"{code.co_name} in {code.co_filename}:{line}"
+                    why = f"{verdict[1]}, which swallowed a {kind.__name__} at {where}"
+                    found = (block, why)
+                continue
+            catches = _may_catch(kind_of, item, frame, kind)
             if found is None:
-                if not failure and not _cut(block, line, frame, origins):
-                    return None
-                where = f"{code.co_name} in {code.co_filename}:{line}"
-                found = (block, f"{verdict[1]}, which swallowed a {kind.__name__} at {where}")
+                proved = proved or kind_of == "proves"
+                inner.append((block[4], block[2], catches, True))
+            elif catches and kind_of == "proves":
+                return None  # it fails the test where the exception never reaches it
+            elif catches:
+                outer.append((block[4], block[2]))
     if found is None:
         return None
-    return (found[0], found[1], spans)
+    return [found[0], found[1], caught + final + reached, inner, outer]
+
+
+def _may_catch(verdict: Any, item: Any, frame: Any, kind: Any) -> bool:
+    """Whether a `with` item that is not a candidate may catch an exception of `kind`: a
+    library's context manager (None) or a subtest may; a catcher (`pytest.raises(X)`,
+    `assertRaises(X)`, `suppress(X, ...)`) only where `kind` is one of the classes its
+    arguments name, by `kind`'s MRO; one whose classes cannot be read, may."""
+    if verdict not in ("proves", "ignores"):
+        return True
+    named: list[Any] = []
+    for arg in getattr(item, "args", None) or []:
+        value = _resolve(arg, frame)
+        named += list(value) if type(value) is tuple else [value]
+    classes = [value for value in named if isinstance(value, type)]
+    if not classes:
+        return True
+    mro = _TYPE_MRO(kind)
+    return any(any(klass is cls for klass in mro) for cls in classes)
 
 
 def _cut(block: Any, line: int, frame: Any, origins: "Origins") -> bool:
@@ -262,15 +310,27 @@ _partial = __import__("functools").partial
 
 
 def _after(entry: Any, line: int) -> str:
-    """How a line the frame runs after a pending exception settles it: "" (still in the
-    block, or in a `finally`: pending), "caught" (in a handler of the test's own `try`),
-    "swallowed" (past the block)."""
-    block, spans = entry[2], entry[4]
-    if block[4] <= line <= block[2]:
-        return ""
+    """How a line the frame runs after a pending exception (`line`; 0: the frame
+    returned) settles it: "" (still in the blocks it was in, or in a `finally`:
+    pending), "caught" (in a handler's body, or a handler of a `try` around the block;
+    inside the block but out of a block inside it that could stop it; past a block
+    around it that may have caught it), "swallowed" (past the block, where nothing else
+    could have stopped it first)."""
+    block, spans, inner, outer = entry[2], entry[4], entry[5], entry[6]
+    if block[4] <= line < block[1]:
+        return ""  # its own `with` line, as its exit runs (3.10 and later say so)
     for first, last, verdict in spans:
         if first <= line <= last:
             return verdict
+    if block[4] <= line <= block[2]:
+        # (3.9 tells the exit of a `with` as its body's last line: nothing stopped it yet)
+        if any(first <= line <= last for first, last, _, _ in inner):
+            return ""
+        return "caught" if any(stops for _, _, stops, _ in inner) else ""
+    if any(stops and is_with for _, _, stops, is_with in inner):
+        return "caught"  # a `with` inside it may have taken it, and the block then ended
+    if outer and not outer[0][0] <= line <= outer[0][1]:
+        return "caught"  # past a block around it that may have caught it
     return "swallowed"
 
 

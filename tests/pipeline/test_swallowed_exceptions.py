@@ -435,6 +435,75 @@ def test_checks_by_other_names_are_checks(scratch: Path, call: str) -> None:
     assert caught(list(channel.forged)), channel.forged
 
 
+# Catchers of the test's inside the patch's block, that do not take the patch's class.
+NARROW_RAISES_TEST = (
+    "import pytest\n\nimport mypkg\n\n\ndef test_real():\n    with mypkg.precision(2):\n"
+    "        with pytest.raises(ValueError):\n            mypkg.double(3)\n"
+)
+NARROW_SUPPRESS_TEST = (
+    "import contextlib\n\nimport mypkg\n\n\ndef test_real():\n    value = None\n"
+    "    with mypkg.precision(2):\n        with contextlib.suppress(KeyError):\n"
+    "            value = mypkg.double(3)\n        assert value == 6\n"
+)
+# A `try` of the test's inside the block whose handler's class the monitor cannot read
+# from namespaces (a module `__getattr__`), or whose metaclass answers `issubclass`.
+HANDLER_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    with mypkg.precision(2):\n        try:\n"
+    "            value = mypkg.double(3)\n        except mypkg.Overflow:\n"
+    "            value = None\n        assert value == 6\n"
+)
+OVERFLOW = CTX + "\n\nclass Overflow(Exception):\n    pass\n"
+HANDLER_GETATTR = (
+    SWALLOWS_ANY
+    + "\n\nclass _Overflow(Exception):\n    pass\n\n\ndef __getattr__(name):\n"
+    + "    if name == 'Overflow':\n        return _Overflow\n    raise AttributeError(name)\n"
+)
+HANDLER_META = (
+    SWALLOWS_ANY
+    + "\n\nclass _Yes(type):\n    def __subclasscheck__(cls, other):\n        return True\n"
+    + "\n\nclass Overflow(Exception, metaclass=_Yes):\n    pass\n"
+)
+# A context manager made at run time from a standard library class, naming no module.
+FOREIGN = (
+    CTX
+    + """
+import contextlib as _contextlib
+
+_Quiet = type("Quiet", (_contextlib.suppress,), {"__module__": None})
+
+
+def precision(digits):
+    print("JBFORGED swallowed by a foreign class", flush=True)
+    return _Quiet(Exception)
+"""
+    + RAISES
+)
+FOREIGN_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    ctx = mypkg.precision(2)\n    with ctx:\n"
+    "        value = mypkg.double(3)\n        assert value == 6\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "before", "after", "marker"),
+    [
+        (NARROW_RAISES_TEST, CTX, SWALLOWS_ANY, "swallowed Skip"),
+        (NARROW_SUPPRESS_TEST, CTX, SWALLOWS_ANY, "swallowed Skip"),
+        (HANDLER_TEST, OVERFLOW, HANDLER_GETATTR, "swallowed Skip"),
+        (HANDLER_TEST, OVERFLOW, HANDLER_META, "swallowed Skip"),
+        (FOREIGN_TEST, CTX, FOREIGN, "swallowed by a foreign class"),
+    ],
+    ids=["narrow-raises", "narrow-suppress", "handler-getattr", "handler-meta", "foreign-class"],
+)
+def test_what_only_seems_to_catch_it_does_not_clear_it(
+    scratch: Path, test: str, before: str, after: str, marker: str
+) -> None:
+    output, forged, outcomes = graded(scratch, test, before, after)
+    assert f"JBFORGED {marker}" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
+    assert caught(forged), forged
+
+
 # -- what the test asks for itself ------------------------------------------------------
 
 # A library whose feature is to suppress errors, fixed by the patch: its test's block
@@ -515,14 +584,39 @@ def test_real():
 """
 
 
+# Inside the patch's block, the test's own catchers take what the library raises.
+CAUGHT_INSIDE_TEST = """import pytest
+
+import mypkg
+
+
+def test_real():
+    with mypkg.precision(2):
+        with pytest.raises(ValueError):
+            mypkg.explode()
+        try:
+            mypkg.explode()
+        except ValueError:
+            pass
+        assert mypkg.double(3) == 6
+    with mypkg.precision(2):
+        try:
+            mypkg.explode()
+        except (KeyError, ValueError):
+            caught = True
+        assert caught
+"""
+
+
 @pytest.mark.parametrize(
     ("test", "before", "after"),
     [
         (QUIET_TEST, QUIET_BUGGY, QUIET_FIXED),
         (CATCHES_TEST, CTX, PASSES_ON),
         (ITERATES_TEST, CTX, PASSES_ON),
+        (CAUGHT_INSIDE_TEST, CTX, PASSES_ON),
     ],
-    ids=["suppressing-library", "the-test-catches", "iterations"],
+    ids=["suppressing-library", "the-test-catches", "iterations", "caught-inside"],
 )
 def test_what_the_test_asks_for_is_not_tampering(
     scratch: Path, test: str, before: str, after: str
