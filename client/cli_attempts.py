@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -68,6 +70,14 @@ def fetch(
         render.err.print(f"{task}: {len(written)} files in {out} (prompt in PROMPT.md)")
 
 
+def _interrupted_submit(signum: int, frame: object) -> None:
+    error(
+        "interrupted: the daemon stops the attempt; one that had started is signed "
+        "as an abort, which no frontier counts (submit again to grade the patch)"
+    )
+    interrupted()
+
+
 def submit(
     task: Annotated[str, Option("--task", help="SUITE/NAME")],
     patch: Annotated[Path, Option("--patch", help="Unified diff file ('-' for stdin).")],
@@ -106,6 +116,11 @@ def submit(
         "usd_micros": usd_micros,
         "joules_mj": claimed_joules_mj,
     }
+    # Ctrl-C is answered where it lands, and the process ends there (the daemon sees the
+    # call end): raised as KeyboardInterrupt through the gRPC library's wait and then the
+    # channel's close, it once left the client hanging on a busy host.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _interrupted_submit) if main else None
     try:
         with connect() as c:
             receipt = c.submit(
@@ -121,12 +136,9 @@ def submit(
             )
     except JouledError as err:
         fail(err)
-    except KeyboardInterrupt:
-        error(
-            "interrupted: the daemon stops the attempt; one that had started is signed "
-            "as an abort, which no frontier counts (submit again to grade the patch)"
-        )
-        interrupted()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
     if as_json:
         emit(receipt.to_dict())
     else:
