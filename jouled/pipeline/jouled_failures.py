@@ -262,6 +262,9 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     if value is _MISSING:  # what cannot be told without running code is the patch's
         return ("patch", f"the context manager {named}, which cannot be told")
     found = origins.from_tree(value) if call else origins.class_from_tree(type(value))
+    if not call and (id(value) in origins.reclassed or not _exits(type(value))):
+        # its class is not the one the `with` entered: the patch's code gave it another
+        found = found or "a class the patch's code gave it"
     found = found or _through_patch(target, frame, origins) or _held_by_patch(value, origins)
     found = found or _imported_from_patch(target, frame, origins)
     if found:
@@ -295,6 +298,11 @@ def _context_of(node: Any, frame: Any, origins: "Origins") -> Any:
     if _standard(module):
         return ("passes", f"the context manager {named}, the standard library's")
     return None
+
+
+def _exits(cls: Any) -> bool:
+    """Whether a class has an exit a `with` could have entered it with."""
+    return any("__exit__" in _TYPE_DICT(k) or "__aexit__" in _TYPE_DICT(k) for k in _TYPE_MRO(cls))
 
 
 def _held_class(cls: Any, origins: "Origins") -> Any:
@@ -524,10 +532,22 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
     return [(block[0], block[3]) for block in around(filename, first, line)]
 
 
+def function_checks(filename: str, first: int, line: int) -> "tuple[list[Any], list[Any]]":
+    """The checks and loops (`_checks`) of the function of `filename` that starts at
+    `first` and holds `line`: ([], []) where the source cannot be read."""
+    scopes = _source(filename)[0]
+    inside = [scope for scope in scopes if scope[0] <= line <= scope[1]]
+    named = [scope for scope in inside if first in scope[2]]
+    if not named:
+        return [], []
+    return max(named, key=lambda scope: (scope[0], -scope[1]))[4]
+
+
 def around(filename: str, first: int, line: int, headers: bool = False) -> "list[Any]":
     """`_blocks`, each block whole: ("with", first line of its body, last line, items,
     its own first line, [(first, last line, None or the called function's expression) of
-    each check or call in its body], [(first, last line) of each loop in it]) or ("try",
+    each check or call in its body], [(first, last line) of each loop in it], whether
+    its `as` targets are plain names) or ("try",
     first line of its body, last, handlers' types, [(its `except` line, first and last
     line of its body) of each handler], (first, last line) of its `finally` or None,
     the statement's last line). With `headers`, a `with` whose own
@@ -551,7 +571,7 @@ def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
     if tree is None:
         return [], imports
     scopes: list[Any] = []
-    module: Any = (1, 10**9, (1,), [])
+    module: Any = (1, 10**9, (1,), [], ([], []))
     scopes.append(module)
     todo = [(child, module) for child in tree.body]
     while todo:
@@ -562,7 +582,9 @@ def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
             end = getattr(node, "end_lineno", None)
             if end is None:
                 return [], imports
-            scope = (min([node.lineno, *decorators]), end, (node.lineno, *decorators), [])
+            body = node.body if type(node.body) is list else [node.body]  # (a lambda's)
+            heads = (node.lineno, *decorators)
+            scope = (min([node.lineno, *decorators]), end, heads, [], _checks(body))
             scopes.append(scope)
         elif kind in ("Try", "TryStar", "With", "AsyncWith") and node.body:
             last = getattr(node.body[-1], "end_lineno", None)
@@ -571,8 +593,12 @@ def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":
             if kind in ("With", "AsyncWith"):
                 items = [item.context_expr for item in node.items]
                 checks, loops = _checks(node.body)
+                # whether its items' `as` targets are names (binding one cannot raise)
+                plain = all(
+                    type(i.optional_vars).__name__ in ("Name", "NoneType") for i in node.items
+                )
                 scope[3].append(
-                    ("with", node.body[0].lineno, last, items, node.lineno, checks, loops)
+                    ("with", node.body[0].lineno, last, items, node.lineno, checks, loops, plain)
                 )
             elif node.handlers or getattr(node, "finalbody", None):
                 handlers = [handler.type for handler in node.handlers]

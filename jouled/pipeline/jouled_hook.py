@@ -514,7 +514,10 @@ def start(
             elif name == "__class__" and len(args) > 2:
                 # An object of the test framework's (a report, an item, a result) may not
                 # become the tree's; any other object's class is the program's business
-                # (Django clones a query by giving an empty object the query's class).
+                # (Django clones a query by giving an empty object the query's class),
+                # but the patch's giving is kept: a `with` judges what it entered by it.
+                if len(origins.reclassed) < 100000 and patch_on_stack(getframe(2)):
+                    origins.reclassed.add(id(target))
                 module = _TYPE_DICT(kind).get("__module__")
                 found = origins.from_tree(args[2]) if framework_module(module) else ""
                 if found and not origins.from_tree(kind):

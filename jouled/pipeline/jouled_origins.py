@@ -35,6 +35,7 @@ class Origins:
         self.unchanged = unchanged
         self.canaries: frozenset[str] = frozenset()  # the planted ones, as real paths
         self.rewritten: set[str] = set()  # test modules checked as pytest rewrote them
+        self.reclassed: set[int] = set()  # ids of objects the patch's code gave a class
         self._files: dict[str, bool] = {}
         self.dynamic: dict[int, tuple[Any, str]] = {}
         self._classes: dict[int, tuple[Any, str]] = {}

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _context_of,
         _resolve,
         around,
+        function_checks,
     )
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
@@ -101,6 +102,7 @@ class Trace:
         self.able = audit is not None  # Python 3.8+ (and frames' `f_trace_lines`, 3.7+)
         # id(frame) -> [frame, error, *what `_swallower` found]: one a frame
         self.pending: dict[int, Any] = {}
+        self.leaving: dict[int, Any] = {}  # id(frame) -> (frame, error): `_left`
         self.overflowed = False
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
@@ -121,7 +123,7 @@ class Trace:
         if not self.on:
             return []
         self.on = False
-        self.pending = {}
+        self.pending, self.leaving = {}, {}
         held = self._gettrace() is self.traced
         self._settrace(None)
         owing, self.owing = list(self.owing.values()), {}
@@ -150,6 +152,8 @@ class Trace:
         if event == "exception":
             self._arrived(frame, args[2])
             return
+        if self.leaving and id(frame) in self.leaving:
+            self._left(frame, str(event))
         entry = self.pending.get(id(frame))
         if entry is None:
             return
@@ -174,6 +178,36 @@ class Trace:
             known = self._files[filename] = self.origins.is_protected(filename)
         return known
 
+    def _left(self, frame: Any, event: str) -> None:
+        """A frame a check of the test's was cut short in (`leaving`) goes on: by a line
+        of its own or a return, it handled the exception itself; left by the raise, the
+        exception goes to its caller, and where code of the patch's stands between it and
+        the next frame of the suite's own, that frame is pending until it goes on."""
+        error = self.leaving.pop(id(frame))[1]
+        if not self.pending.get(id(frame)):
+            frame.f_trace_lines = False
+        raised = event == "return" and not _returned(frame)
+        if not raised or frame.f_code.co_flags & _SUSPENDS:
+            return
+        patch = ""
+        current = frame.f_back
+        while current is not None and current.f_code not in _OBSERVERS:
+            code = current.f_code
+            if self._protected(code.co_filename):
+                break
+            found = self.origins.code_from_tree(code)
+            patch = patch or (f"{code.co_name} of {found}" if found else "")
+            current = current.f_back
+        else:
+            return
+        if not patch or id(current) in self.pending:
+            return
+        code = frame.f_code
+        where = f"{code.co_name} in {code.co_filename}:{frame.f_lineno}"
+        why = f"{patch}, which caught a {type(error).__name__} raised in the test's {where}"
+        self.pending[id(current)] = [current, error, None, why, [], [], []]
+        current.f_trace_lines = True
+
     def _settle(self, entry: Any) -> None:
         self.pending.pop(id(entry[0]), None)
         entry[0].f_trace_lines = False
@@ -185,8 +219,15 @@ class Trace:
         if error is None or (issubclass(kind, _ITERATION) and _opcode(frame) in _ITERATING):
             return
         self.pending.pop(id(frame), None)
-        found = _swallower(frame, self.origins, kind, isinstance(error, AssertionError))
+        self.leaving.pop(id(frame), None)
+        failure = isinstance(error, AssertionError)
+        found = _swallower(frame, self.origins, kind, failure)
         if found is None:
+            code = frame.f_code
+            checks, loops = function_checks(code.co_filename, code.co_firstlineno, frame.f_lineno)
+            if failure or _cut(checks, loops, frame.f_lineno, frame, self.origins):
+                self.leaving[id(frame)] = (frame, error)  # where it goes from here, `_left`
+                frame.f_trace_lines = True
             return
         if len(self.pending) >= _PENDING_KEPT:
             self.overflowed = True
@@ -230,14 +271,15 @@ def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
             else:
                 reached += [(at, last, "caught") for at, _, last in block[4]]
             continue
-        if line < block[1] and len(block[3]) < 2:
-            continue  # raised by its only item: nothing of it was entered
+        if line < block[1] and len(block[3]) < 2 and block[7]:
+            continue  # raised by its only item, bound to a name: nothing was entered
         for item in reversed(block[3]):
             verdict = _context_of(item, frame, origins)
             kind_of = verdict[0] if verdict is not None else None
             if kind_of in ("patch", "passes"):
                 if found is None:
-                    if not (failure or proved or _cut(block, line, frame, origins)):
+                    cut = _cut(block[5], block[6], line, frame, origins)
+                    if not (failure or proved or cut):
                         return None
                     where = f"{code.co_name} in {code.co_filename}:{line}"
                     why = f"{verdict[1]}, which swallowed a {kind.__name__} at {where}"
@@ -274,12 +316,12 @@ def _may_catch(verdict: Any, item: Any, frame: Any, kind: Any) -> bool:
     return any(any(klass is cls for klass in mro) for cls in classes)
 
 
-def _cut(block: Any, line: int, frame: Any, origins: "Origins") -> bool:
-    """Whether a check of the test's in a `with` block stands at or after `line` (or
-    anywhere in a loop around `line`, which would have run it again): an `assert`, an
-    `assert...`/`fail` call, or a call of what may be one (`_checks_something`)."""
-    start = min([first for first, last in block[6] if first <= line <= last] or [line])
-    for _, end, func in block[5]:
+def _cut(checks: Any, loops: Any, line: int, frame: Any, origins: "Origins") -> bool:
+    """Whether a check of the test's in a block (or a function) stands at or after `line`
+    (or anywhere in a loop around `line`, which would have run it again): an `assert`,
+    an `assert...`/`fail` call, or a call of what may be one (`_checks_something`)."""
+    start = min([first for first, last in loops if first <= line <= last] or [line])
+    for _, end, func in checks:
         if end >= start and (func is None or _checks_something(_resolve(func, frame), origins)):
             return True
     return False
@@ -317,6 +359,8 @@ def _after(entry: Any, line: int) -> str:
     around it that may have caught it), "swallowed" (past the block, where nothing else
     could have stopped it first)."""
     block, spans, inner, outer = entry[2], entry[4], entry[5], entry[6]
+    if block is None:  # the test's check, handed out, raised and was caught on its way
+        return "swallowed"
     if block[4] <= line < block[1]:
         return ""  # its own `with` line, as its exit runs (3.10 and later say so)
     for first, last, verdict in spans:

@@ -504,6 +504,70 @@ def test_what_only_seems_to_catch_it_does_not_clear_it(
     assert caught(forged), forged
 
 
+# The `as` target raises as it is bound (its unpacking), after the manager was entered.
+PAIR = (
+    "\n\nclass pair:\n    def __enter__(self):\n        return (2, 3)\n\n"
+    "    def __exit__(self, *exc):\n        return None\n"
+)
+PAIR_RAISES = (
+    SWALLOWS_ANY
+    + "\n\nclass _Pair:\n    def __iter__(self):\n        raise Skip()\n"
+    + PAIR.replace("return (2, 3)", "return _Pair()").replace(
+        "    def __exit__(self, *exc):\n        return None\n",
+        "    __exit__ = precision.__exit__\n",
+    )
+)
+PAIR_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    with mypkg.pair() as (left, right):\n"
+    "        assert mypkg.double(right) == 6\n"
+)
+# The manager held by a name is given another class between its entry and the raise.
+OPTIONS = {"mypkg/util.py": "class Options:\n    pass\n"}
+DISGUISED = SWALLOWS_ANY.replace(
+    "    def __enter__(self):\n        return self\n",
+    "    def __enter__(self):\n        _entered.append(self)\n        return self\n",
+).replace(
+    "        if kind is not None:\n",
+    "        self.__class__ = precision\n        if kind is not None:\n",
+) + (
+    "\n\nimport mypkg.util as _util\n\n_entered = []\n_raise = double\n\n\n"
+    "def double(x):\n    if _entered:\n        _entered.pop().__class__ = _util.Options\n"
+    "    return _raise(x)\n"
+)
+HELD_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    ctx = mypkg.precision(2)\n    with ctx:\n"
+    "        assert mypkg.double(3) == 6\n"
+)
+# The test's check, handed to the library as a callback, raises; the library catches it.
+CATCHING_EACH = RAISES + (
+    "\n\ndef each(values, check):\n    for value in values:\n        try:\n"
+    "            check(value)\n        except Skip:\n"
+    '            print("JBFORGED swallowed by each", flush=True)\n'
+)
+CALLBACK_TEST = (
+    "import mypkg\n\n\ndef test_real():\n    def check(x):\n"
+    "        assert mypkg.double(x) == 2 * x\n\n    mypkg.each([1, 2, 3], check)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "before", "after", "unchanged", "marker"),
+    [
+        (PAIR_TEST, CTX + PAIR, PAIR_RAISES, {}, "swallowed Skip"),
+        (HELD_TEST, CTX, DISGUISED, OPTIONS, "swallowed Skip"),
+        (CALLBACK_TEST, CTX, CTX + CATCHING_EACH, {}, "swallowed by each"),
+    ],
+    ids=["unpacking-target", "class-swapped", "callback"],
+)
+def test_what_the_with_entered_and_where_its_check_went_are_judged(
+    scratch: Path, test: str, before: str, after: str, unchanged: dict[str, str], marker: str
+) -> None:
+    output, forged, outcomes = graded(scratch, test, before, after, unchanged)
+    assert f"JBFORGED {marker}" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", (outcomes, output[-3000:])
+    assert caught(forged), forged
+
+
 # -- what the test asks for itself ------------------------------------------------------
 
 # A library whose feature is to suppress errors, fixed by the patch: its test's block
