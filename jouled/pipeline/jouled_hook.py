@@ -436,6 +436,10 @@ def start(
             if event in OWN_USE and own_use(getframe(2), event):
                 return
             refuse(f"{event} was called from {caller_file(getframe(2))}")
+        elif event == "sys.unraisablehook":  # an exception dropped where it was raised
+            why = trace.unraisable(args[1] if len(args) > 1 else None)
+            if why and len(holder["swallowed"]) < 16:
+                holder["swallowed"].append((None, why))
         elif event in TRACING:  # (the event names no function: a change either way)
             found = patch_on_stack(getframe(2))
             if found:
@@ -500,7 +504,7 @@ def start(
                     who, tree = who_did(getframe(2))
                     if tree:
                         refuse(f"{name} of {target.__qualname__} was written by {who}")
-            elif isinstance(target, type):
+            elif issubclass(kind, type):  # (`isinstance` would ask the object)
                 # Before arming, or while the class's own module is being imported (pytest
                 # imported late, by a test helper), the framework builds classes this way.
                 if state["armed"]:
@@ -658,9 +662,11 @@ def start(
             if state["own"]:
                 return
             # Code running while the monitor checks is code the check called: a value
-            # of the tree's (a property, a __getattr__). It may not look around.
+            # of the tree's (a property, a __getattr__). It may not look around, nor
+            # set a trace (the trace of the test's frames).
             frames = event != "object.__getattr__" or (len(args) > 1 and args[1] in FRAME_ATTRS)
-            if frames and event in INTROSPECTION and not state["inner"]:
+            watched = (frames and event in INTROSPECTION) or event in TRACING
+            if watched and not state["inner"]:
                 state["inner"] = True
                 try:
                     frame = getframe(1)

@@ -211,6 +211,7 @@ WANTED = frozenset(
     {
         *REFUSED,
         *TRACING,
+        "sys.unraisablehook",
         "open",
         "os.rename",
         "os.link",

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _resolve,
         around,
         function_checks,
+        swallowers,
     )
     from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS
@@ -64,6 +65,15 @@ _ITERATING = frozenset(
     if name in _opcodes
 )
 _get = dict.get
+_TRACEBACK: Any = BaseException.__dict__["__traceback__"].__get__
+
+
+def _is_failure(kind: Any) -> bool:
+    """Whether an exception's class is a failure's, by its MRO (asking `isinstance` would
+    run the object's own `__class__`)."""
+    return isinstance(kind, type) and any(k is AssertionError for k in _TYPE_MRO(kind))
+
+
 _SUSPENDS = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine (two kinds), async generator
 
 
@@ -150,7 +160,7 @@ class Trace:
         if event == "return":
             self.owing.pop(id(frame), None)
         if event == "exception":
-            self._arrived(frame, args[2])
+            self._arrived(holder, frame, args[2])
             return
         if self.leaving and id(frame) in self.leaving:
             self._left(frame, str(event))
@@ -177,6 +187,28 @@ class Trace:
         if known is None:
             known = self._files[filename] = self.origins.is_protected(filename)
         return known
+
+    def unraisable(self, unraisable: Any) -> str:
+        """Why an exception the interpreter drops where it was raised (a finalizer's, a
+        `__del__`'s: `sys.unraisablehook`) was a check of the test's cut short: while a
+        test's call runs, one whose traceback passes through a frame of the suite's own
+        where it is a failure, or a check stands at or after its line."""
+        error = getattr(unraisable, "exc_value", None) if self.on else None
+        raised = any(k is BaseException for k in _TYPE_MRO(type(error)))
+        trace = _TRACEBACK(error) if raised else None
+        failure = _is_failure(type(error))
+        for _ in range(1000):
+            if trace is None:
+                return ""
+            frame, line = trace.tb_frame, trace.tb_lineno
+            code = frame.f_code
+            if self._protected(code.co_filename):
+                checks, loops = function_checks(code.co_filename, code.co_firstlineno, line)
+                if failure or _cut(checks, loops, line, frame, self.origins):
+                    where = f"{code.co_name} in {code.co_filename}:{line}"
+                    return f"the interpreter, which dropped a {type(error).__name__} of {where}"
+            trace = trace.tb_next
+        return ""
 
     def _left(self, frame: Any, event: str) -> None:
         """A frame a check of the test's was cut short in (`leaving`) goes on: by a line
@@ -212,7 +244,7 @@ class Trace:
         self.pending.pop(id(entry[0]), None)
         entry[0].f_trace_lines = False
 
-    def _arrived(self, frame: Any, arg: Any) -> None:
+    def _arrived(self, holder: "dict[str, Any]", frame: Any, arg: Any) -> None:
         """An exception reached `frame` (raised there, or by a call it made)."""
         error = arg[1] if type(arg) is tuple and len(arg) > 1 else None
         kind = type(error)
@@ -220,7 +252,13 @@ class Trace:
             return
         self.pending.pop(id(frame), None)
         self.leaving.pop(id(frame), None)
-        failure = isinstance(error, AssertionError)
+        failure = _is_failure(kind)
+        if failure and len(holder["swallowed"]) < _SWALLOWED_KEPT:
+            # a failure no framework's path signalled (a bare `assert` under unittest, a
+            # `raise AssertionError`): who may catch it on its way out, as for one that was
+            caught = swallowers(frame, self.origins, kind)
+            if caught is not None:
+                holder["swallowed"].append(caught)
         found = _swallower(frame, self.origins, kind, failure)
         if found is None:
             code = frame.f_code
