@@ -10,15 +10,20 @@ exception that reaches one is judged where it arrives. Every frame the trace is 
 must tell it of its end: one whose trace function was taken from it (a frame is
 readable, and writing its `f_trace` raises no audit event) is found that way.
 
-An exception that arrives inside a `with` block whose context manager is the patch's
-(`_context_of`), with no catcher of the test's or a framework's around that block, and
-that cuts short a check of the test's (it is a failure itself, or an `assert` or an
-`assert...`/`fail` call of the block stands at or after the line it arrived at), is
-pending until the frame goes on. Where the frame then runs a line past the block and
-outside the handlers of its own `try` blocks, or returns, the context manager
-swallowed it, and the test's pass is not the test's. A library whose feature is to
-suppress errors keeps its tests: where nothing of the test's is cut short, or the test
-catches the error itself, nothing is pending.
+An exception that arrives inside a `with` block (or a later item of the statement)
+whose context manager is the patch's, or the standard library's or a framework's
+(which pass every exception on: `_context_of`), and that cuts short a check of the
+test's (it is a failure itself; an `assert`, an `assert...`/`fail` call or a call of
+the suite's own stands in the block at or after where it arrived, or in a loop around
+it), is pending until the frame goes on (`_swallower`). Its next lines tell who
+stopped it (`_after`): a handler's body, or a line inside the block past a catcher
+inside it, is the test's own; a line past the block, or a return, is the context
+manager's, which swallowed it, and the test's pass is not the test's. A check that
+raises in a frame with no such block and leaves it for a function of the patch's,
+which goes on to the next frame of the suite's own, was swallowed there (`_left`); so
+was one the interpreter dropped as unraisable (`unraisable`). A library whose feature
+is to suppress errors keeps its tests: where nothing of the test's is cut short, or
+the test catches the error itself, nothing is swallowed.
 
 What the tracer holds is read-only (a frozen set of file names, `sys.audit`); what it
 sees is told to the hook, and judged there.
