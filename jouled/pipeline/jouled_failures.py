@@ -314,9 +314,7 @@ def _held_class(cls: Any, origins: "Origins") -> Any:
             break
         if not _TYPE_FLAGS(klass) & _HEAPTYPE:
             return klass
-        namespace = _TYPE_DICT(klass)
-        module = sys.modules.get(namespace.get("__module__"))
-        filename = _module_file(module) if isinstance(module, _ModuleType) else ""
+        module, filename = _class_module(klass)
         if filename and origins.is_protected(filename):
             return klass
         held = _MODULE_DICT(module) if isinstance(module, _ModuleType) else {}
@@ -327,6 +325,13 @@ def _held_class(cls: Any, origins: "Origins") -> Any:
         if held.get(path[-1]) is klass:
             return klass
     return None
+
+
+def _class_module(klass: Any) -> "tuple[Any, str]":
+    """The module a class names (as `sys.modules` holds it now), and its file ("" where
+    there is none)."""
+    module = sys.modules.get(_TYPE_DICT(klass).get("__module__"))
+    return module, _module_file(module) if isinstance(module, _ModuleType) else ""
 
 
 _PLAIN_CALLABLES = (
@@ -353,8 +358,7 @@ def _odd_exit(cls: Any) -> str:
             if not _TYPE_FLAGS(klass) & _HEAPTYPE:
                 break
             held = namespace[name]
-            module = sys.modules.get(namespace.get("__module__"))
-            filename = _module_file(module) if isinstance(module, _ModuleType) else ""
+            filename = _class_module(klass)[1]
             span = _defined(filename, _TYPE_QUALNAME(klass) + "." + name) if filename else None
             if type(held) is not _FunctionType:
                 return f"{name} is a {type(held).__name__}"
@@ -535,12 +539,8 @@ def _blocks(filename: str, first: int, line: int) -> "list[Any]":
 def function_checks(filename: str, first: int, line: int) -> "tuple[list[Any], list[Any]]":
     """The checks and loops (`_checks`) of the function of `filename` that starts at
     `first` and holds `line`: ([], []) where the source cannot be read."""
-    scopes = _source(filename)[0]
-    inside = [scope for scope in scopes if scope[0] <= line <= scope[1]]
-    named = [scope for scope in inside if first in scope[2]]
-    if not named:
-        return [], []
-    return max(named, key=lambda scope: (scope[0], -scope[1]))[4]
+    scope = _scope(filename, first, line, named_only=True)
+    return scope[4] if scope is not None else ([], [])
 
 
 def around(filename: str, first: int, line: int, headers: bool = False) -> "list[Any]":
@@ -552,17 +552,26 @@ def around(filename: str, first: int, line: int, headers: bool = False) -> "list
     line of its body) of each handler], (first, last line) of its `finally` or None,
     the statement's last line). With `headers`, a `with` whose own
     lines (its items) hold `line` is listed too."""
-    scopes = _source(filename)[0]
-    inside = [scope for scope in scopes if scope[0] <= line <= scope[1]]
-    named = [scope for scope in inside if first in scope[2]]
-    if not inside:
+    best = _scope(filename, first, line)
+    if best is None:
         return []
-    best = max(named or inside, key=lambda scope: (scope[0], -scope[1]))
     found = [
         (b[1], b) for b in best[3] if (b[4] if headers and b[0] == "with" else b[1]) <= line <= b[2]
     ]
     found.sort(key=lambda pair: -pair[0])
     return [b for _, b in found]
+
+
+def _scope(filename: str, first: int, line: int, named_only: bool = False) -> Any:
+    """The innermost scope (`_scopes`) of `filename` that holds `line`, of those that
+    start at `first` (or, unless `named_only`, of any where none does); None where
+    there is none."""
+    inside = [scope for scope in _source(filename)[0] if scope[0] <= line <= scope[1]]
+    named = [scope for scope in inside if first in scope[2]]
+    candidates = named if named_only else named or inside
+    if not candidates:
+        return None
+    return max(candidates, key=lambda scope: (scope[0], -scope[1]))
 
 
 def _scopes(filename: str) -> "tuple[list[Any], dict[str, Any]]":

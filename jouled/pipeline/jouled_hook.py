@@ -437,9 +437,7 @@ def start(
                 return
             refuse(f"{event} was called from {caller_file(getframe(2))}")
         elif event == "sys.unraisablehook":  # an exception dropped where it was raised
-            why = trace.unraisable(args[1] if len(args) > 1 else None)
-            if why and len(holder["swallowed"]) < 16:
-                holder["swallowed"].append((None, why))
+            trace.unraisable(holder, args[1] if len(args) > 1 else None)
         elif event in TRACING:  # (the event names no function: a change either way)
             found = patch_on_stack(getframe(2))
             if found:

@@ -193,11 +193,17 @@ class Trace:
             known = self._files[filename] = self.origins.is_protected(filename)
         return known
 
-    def unraisable(self, unraisable: Any) -> str:
-        """Why an exception the interpreter drops where it was raised (a finalizer's, a
-        `__del__`'s: `sys.unraisablehook`) was a check of the test's cut short: while a
-        test's call runs, one whose traceback passes through a frame of the suite's own
-        where it is a failure, or a check stands at or after its line."""
+    def unraisable(self, holder: "dict[str, Any]", unraisable: Any) -> None:
+        """An exception the interpreter drops where it was raised (a finalizer's, a
+        `__del__`'s: `sys.unraisablehook`) that cut a check of the test's short is kept
+        as swallowed off the test's call (`holder`'s): while a test's call runs, one
+        whose traceback passes through a frame of the suite's own where it is a failure,
+        or a check stands at or after its line."""
+        why = self._dropped(unraisable)
+        if why and len(holder["swallowed"]) < _SWALLOWED_KEPT:
+            holder["swallowed"].append((None, why))
+
+    def _dropped(self, unraisable: Any) -> str:
         error = getattr(unraisable, "exc_value", None) if self.on else None
         raised = any(k is BaseException for k in _TYPE_MRO(type(error)))
         trace = _TRACEBACK(error) if raised else None
