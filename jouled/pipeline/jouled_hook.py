@@ -181,6 +181,7 @@ def start(
         "within": None,  # `observe_within`: the test's own function, observed
         "inner_ran": None,
         "swallowed": [],  # failures only the patch's code could catch (`note_failure`)
+        "decided": [],  # checks the patch's code decided (the trace's `_callee`)
         "item_id": None,  # the running test's id, for a report that names none
         "unnamed": 0,  # reports made with no test running
     }
@@ -236,7 +237,7 @@ def start(
 
     def op(args: "tuple[Any, ...]", frame: Any) -> None:
         code = frame.f_code if frame is not None else None
-        if (code is trace.codes[0] or code is trace.codes[1]) and args[0] == "traced":
+        if any(code is own for own in trace.codes) and args[0] == "traced":
             trace.heard(holder, frame, args)
             return
         if frame is None or not any(frame.f_code is c for c in plugin_codes):
@@ -279,7 +280,7 @@ def start(
             holder["strict"] = len(args) > 3 and args[3] is not None and args[3] != "raised"
             function, observer, within = (*args[4:7], None, None, None)[:3]
             holder.update(function=function, observer=observer, within=within)
-            holder.update(ran=None, inner_ran=None, swallowed=[])
+            holder.update(ran=None, inner_ran=None, swallowed=[], decided=[])
             trace.start()
             # A passing call's report is checked whole right after; here, the test itself.
             problems = item_check(args[1], origins) if item_check is not None else []

@@ -77,6 +77,7 @@ def passed_problems(
                 f"the report says passed but the test's own function raised {inner}, "
                 "which a wrapper around it did not pass on"
             )
+    problems += holder["decided"][:1]  # a comparison of the patch's, a frame retraced
     elsewhere = [why for at, why in holder["swallowed"] if at is None]
     if elsewhere:  # `swallowers`: a check of the test's handed to another thread
         problems.append(f"a failure of the test was caught by {elsewhere[0]}, off its call")
@@ -291,8 +292,18 @@ def guard_part_executor(audit: Any, case: Any) -> None:
     original = outcome.__dict__["testPartExecutor"]
     subtest = getattr(case.TestCase.__dict__["subTest"], "__wrapped__", None)
     own = getattr(subtest, "__code__", None)
+    run = getattr(case.TestCase.__dict__["run"], "__code__", None)
 
     def testPartExecutor(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # The part runs under the outcome its test's run made: one put in its place
+        # (`test._outcome`, a plain attribute) would file a subtest's failure where the
+        # run never reads it, and the run would file a pass.
+        frame = _getframe(1)
+        while frame is not None and frame.f_code is not run:
+            frame = frame.f_back
+        made = frame.f_locals.get("outcome", self) if frame is not None else self
+        if made is not self:
+            audit(EVENT, "tamper", "a test part ran under an outcome its run did not make")
         with original(self, *args, **kwargs):
             try:
                 yield
@@ -309,6 +320,7 @@ def guard_part_executor(audit: Any, case: Any) -> None:
 
 
 _contextmanager = __import__("contextlib").contextmanager
+_getframe = sys._getframe
 
 
 def _self_of(function: Any, instance: Any) -> Any:

@@ -50,10 +50,12 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_observe import _OBSERVERS
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
+        _TYPE_DICT,
         _TYPE_MRO,
         Origins,
         _FunctionType,
         _MethodType,
+        _module_file,
     )
 
 _PENDING_KEPT = 10000  # frames of the suite's own with an exception pending at once
@@ -70,6 +72,19 @@ _ITERATING = frozenset(
     if name in _opcodes
 )
 _get = dict.get
+# The operations a comparison runs in: the frame that called a comparison method is at one.
+_COMPARES = frozenset(_opcodes[name] for name in ("COMPARE_OP", "CONTAINS_OP") if name in _opcodes)
+# A comparison's methods the patch's code may decide a check by, asked again: an equality
+# holds for no new object, nor for another value of the type it was given; a membership
+# holds for no new object (a set of every integer holds for another one). A callable
+# object put in a class's place of one is asked as an equality. (An order is not asked:
+# an `Infinity` is greater than anything.)
+_EQUAL_SLOTS = ("__eq__", "__call__")
+_SLOTS = (*_EQUAL_SLOTS, "__contains__")
+# Frameworks' modules whose assertions compare on the test's behalf.
+_CHECKERS = ("unittest.case", "_pytest.python_api", "django.test.testcases")
+CHILD_EXIT = 70  # a forked child that would run the suite's code is ended with this
+_ASKING_KEPT = 10000
 _TRACEBACK: Any = BaseException.__dict__["__traceback__"].__get__
 
 
@@ -97,22 +112,9 @@ class Trace:
             for name in origins.protected
             if name.startswith(real_root)
         )
-        names_ = frozenset(names)
-
-        def local(frame: Any, event: str, arg: Any) -> Any:
-            audit(EVENT, "traced", event, arg)
-            return local
-
-        def traced(frame: Any, event: str, arg: Any) -> Any:
-            # (a frame's globals, not its code: reading `f_code` is an audit event)
-            if _get(frame.f_globals, "__file__") in names_:
-                frame.f_trace_lines = False
-                audit(EVENT, "traced", "call", None)
-                return local
-            return None
-
-        self.traced = traced
-        self.codes = (local.__code__, traced.__code__)
+        self.names = frozenset(names)
+        self.audit = audit
+        self.local, self.traced, self.answered = self._tracers(self.names)
         self.on = False
         self.able = audit is not None  # Python 3.8+ (and frames' `f_trace_lines`, 3.7+)
         # id(frame) -> [frame, error, *what `_swallower` found]: one a frame
@@ -120,16 +122,70 @@ class Trace:
         self.leaving: dict[int, Any] = {}  # id(frame) -> (frame, error): `_left`
         self.overflowed = False
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
+        self.asking: dict[int, Any] = {}  # id(frame) -> a comparison's probe (`_asked`)
+        self.child = False  # a process forked from the run's (`forked`)
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
+
+        def forked() -> None:  # in a child the run forked, before it goes on
+            audit(EVENT, "traced", "forked", None)
+
+        self.codes = (
+            self.local.__code__,
+            self.traced.__code__,
+            self.answered.__code__,
+            forked.__code__,
+        )
+        if self.able and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=forked)
         self._files: dict[str, bool] = {}  # file name -> whether it is the suite's own
+
+    def _tracers(self, checking: "frozenset[str]") -> Any:
+        """(the trace function of a frame of the suite's own, the global one, the one of a
+        call such a frame, or a framework's assertion, made): each tells the hook."""
+        names_, checking_, audit = self.names, checking, self.audit
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            audit(EVENT, "traced", event, arg)
+            return local
+
+        def answered(frame: Any, event: str, arg: Any) -> Any:
+            if event == "return":
+                audit(EVENT, "traced", "answered", arg)
+            return answered
+
+        def traced(frame: Any, event: str, arg: Any) -> Any:
+            # (a frame's globals, not its code: reading `f_code` is an audit event)
+            if _get(frame.f_globals, "__file__") in names_:
+                frame.f_trace_lines = False
+                audit(EVENT, "traced", "call", None)
+                return local
+            back = frame.f_back
+            if back is None or _get(back.f_globals, "__file__") not in checking_:
+                return None
+            asked: list[Any] = []
+            audit(EVENT, "traced", "called", asked)
+            if asked:  # a comparison of the patch's: asked again, and of other values
+                audit(EVENT, "traced", "probed", asked[0]())
+            frame.f_trace_lines = False
+            return answered
+
+        return local, traced, answered
 
     def start(self) -> None:
         """Trace the suite's own frames from now (a test starts)."""
+        if self.child:  # a forked child does not run the suite's tests
+            os._exit(CHILD_EXIT)
         self.pending = {}
         self.overflowed = False
         self.owing = {}
+        self.asking = {}
         if not self.able:
             return
+        checking = set(self.names)
+        for name in _CHECKERS:
+            found = _module_file(sys.modules.get(name))
+            checking.update((found,) if found else ())
+        self.local, self.traced, self.answered = self._tracers(frozenset(checking))
         self.on = True
         self._settrace(self.traced)
 
@@ -138,7 +194,7 @@ class Trace:
         if not self.on:
             return []
         self.on = False
-        self.pending, self.leaving = {}, {}
+        self.pending, self.leaving, self.asking = {}, {}, {}
         held = self._gettrace() is self.traced
         self._settrace(None)
         owing, self.owing = list(self.owing.values()), {}
@@ -153,11 +209,19 @@ class Trace:
 
     def heard(self, holder: "dict[str, Any]", tracer: Any, args: "tuple[Any, ...]") -> None:
         """The tracer's word (`tracer` its frame; `args`: "traced", the event, its
-        argument) on a frame of the suite's own."""
+        argument) on a frame of the suite's own, or on a call one made (`_callee`)."""
+        event = args[1] if len(args) > 1 else None
+        if event == "forked":
+            self._forked()
+            return
+        if self.child:  # a forked child runs the suite's code, or goes on with its test
+            os._exit(CHILD_EXIT)
+        if event in ("called", "probed", "answered"):
+            self._callee(holder, tracer.f_back, str(event), args[2] if len(args) > 2 else None)
+            return
         frame = tracer.f_back
         if not self.on or frame is None or not self._protected(frame.f_code.co_filename):
             return
-        event = args[1] if len(args) > 1 else None
         if event == "call":
             if tracer.f_code is self.codes[1] and len(self.owing) < _OWING_KEPT:
                 self.owing[id(frame)] = frame
@@ -186,6 +250,97 @@ class Trace:
             holder["swallowed"].append((_observer_of(frame), entry[3]))
         elif verdict == "swallowed":
             self.overflowed = True
+
+    def _forked(self) -> None:
+        """In a child the run forked: from now the suite's code may not run in it (a test
+        started, a frame of its own called or resumed): the child's monitor answers to no
+        channel the run is graded by, so what the suite's code does there (a failure's
+        message naming the expected value) would be unwatched. Workers of a library's
+        (`multiprocessing`) run on."""
+        self.child = True
+        if self.able:
+            self._settrace(self.traced)
+
+    def _callee(self, holder: "dict[str, Any]", frame: Any, event: str, arg: Any) -> None:
+        """A call a frame of the suite's own, or a framework's assertion, made: asked
+        whether it is a comparison of the patch's ("called"), its probe's answers, its
+        end ("answered"), when the frames it returns to are checked."""
+        if frame is None or not self.on:
+            return
+        if event == "called":
+            self._asked(frame, arg)
+            return
+        entry = self.asking.get(id(frame))
+        entry = entry if entry is not None and entry[0] is frame else None
+        why = ""
+        if event == "probed" and entry is not None and type(arg) is list:
+            why = _holds_anyway(entry, arg)
+            entry.append(arg[0] if arg else None)
+        elif event == "answered":
+            self.asking.pop(id(frame), None)
+            if entry is not None and len(entry) > 4 and type(arg) is bool and arg != entry[4]:
+                why = (
+                    f"{_described(entry)}, which answered the test's comparison {arg} and "
+                    f"the same comparison asked again {entry[4]}"
+                )
+            why = why or self._retraced(frame.f_back)
+        if why and len(holder["decided"]) < _SWALLOWED_KEPT:
+            holder["decided"].append(why)
+
+    def _asked(self, frame: Any, box: Any) -> None:
+        """Whether a call is a comparison (its caller is at one) that a method of the
+        patch's decides: then the tracer asks that method again, of the value it was given
+        and of others (`_unlike`), before it runs; the patch's code runs watched there."""
+        caller = frame.f_back
+        if type(box) is not list or box or caller is None or _opcode(caller) not in _COMPARES:
+            return
+        code = frame.f_code
+        values, names, count = frame.f_locals, code.co_varnames, code.co_argcount
+        given = [values.get(name, _MISSING) for name in names[:count]]
+        if code.co_flags & 0x04:  # *args
+            rest = values.get(names[count + code.co_kwonlyargcount], ())
+            given += list(rest[:2]) if type(rest) is tuple else []
+        found = _slot(given[0], code) if len(given) > 1 else None
+        if found is None or len(self.asking) >= _ASKING_KEPT:
+            return
+        # the patch's: its code, or the class that holds it (`functools.total_ordering`'s)
+        name, function, holder = found
+        patch = self.origins.code_from_tree(code) or self.origins.class_from_tree(holder)
+        if not patch:
+            return
+        first, second = given[0], given[1]
+        probes = [object(), *(_unlike(second) if name in _EQUAL_SLOTS else [])]
+        self.asking[id(frame)] = [frame, name, function, patch]
+
+        def ask() -> "list[bool]":
+            answers = []
+            for value in [second, *probes]:
+                try:
+                    got = function(first, value)
+                    answers.append(got is not NotImplemented and bool(got))
+                except BaseException:
+                    answers.append(False)
+            return answers
+
+        box.append(ask)
+
+    def _retraced(self, start: Any) -> str:
+        """Whether a frame from `start` out to the test's observer has a trace function
+        that is not the monitor's: one put there runs between the frame's lines, and may
+        rewrite its variables (Python before 3.13 writes a trace function's `f_locals`
+        back) or move it past a line (`f_lineno`), where no audit event says so."""
+        mine = (self.local, self.answered)
+        current = start
+        for _ in range(1000):
+            if current is None or current.f_code in _OBSERVERS:
+                return ""
+            found = current.f_trace
+            if found is not None and not any(found is own for own in mine):
+                code = current.f_code
+                where = f"{code.co_name} in {code.co_filename}"
+                return f"the trace function of {where} was replaced while the test ran"
+            current = current.f_back
+        return ""
 
     def _protected(self, filename: str) -> bool:
         known = self._files.get(filename)
@@ -285,6 +440,61 @@ class Trace:
             return
         self.pending[id(frame)] = [frame, error, *found]
         frame.f_trace_lines = True
+
+
+def _slot(value: Any, code: Any) -> Any:
+    """(name, function, the class that holds it) of the comparison method of `value`'s
+    class whose code is `code` (read from the classes' own namespaces: no code of the
+    value's runs); None if none."""
+    for klass in _TYPE_MRO(type(value))[:64]:
+        namespace = _TYPE_DICT(klass)
+        for name in _SLOTS:
+            member = namespace.get(name)
+            if type(member) is _FunctionType and _FUNC_CODE(member) is code:
+                return name, member, klass
+    return None
+
+
+def _unlike(value: Any) -> "list[Any]":
+    """A value of `value`'s own builtin type that differs from it (none for other types),
+    salted anew each time."""
+    kind = type(value)
+    salt = int.from_bytes(os.urandom(3), "big") + 1
+    if kind is bool:
+        return [not value]
+    if kind is int:
+        return [value ^ salt]
+    if kind in (float, complex):
+        return [v for v in (value + salt, -value - salt - 0.5) if v != value][:1]
+    if kind is str:
+        return [value + chr(0x4E00 + salt % 20000)]
+    if kind is bytes:
+        return [value + salt.to_bytes(3, "big")]
+    if kind in (tuple, list, set, frozenset):
+        return [kind([*value, object()])]
+    if kind is dict:
+        other = dict(value)
+        other[object()] = None
+        return [other]
+    return []
+
+
+def _described(entry: Any) -> str:
+    function = entry[2]
+    return f"{getattr(function, '__qualname__', entry[1])} of {entry[3]}"
+
+
+def _holds_anyway(entry: Any, answers: "list[Any]") -> str:
+    """Why a comparison of the patch's holds whatever it is given: a probe it was asked
+    (a new object, another value of the type it was given) it said holds too."""
+    for index, held in enumerate(answers[1:]):
+        if held is True:
+            probe = "a new object" if index == 0 else "another value of the type it was given"
+            return (
+                f"a comparison of the test's was decided by {_described(entry)}, which holds "
+                f"for {probe} too"
+            )
+    return ""
 
 
 def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:
