@@ -10,7 +10,9 @@ directory is never on `sys.path`. The monitor's files, in the order they run:
 - `jouled_observe.py`: what runs as a test, and the observers that hear how it ended;
 - `jouled_case.py`: what a test case holds (its machinery, assertions, identity, binding);
 - `jouled_failures.py`: a test's failures, heard where they are raised, and who catches them;
-- `jouled_traced.py`: a test's own frames, traced while it runs (what its `with` blocks swallow);
+- `jouled_compared.py`: comparisons the patch's code decides for a test (asked again);
+- `jouled_traced.py`: a test's own frames, traced while it runs (what its `with` blocks
+  swallow), and the calls they make;
 - `jouled_snapshot.py`: the namespaces that may not change, and their comparison;
 - `jouled_stack.py`: the import system as it was, and who is asking (the frames);
 - `jouled_hook.py`: `start`, the audit hook and the only writer of records.

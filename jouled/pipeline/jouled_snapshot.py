@@ -1,6 +1,6 @@
 """What may not change while tests run: namespaces kept by the identity of every value.
 
-The sixth of the monitor's files (`jouled_monitor.py` says how they run). A
+The eighth of the monitor's files (`jouled_monitor.py` says how they run). A
 `Snapshot` takes the module globals and class attributes of the test framework
 at arming and compares them at every call reported passed and at the end; a
 test module is held to the names its own source binds.

@@ -1,6 +1,6 @@
 """The import system as it was, and who is asking: the frames above an event.
 
-The seventh of the monitor's files (`jouled_monitor.py` says how they run).
+The ninth of the monitor's files (`jouled_monitor.py` says how they run).
 `Machinery` tells the import system's own making of a module's code from code
 run under its name; `Stack` reads the frames above an event to name the file
 that asked, whether the patch's code is on the way, and whether an import is

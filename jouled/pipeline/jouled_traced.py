@@ -1,6 +1,6 @@
 """A test's own frames, traced while it runs, for the integrity monitor.
 
-The sixth of the monitor's files (`jouled_monitor.py` says how they run). The failures'
+The seventh of the monitor's files (`jouled_monitor.py` says how they run). The failures'
 file hears a failure where a framework raises it; an exception of any other kind, or a
 bare `assert` under a runner that does not rewrite it, is raised with no framework's
 code on its way. So while a test runs (from the runner's word that it starts to its
@@ -37,6 +37,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_compared import holds_anyway, probe
     from jouled.pipeline.jouled_failures import (
         _MISSING,
         _SWALLOWED_KEPT,
@@ -50,7 +51,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_observe import _OBSERVERS
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
-        _TYPE_DICT,
         _TYPE_MRO,
         Origins,
         _FunctionType,
@@ -73,14 +73,6 @@ _ITERATING = frozenset(
 )
 _get = dict.get
 # The operations a comparison runs in: the frame that called a comparison method is at one.
-_COMPARES = frozenset(_opcodes[name] for name in ("COMPARE_OP", "CONTAINS_OP") if name in _opcodes)
-# A comparison's methods the patch's code may decide a check by, asked again: an equality
-# holds for no new object, nor for another value of the type it was given; a membership
-# holds for no new object (a set of every integer holds for another one). A callable
-# object put in a class's place of one is asked as an equality. (An order is not asked:
-# an `Infinity` is greater than anything.)
-_EQUAL_SLOTS = ("__eq__", "__call__")
-_SLOTS = (*_EQUAL_SLOTS, "__contains__")
 # Frameworks' modules whose assertions compare on the test's behalf.
 _CHECKERS = ("unittest.case", "_pytest.python_api", "django.test.testcases")
 CHILD_EXIT = 70  # a forked child that would run the suite's code is ended with this
@@ -274,13 +266,13 @@ class Trace:
         entry = entry if entry is not None and entry[0] is frame else None
         why = ""
         if event == "probed" and entry is not None and type(arg) is list:
-            why = _holds_anyway(entry, arg)
+            why = holds_anyway(entry, arg)
             entry.append(arg[0] if arg else None)
         elif event == "answered":
             self.asking.pop(id(frame), None)
             if entry is not None and len(entry) > 4 and type(arg) is bool and arg != entry[4]:
                 why = (
-                    f"{_described(entry)}, which answered the test's comparison {arg} and "
+                    f"{entry[2]} of {entry[3]}, which answered the test's comparison {arg} and "
                     f"the same comparison asked again {entry[4]}"
                 )
             why = why or self._retraced(frame.f_back)
@@ -288,41 +280,14 @@ class Trace:
             holder["decided"].append(why)
 
     def _asked(self, frame: Any, box: Any) -> None:
-        """Whether a call is a comparison (its caller is at one) that a method of the
-        patch's decides: then the tracer asks that method again, of the value it was given
-        and of others (`_unlike`), before it runs; the patch's code runs watched there."""
-        caller = frame.f_back
-        if type(box) is not list or box or caller is None or _opcode(caller) not in _COMPARES:
+        """Whether a call is an equality or membership test the patch's code decides
+        (`probe`): then the tracer asks it again before it runs (`box`)."""
+        if type(box) is not list or box or len(self.asking) >= _ASKING_KEPT:
             return
-        code = frame.f_code
-        values, names, count = frame.f_locals, code.co_varnames, code.co_argcount
-        given = [values.get(name, _MISSING) for name in names[:count]]
-        if code.co_flags & 0x04:  # *args
-            rest = values.get(names[count + code.co_kwonlyargcount], ())
-            given += list(rest[:2]) if type(rest) is tuple else []
-        found = _slot(given[0], code) if len(given) > 1 else None
-        if found is None or len(self.asking) >= _ASKING_KEPT:
-            return
-        # the patch's: its code, or the class that holds it (`functools.total_ordering`'s)
-        name, function, holder = found
-        patch = self.origins.code_from_tree(code) or self.origins.class_from_tree(holder)
-        if not patch:
-            return
-        first, second = given[0], given[1]
-        probes = [object(), *(_unlike(second) if name in _EQUAL_SLOTS else [])]
-        self.asking[id(frame)] = [frame, name, function, patch]
-
-        def ask() -> "list[bool]":
-            answers = []
-            for value in [second, *probes]:
-                try:
-                    got = function(first, value)
-                    answers.append(got is not NotImplemented and bool(got))
-                except BaseException:
-                    answers.append(False)
-            return answers
-
-        box.append(ask)
+        found = probe(frame, self.origins)
+        if found is not None:
+            self.asking[id(frame)] = found[0]
+            box.append(found[1])
 
     def _retraced(self, start: Any) -> str:
         """Whether a frame from `start` out to the test's observer has a trace function
@@ -440,61 +405,6 @@ class Trace:
             return
         self.pending[id(frame)] = [frame, error, *found]
         frame.f_trace_lines = True
-
-
-def _slot(value: Any, code: Any) -> Any:
-    """(name, function, the class that holds it) of the comparison method of `value`'s
-    class whose code is `code` (read from the classes' own namespaces: no code of the
-    value's runs); None if none."""
-    for klass in _TYPE_MRO(type(value))[:64]:
-        namespace = _TYPE_DICT(klass)
-        for name in _SLOTS:
-            member = namespace.get(name)
-            if type(member) is _FunctionType and _FUNC_CODE(member) is code:
-                return name, member, klass
-    return None
-
-
-def _unlike(value: Any) -> "list[Any]":
-    """A value of `value`'s own builtin type that differs from it (none for other types),
-    salted anew each time."""
-    kind = type(value)
-    salt = int.from_bytes(os.urandom(3), "big") + 1
-    if kind is bool:
-        return [not value]
-    if kind is int:
-        return [value ^ salt]
-    if kind in (float, complex):
-        return [v for v in (value + salt, -value - salt - 0.5) if v != value][:1]
-    if kind is str:
-        return [value + chr(0x4E00 + salt % 20000)]
-    if kind is bytes:
-        return [value + salt.to_bytes(3, "big")]
-    if kind in (tuple, list, set, frozenset):
-        return [kind([*value, object()])]
-    if kind is dict:
-        other = dict(value)
-        other[object()] = None
-        return [other]
-    return []
-
-
-def _described(entry: Any) -> str:
-    function = entry[2]
-    return f"{getattr(function, '__qualname__', entry[1])} of {entry[3]}"
-
-
-def _holds_anyway(entry: Any, answers: "list[Any]") -> str:
-    """Why a comparison of the patch's holds whatever it is given: a probe it was asked
-    (a new object, another value of the type it was given) it said holds too."""
-    for index, held in enumerate(answers[1:]):
-        if held is True:
-            probe = "a new object" if index == 0 else "another value of the type it was given"
-            return (
-                f"a comparison of the test's was decided by {_described(entry)}, which holds "
-                f"for {probe} too"
-            )
-    return ""
 
 
 def _swallower(frame: Any, origins: "Origins", kind: Any, failure: bool) -> Any:

@@ -35,6 +35,7 @@ MONITOR = tuple(
         "observe",
         "case",
         "failures",
+        "compared",
         "traced",
         "snapshot",
         "stack",

@@ -96,6 +96,24 @@ CALLABLE_EQUALS_ANY = _returns(
     "    __eq__ = _Yes()\n"
     "    __hash__ = int.__hash__\n"
 )
+# The equality is a staticmethod (handed the other value alone), or a partialmethod (run
+# through functools).
+STATIC_EQUALS_ANY = _returns(
+    "\n\nclass _Answer(int):\n"
+    "    def _anything(*args):\n"
+    '        print("JBFORGED equal", flush=True)\n'
+    "        return True\n\n"
+    "    __eq__ = staticmethod(_anything)\n"
+    "    __hash__ = int.__hash__\n"
+)
+PARTIAL_EQUALS_ANY = "import functools\n" + _returns(
+    "\n\nclass _Answer(int):\n"
+    "    def _anything(self, flag, other):\n"
+    '        print("JBFORGED equal", flush=True)\n'
+    "        return flag\n\n"
+    "    __eq__ = functools.partialmethod(_anything, True)\n"
+    "    __hash__ = int.__hash__\n"
+)
 # A container that holds anything.
 HOLDS_ANY = (
     "def evens(n):\n    return [i for i in range(0, n, 2) if i != 4]\n"
@@ -111,6 +129,8 @@ ATTACKS = {
     "renamed-lambda": (TEST, LAMBDA_EQUALS_ANY, "_Answer.anything"),
     "any-value-of-the-type": (TEST, EQUALS_ANY_INT, "_Answer.__eq__"),
     "callable-in-place": (TEST, CALLABLE_EQUALS_ANY, "_Yes.__call__"),
+    "staticmethod": (TEST, STATIC_EQUALS_ANY, "_anything"),
+    "partialmethod": (TEST, PARTIAL_EQUALS_ANY, "_Answer.__eq__"),
     "holds-anything": (IN_TEST, HOLDS_ANY, "_Bag.__contains__"),
 }
 
@@ -162,6 +182,13 @@ HONEST = (
     "        return item == self.value\n\n"
     "    def __lt__(self, other):\n"
     "        return isinstance(other, int) and self.value < other\n\n\n"
+    "class Key:\n"
+    "    def __init__(self, value):\n"
+    "        self.value = value\n\n"
+    "    def __hash__(self):\n"
+    "        return hash(self.value)\n\n"
+    "    def __eq__(self, other):\n"
+    "        return isinstance(other, Key) and other.value == self.value\n\n\n"
     "class Integers:\n"
     "    def __contains__(self, item):\n"
     "        return isinstance(item, int)\n\n\n"
@@ -178,6 +205,8 @@ HONEST_TESTS = (
     "    assert mypkg.double(3) < 7\n"
     "    assert mypkg.double(3) == mypkg.double(3)\n"
     "    assert 5 in mypkg.Integers()\n"
+    "    assert mypkg.Key(1) in {mypkg.Key(1)}\n"
+    "    assert mypkg.Key(2) not in {mypkg.Key(1)}\n"
     "    assert mypkg.Infinity() > 10**9\n"
 )
 
