@@ -59,6 +59,8 @@ def probe(frame: Any, origins: "Origins") -> Any:
     if not given:
         return None
     found = _slot(given[0], code) if len(given) > 1 else None
+    if op == "!=" and (found is None or found[0] != "__eq__"):
+        return None  # (an equality a `!=` asks: a dict's values, `object.__ne__`)
     second = given[1] if len(given) > 1 else _MISSING
     if found is not None:  # (the patch's: its code, or the class that holds it)
         name, function, holder = found
@@ -77,7 +79,7 @@ def probe(frame: Any, origins: "Origins") -> Any:
             what, second = code.co_name, given[0]
     if not patch or call is None:
         return None
-    probes = [object(), *(_unlike(second) if op == "==" else [])]
+    probes = [object(), *(_unlike(second) if op != "in" else [])]
 
     def ask() -> "list[bool]":
         answers = []
@@ -117,7 +119,9 @@ def _comparison(frame: Any) -> str:
     if op != _COMPARE_OP:
         return ""
     index = arg >> 5 if sys.version_info >= (3, 13) else arg >> 4 if _SHIFTED else arg
-    return "==" if index == 2 else "in" if index == 6 and _OLD_IN else ""
+    if index in (2, 3):
+        return "==" if index == 2 else "!="
+    return "in" if index == 6 and _OLD_IN else ""
 
 
 _COMPARE_OP = _opcodes.get("COMPARE_OP", -1)

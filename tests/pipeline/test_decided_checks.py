@@ -157,9 +157,14 @@ def test_a_comparison_that_answers_the_test_otherwise_than_when_asked_again_is_f
     assert any("asked again False" in why and "_Answer.__eq__" in why for why in forged), forged
 
 
-def test_a_comparison_that_holds_anyway_is_found_under_unittest(scratch: Path) -> None:
+@pytest.mark.parametrize(
+    "check",
+    ["self.assertEqual(lib.double(3), 6)", "self.assertDictEqual({'x': lib.double(3)}, {'x': 6})"],
+    ids=["assertEqual", "assertDictEqual"],
+)
+def test_a_comparison_that_holds_anyway_is_found_under_unittest(scratch: Path, check: str) -> None:
     forged = INT_EQUALS_ANY.replace(BUGGY, "")
-    tests = double_tests("self.assertEqual(lib.double(3), 6)")
+    tests = double_tests(check)
     channel, output, _ = run(scratch, __import__("sys").executable, forged=forged, tests=tests)
     assert "JBFORGED equal" in output, output[-3000:]
     assert channel.outcomes.get(BUG) == "passed", channel.outcomes
