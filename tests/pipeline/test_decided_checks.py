@@ -297,13 +297,41 @@ def test_a_trace_function_put_on_the_test_s_frame_is_found(
 # The library forks around each call: the child goes on with the test and prints the
 # failure (which names the expected value) into a pipe; its records go nowhere. The parent
 # reads the expected value from it and returns that.
-ORACLE = (
+FORKS = (
     BUGGY
     + """
 import os as _os
 import re as _re
 import sys as _sys
 
+
+def _fork():
+    # In the child: records go nowhere, output into a pipe (True). In the parent: what
+    # the child printed.
+    _sys.stdout.flush()
+    read, write = _os.pipe()
+    if _os.fork() == 0:
+        _os.dup2(_os.open(_os.devnull, _os.O_WRONLY), 4)
+        _os.dup2(write, 1)
+        _os.dup2(write, 2)
+        return True
+    _os.close(write)
+    out, chunk = b"", _os.read(read, 65536)
+    while chunk:
+        out, chunk = out + chunk, _os.read(read, 65536)
+    _os.wait()
+    return out
+
+
+def _learned(out, value):
+    found = _re.search(rb"assert %d == (-?[0-9]+)" % value, out)
+    print("JBFORGED oracle", found.group(1).decode() if found else "learned nothing", flush=True)
+    return None if found is None else int(found.group(1))
+"""
+)
+ORACLE = (
+    FORKS
+    + """
 _buggy = double
 _child = []
 
@@ -312,53 +340,26 @@ def double(x):
     value = _buggy(x)
     if _child:
         return value
-    _sys.stdout.flush()
-    read, write = _os.pipe()
-    if _os.fork() == 0:
+    out = _fork()
+    if out is True:
         _child.append(1)
-        _os.dup2(_os.open(_os.devnull, _os.O_WRONLY), 4)
-        _os.dup2(write, 1)
-        _os.dup2(write, 2)
         return value
-    _os.close(write)
-    out = b""
-    chunk = _os.read(read, 65536)
-    while chunk:
-        out, chunk = out + chunk, _os.read(read, 65536)
-    _os.wait()
-    found = _re.search(rb"assert %d == (-?[0-9]+)" % value, out)
-    print("JBFORGED oracle", found.group(1).decode() if found else "learned nothing", flush=True)
-    return int(found.group(1)) if found else value
+    learned = _learned(out, value)
+    return value if learned is None else learned
 """
 )
 # The library forks as it is imported; the child runs the whole session, and the parent
 # waits for what it printed before it goes on.
 ORACLE_AT_IMPORT = (
-    BUGGY
+    FORKS
     + """
-import os as _os
-import re as _re
-import sys as _sys
-
-_sys.stdout.flush()
-_read, _write = _os.pipe()
-if _os.fork() == 0:
-    _os.dup2(_os.open(_os.devnull, _os.O_WRONLY), 4)
-    _os.dup2(_write, 1)
-    _os.dup2(_write, 2)
-else:
-    _os.close(_write)
-    _out = b""
-    _chunk = _os.read(_read, 65536)
-    while _chunk:
-        _out, _chunk = _out + _chunk, _os.read(_read, 65536)
-    _os.wait()
-    _found = _re.search(rb"assert 7 == (-?[0-9]+)", _out)
-    print("JBFORGED oracle", _found.group(1).decode() if _found else "learned nothing", flush=True)
+_out = _fork()
+if _out is not True:
+    _answer = _learned(_out, 7)
     _buggy = double
 
     def double(x):
-        return int(_found.group(1)) if _found and x == 3 else _buggy(x)
+        return _answer if _answer is not None and x == 3 else _buggy(x)
 """
 )
 
