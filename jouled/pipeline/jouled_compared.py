@@ -2,7 +2,8 @@
 
 The sixth of the monitor's files (`jouled_monitor.py` says how they run). While a test
 runs, the trace (`jouled_traced.py`) watches every call a frame of the suite's own, or
-a framework's assertion, makes. Where the caller is at an equality or membership test
+a framework's assertion, makes; what such a call of the library's returns is asked
+too (`returned`). Where the caller is at an equality or membership test
 (`==`, `in`) and what decides it is the patch's (a function of a file the patch changed,
 or held by a class of one), the comparison decided the check, not the code under test,
 if it holds whatever it is given: it is asked again before it runs, of the value it was
@@ -38,10 +39,13 @@ _SLOTS = ("__eq__", "__call__", "__contains__")
 
 
 def probe(frame: Any, origins: "Origins") -> Any:
-    """(what the trace keeps of it, the probe the tracer runs) where the call `frame` is an
-    equality or membership test (its caller is at one) that code of the patch's decides;
-    None otherwise. The probe asks it again, of the value it was given and of others
-    (`_unlike`), and runs in the tracer, outside the hook: the patch's code runs watched.
+    """The questions (each: a call, what it expects, why if not: `judged`) for the call
+    `frame`, where it is an equality or membership test (its caller is at one) that code
+    of the patch's decides; None otherwise. They ask it again, twice, of the value it was
+    given, and of new objects and other values (`_unlike`), all in an order the patch
+    cannot foretell (what tells the test's value from the others at its first sight, by
+    order, is found at least three times in four), in the tracer, outside the hook: the
+    patch's code runs watched.
     It is asked as it was reached: the function the compared value's class holds;
     through the comparison itself, where the class holds something else (a
     `partialmethod`); the patch's function itself, where no class holds it (a
@@ -79,19 +83,110 @@ def probe(frame: Any, origins: "Origins") -> Any:
             what, second = code.co_name, given[0]
     if not patch or call is None:
         return None
-    probes = [object(), *(_unlike(second) if op != "in" else [])]
+    where = f"a comparison of the test's was decided by {what} of {patch}, which holds for"
+    given = (lambda: call(second), "given", f"{what} of {patch}")
+    questions = [given, given]  # the same, twice: a stateful answer tells itself apart
+    for _ in range(3 if op == "in" else 1):
+        questions.append((lambda: call(object()), False, f"{where} a new object too"))
+    for other in [*_unlike(second), *_unlike(second), *_unlike(second)] if op != "in" else []:
+        question = f"{where} another value of the type it was given too"
+        questions.append((_asking(call, other), False, question))
+    return questions
 
-    def ask() -> "list[bool]":
-        answers = []
-        for value in [second, *probes]:
-            try:
-                got = call(value)
-                answers.append(got is not NotImplemented and bool(got))
-            except BaseException:
-                answers.append(False)
-        return answers
 
-    return [frame, op, what, patch], ask
+def returned(value: Any, origins: "Origins") -> Any:
+    """The questions for a value a call of the library's (or of the standard library's,
+    or a framework's) returned to the test, where its class has an equality or
+    membership of its own (what a comparison of the test's runs, in Python or not:
+    `int.__ne__` in `__eq__`'s place, a generator function, `mock.ANY`'s): equal to a new
+    object, or, for a builtin's subclass, not equal to its own value as the builtin or
+    equal to another, it decides the test's checks whatever they ask. None where there is
+    nothing to ask."""
+    kind = type(value)
+    if kind in _BUILTIN_VALUES:
+        return None
+    equality, member = _definer(kind, "__eq__"), _definer(kind, "__contains__")
+    if equality is None and member is None:
+        return None
+    made = origins.class_from_tree(kind) or _TYPE_DICT(kind).get("__module__")
+    what = f"a {_TYPE_QUALNAME(kind)} of {made}, returned to the test,"
+    questions = []
+    if equality is not None:
+        questions.append((lambda: value == object(), False, f"{what} is equal to a new object"))
+        base = next((k for k in _TYPE_MRO(kind) if k in _COPIES), None)
+        plain = _COPIES[base](value) if base is not None else _MISSING
+        if plain is not _MISSING:
+            own = f"its own value as a plain {base.__name__}"
+            questions.append((lambda: value == plain, True, f"{what} is not equal to {own}"))
+            for other in _unlike(plain):
+                same = f"{what} is equal to another {base.__name__} than its own value too"
+                questions.append((_asking(lambda v: value == v, other), False, same))
+    if member is not None:
+        questions.append((lambda: object() in value, False, f"{what} holds a new object"))
+    return questions
+
+
+def judged(expected: "list[Any]", answers: "list[Any]") -> "tuple[str, Any]":
+    """(why a question was answered against what it expects, "" if none; the answer to
+    the question asking what the test gave: None if none was asked or it raised).
+    `expected`: each question's (what it expects, why if not)."""
+    why, again = "", None
+    for index in range(min(len(expected), len(answers))):
+        (expect, finding), answer = expected[index], answers[index]
+        if expect == "given" and again is not None and answer not in (None, again):
+            why = why or (f"{finding}, which answered the same comparison {again}, then {answer}")
+        elif expect == "given":
+            again = answer if again is None else again
+        elif answer is not None and answer != expect and not why:
+            why = finding  # (one that raised tells nothing)
+    return why, again
+
+
+def truth(question: Any) -> Any:
+    """Whether what `question` returns holds (None where it raises)."""
+    try:
+        got = question()
+        return got is not NotImplemented and bool(got)
+    except BaseException:
+        return None
+
+
+def shuffled(items: "list[Any]") -> "list[Any]":
+    """`items` in an order no code of the patch's can foretell."""
+    items = list(items)
+    for at in range(len(items) - 1, 0, -1):
+        other = int.from_bytes(os.urandom(2), "big") % (at + 1)
+        items[at], items[other] = items[other], items[at]
+    return items
+
+
+def _asking(call: Any, value: Any) -> Any:
+    return lambda: call(value)
+
+
+def _definer(kind: Any, name: str) -> Any:
+    """The class on `kind`'s MRO that defines `name`, where it is not `object`'s or a
+    builtin value's own; else None."""
+    for klass in _TYPE_MRO(kind)[:64]:
+        if name in _TYPE_DICT(klass):
+            return None if klass is object or klass in _BUILTIN_VALUES else klass
+    return None
+
+
+# A builtin's own copy of a value of a subclass of it, as the builtin (no code of the
+# subclass's runs).
+_COPIES = {
+    int: int.__int__,
+    float: float.__float__,
+    str: str.__str__,
+    bytes: lambda v: bytes.__getitem__(v, slice(None)),
+    tuple: lambda v: tuple.__getitem__(v, slice(None)),
+    list: lambda v: list.__getitem__(v, slice(None)),
+    dict: dict.copy,
+    set: set.copy,
+    frozenset: frozenset.copy,
+}
+_BUILTIN_VALUES = frozenset((*_COPIES, bool, complex, type(None)))
 
 
 def _slot(value: Any, code: Any) -> Any:
@@ -179,37 +274,34 @@ _CELL = getattr(__import__("types"), "CellType", None) or (lambda v: (lambda: v)
 
 
 def _unlike(value: Any) -> "list[Any]":
-    """A value of `value`'s own builtin type that differs from it (none for other types),
-    salted anew each time."""
+    """A value of `value`'s own builtin type that differs from it, as a test's own might
+    (none for other types): a number moved by a little, a letter put in a string, an
+    item more or fewer, salted anew each time."""
     kind = type(value)
-    salt = int.from_bytes(os.urandom(3), "big") + 1
+    salt = int.from_bytes(os.urandom(4), "big")
+    step = (salt % 997 + 1) * (1 if salt & 0x400 else -1)
     if kind is bool:
         return [not value]
     if kind is int:
-        return [value ^ salt]
-    if kind in (float, complex):
-        return [v for v in (value + salt, -value - salt - 0.5) if v != value][:1]
-    if kind is str:
-        return [value + chr(0x4E00 + salt % 20000)]
-    if kind is bytes:
-        return [value + salt.to_bytes(3, "big")]
-    if kind in (tuple, list, set, frozenset):
+        return [value + step]
+    if kind is float:
+        finite = value == value and abs(value) != float("inf")
+        return [value + step * (1.0 + abs(value)) / 64 if finite else float(step)]
+    if kind in (str, bytes):
+        letter = "abcdefghijklmnopqrstuvwxyz0123456789"[salt % 36]
+        at = (salt >> 12) % (len(value) + 1)
+        piece = letter if kind is str else letter.encode()
+        return [value[:at] + piece + value[at:]]
+    if kind in (tuple, list):
+        items = list(value)
+        return [kind(items[:-1] if items and salt & 1 else [*items, step])]
+    if kind in (set, frozenset):
         return [kind([*value, object()])]
     if kind is dict:
         other = dict(value)
-        other[object()] = None
+        if other and salt & 1:
+            other.pop(next(iter(other)))
+        else:
+            other[str(step)] = step
         return [other]
     return []
-
-
-def holds_anyway(entry: Any, answers: "list[Any]") -> str:
-    """Why a comparison of the patch's holds whatever it is given: a probe it was asked
-    (a new object, another value of the type it was given) it said holds too."""
-    for index, held in enumerate(answers[1:]):
-        if held is True:
-            probe = "a new object" if index == 0 else "another value of the type it was given"
-            return (
-                f"a comparison of the test's was decided by {entry[2]} of {entry[3]}, which holds "
-                f"for {probe} too"
-            )
-    return ""

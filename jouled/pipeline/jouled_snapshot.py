@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_failures import _MISSING, _children
     from jouled.pipeline.jouled_monitor import (
         JUDGING_HELPERS,
         MEMORY_MODULES,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         WATCHED,
         WATCHED_PREFIXES,
     )
+    from jouled.pipeline.jouled_observe import _TYPE_NAME
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
         _MODULE_DICT,
@@ -34,6 +36,9 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     )
 
 # -- what may not change --------------------------------------------------------------------
+
+_BUILTIN_FUNCTION = type(len)
+_BUILTIN_NAME = _BUILTIN_FUNCTION.__dict__["__name__"].__get__
 
 
 class Snapshot:
@@ -317,7 +322,6 @@ class Snapshot:
 
 # Namespaces whose version tags are not read (see `_take_module`).
 UNTAGGED = ("builtins", "unittest")
-_MISSING = object()
 _IS = __import__("operator").is_
 _NE = __import__("operator").ne
 _VALUE = __import__("operator").attrgetter("value")
@@ -412,18 +416,6 @@ def defined_names(filename: str) -> "frozenset[str]":
             for handler in getattr(node, "handlers", []):
                 todo.extend(handler.body)
     return frozenset(names)
-
-
-def _children(node: Any) -> "list[Any]":
-    """The syntax nodes directly under `node`."""
-    found: list[Any] = []
-    for field in getattr(node, "_fields", ()):
-        value = getattr(node, field, None)
-        if isinstance(value, list):
-            found.extend(v for v in value if hasattr(v, "_fields"))
-        elif hasattr(value, "_fields"):
-            found.append(value)
-    return found
 
 
 def _globals_in(node: Any) -> "list[Any]":
@@ -529,6 +521,7 @@ class TestsBuiltins:
         self.mentions: dict[str, bool] = {}  # by file: whether its source names `builtins`
         self.written = self._state()
         self.real: list[Any] = list(self.namespace.values())  # Python's, when last taken
+        self.originals = frozenset(self.namespace)  # the names Python's builtins had
 
     def _state(self) -> Any:
         """What only the monitor's writes may change: the tag, else the values."""
@@ -562,12 +555,30 @@ class TestsBuiltins:
         self.real = now
         copy = self.namespace
         for name, value in list(real.items()):
-            if copy.get(name, _MISSING) is not value and not self.origins.from_tree(value):
+            if copy.get(name, _MISSING) is not value and not self._patch_made(name, value):
                 copy[name] = value
         for name in [name for name in copy if name not in real]:
             del copy[name]
         self.written = self._state()
         return problems
+
+    def _patch_made(self, name: str, value: Any) -> bool:
+        """Whether a builtin's new value is the patch's to give: made by its code, an
+        object that holds code of its own (a mock whose `side_effect` is the patch's),
+        or another builtin under this one's name (`all` made `bool`), which no test
+        suite's own patching does."""
+        if self.origins.from_tree(value):
+            return True
+        kind = type(value)
+        if kind is _BUILTIN_FUNCTION or kind is type:
+            named = _BUILTIN_NAME(value) if kind is _BUILTIN_FUNCTION else _TYPE_NAME(value)
+            return named != name and name in self.originals
+        try:
+            held = object.__getattribute__(value, "__dict__")
+        except AttributeError:
+            return False
+        values = list(held.values()) if type(held) is dict else []
+        return any(self.origins.from_tree(item) for item in values[:256])
 
     def check(self, problems: "list[str]") -> None:
         now = self._state()

@@ -37,7 +37,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_compared import holds_anyway, probe
+    from jouled.pipeline.jouled_compared import (
+        _opcodes,
+        judged,
+        probe,
+        returned,
+        shuffled,
+        truth,
+    )
     from jouled.pipeline.jouled_failures import (
         _MISSING,
         _SWALLOWED_KEPT,
@@ -48,7 +55,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         swallowers,
     )
     from jouled.pipeline.jouled_monitor import EVENT
-    from jouled.pipeline.jouled_observe import _OBSERVERS
+    from jouled.pipeline.jouled_observe import _OBSERVERS, _TRACEBACK, _getframe
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
         _TYPE_MRO,
@@ -60,7 +67,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
 
 _PENDING_KEPT = 10000  # frames of the suite's own with an exception pending at once
 _OWING_KEPT = 100000  # frames of the suite's own running at once
-_opcodes = __import__("opcode").opmap
+
 _RETURNS = frozenset(code for name, code in _opcodes.items() if name.startswith("RETURN_"))
 # Where an iteration or an `await` ends with StopIteration (a loop's end, traced on 3.8
 # and 3.9; an awaited coroutine's return): the loop or the `await` takes it, and it
@@ -76,8 +83,8 @@ _get = dict.get
 # Frameworks' modules whose assertions compare on the test's behalf.
 _CHECKERS = ("unittest.case", "_pytest.python_api", "django.test.testcases")
 CHILD_EXIT = 70  # a forked child that would run the suite's code is ended with this
+_EXIT = os._exit  # (as it was: the child's `os` module is the patch's to write)
 _ASKING_KEPT = 10000
-_TRACEBACK: Any = BaseException.__dict__["__traceback__"].__get__
 
 
 def _is_failure(kind: Any) -> bool:
@@ -142,7 +149,10 @@ class Trace:
 
         def answered(frame: Any, event: str, arg: Any) -> Any:
             if event == "return":
-                audit(EVENT, "traced", "answered", arg)
+                asked: list[Any] = []
+                audit(EVENT, "traced", "answered", arg, asked)
+                if asked:  # what it returned, asked (`_ask`)
+                    audit(EVENT, "traced", "probed", asked[0]())
             return answered
 
         def traced(frame: Any, event: str, arg: Any) -> Any:
@@ -166,7 +176,7 @@ class Trace:
     def start(self) -> None:
         """Trace the suite's own frames from now (a test starts)."""
         if self.child:  # a forked child does not run the suite's tests
-            os._exit(CHILD_EXIT)
+            _EXIT(CHILD_EXIT)
         self.pending = {}
         self.overflowed = False
         self.owing = {}
@@ -189,7 +199,13 @@ class Trace:
         self.pending, self.leaving, self.asking = {}, {}, {}
         held = self._gettrace() is self.traced
         self._settrace(None)
-        owing, self.owing = list(self.owing.values()), {}
+        live = set()  # frames still running (the runner's call that reports the test)
+        current = _getframe(0)
+        while current is not None:
+            live.add(id(current))
+            current = current.f_back
+        owing = [frame for key, frame in self.owing.items() if key not in live]
+        self.owing = {}
         if not held:
             return ["the trace of the test's own frames was turned off while the test ran"]
         if owing:  # its trace function was taken from it: nothing it did since was seen
@@ -207,9 +223,9 @@ class Trace:
             self._forked()
             return
         if self.child:  # a forked child runs the suite's code, or goes on with its test
-            os._exit(CHILD_EXIT)
+            _EXIT(CHILD_EXIT)
         if event in ("called", "probed", "answered"):
-            self._callee(holder, tracer.f_back, str(event), args[2] if len(args) > 2 else None)
+            self._callee(holder, tracer.f_back, str(event), args[2:])
             return
         frame = tracer.f_back
         if not self.on or frame is None or not self._protected(frame.f_code.co_filename):
@@ -253,41 +269,64 @@ class Trace:
         if self.able:
             self._settrace(self.traced)
 
-    def _callee(self, holder: "dict[str, Any]", frame: Any, event: str, arg: Any) -> None:
-        """A call a frame of the suite's own, or a framework's assertion, made: asked
-        whether it is a comparison of the patch's ("called"), its probe's answers, its
-        end ("answered"), when the frames it returns to are checked."""
-        if frame is None or not self.on:
-            return
-        if event == "called":
-            self._asked(frame, arg)
+    def _callee(self, holder: "dict[str, Any]", frame: Any, event: str, args: Any) -> None:
+        """A call a frame of the suite's own, or a framework's assertion, made: "called"
+        as it starts (a comparison the patch decides is asked again: `probe`),
+        "answered" as it ends (the frames it returns to are checked; the comparison's
+        own answer, or the value it returns to the test, is asked: `returned`), "probed"
+        with the answers the tracer got."""
+        if frame is None or not self.on or not args:
             return
         entry = self.asking.get(id(frame))
         entry = entry if entry is not None and entry[0] is frame else None
         why = ""
-        if event == "probed" and entry is not None and type(arg) is list:
-            why = holds_anyway(entry, arg)
-            entry.append(arg[0] if arg else None)
-        elif event == "answered":
+        if event == "called":
+            if len(self.owing) < _OWING_KEPT:  # it too must tell of its end (`stop`)
+                self.owing[id(frame)] = frame
+            self._ask(frame, args[0], probe(frame, self.origins), "asked")
+        elif event == "probed" and entry is not None and type(args[0]) is list:
+            why = self._answers(entry, args[0])
+        elif event == "answered" and len(args) > 1:
+            why = self._retraced(frame.f_back)
+            value, box = args[0], args[1]
             self.asking.pop(id(frame), None)
-            if entry is not None and len(entry) > 4 and type(arg) is bool and arg != entry[4]:
-                why = (
-                    f"{entry[2]} of {entry[3]}, which answered the test's comparison {arg} and "
-                    f"the same comparison asked again {entry[4]}"
-                )
-            why = why or self._retraced(frame.f_back)
+            self.owing.pop(id(frame), None)
+            if not _returned(frame):
+                pass  # left by a raise, or a generator's yield
+            elif entry is not None and entry[1] == "asked":
+                asked = [(lambda: value, "given", entry[3][1] if entry[3] else "")]
+                self._ask(frame, box, asked, "answer", entry[3])
+            elif entry is None and not self._protected(frame.f_code.co_filename):
+                self._ask(frame, box, returned(value, self.origins), "returned")
         if why and len(holder["decided"]) < _SWALLOWED_KEPT:
             holder["decided"].append(why)
 
-    def _asked(self, frame: Any, box: Any) -> None:
-        """Whether a call is an equality or membership test the patch's code decides
-        (`probe`): then the tracer asks it again before it runs (`box`)."""
-        if type(box) is not list or box or len(self.asking) >= _ASKING_KEPT:
+    def _ask(self, frame: Any, box: Any, questions: Any, stage: str, again: Any = None) -> None:
+        """Hand the tracer `questions` to ask (in `box`), in an order of their own; what
+        each expects is kept with the frame until the answers come (`_answers`)."""
+        if not questions or type(box) is not list or box or len(self.asking) >= _ASKING_KEPT:
             return
-        found = probe(frame, self.origins)
-        if found is not None:
-            self.asking[id(frame)] = found[0]
-            box.append(found[1])
+        order = shuffled(questions)
+        calls = [question for question, _, _ in order]
+        self.asking[id(frame)] = [frame, stage, [(e, why) for _, e, why in order], again]
+        box.append(lambda: [truth(call) for call in calls])
+
+    def _answers(self, entry: Any, answers: "list[Any]") -> str:
+        """What the tracer's answers say: a question answered against what it expects;
+        or the comparison's own answer, not the one it gave when asked again."""
+        frame, stage, expected, again = entry
+        why, given = judged(expected, answers)
+        if stage == "asked":  # (the given value's answer, and whose it is)
+            what = next((finding for expect, finding in expected if expect == "given"), "")
+            entry[3] = (given, what)
+            return why
+        self.asking.pop(id(frame), None)
+        if stage == "answer" and again and None not in (given, again[0]) and given != again[0]:
+            return (
+                f"{again[1]}, which answered the test's comparison {given} and the same "
+                f"comparison asked again {again[0]}"
+            )
+        return why
 
     def _retraced(self, start: Any) -> str:
         """Whether a frame from `start` out to the test's observer has a trace function

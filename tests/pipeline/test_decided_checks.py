@@ -123,52 +123,108 @@ HOLDS_ANY = (
     "        return True\n\n\n"
     "_buggy = evens\n\n\ndef evens(n):\n    return _Bag(_buggy(n))\n"
 )
+# Equalities that run no Python frame: a builtin's slot, a partial of one, a generator
+# function (its call returns a generator, which is true).
+C_SLOT = _returns("\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n")
+PARTIAL_BUILTIN = "import functools, operator\n" + _returns(
+    "\n\nclass _Answer:\n"
+    "    def __init__(self, value):\n"
+    "        self.value = value\n\n"
+    "    __eq__ = functools.partial(operator.is_not, None)\n"
+)
+GENERATOR = _returns(
+    "\n\nclass _Answer:\n"
+    "    def __init__(self, value):\n"
+    "        self.value = value\n\n"
+    "    def __eq__(self, other):\n"
+    "        yield\n"
+)
 IN_TEST = "import mypkg\n\n\ndef test_real():\n    assert 4 in mypkg.evens(6)\n"
+EQUALITIES = {
+    "int-equals-any": INT_EQUALS_ANY,
+    "renamed-lambda": LAMBDA_EQUALS_ANY,
+    "any-value-of-the-type": EQUALS_ANY_INT,
+    "callable-in-place": CALLABLE_EQUALS_ANY,
+    "staticmethod": STATIC_EQUALS_ANY,
+    "partialmethod": PARTIAL_EQUALS_ANY,
+}
+RETURNED = "returned to the test"
 ATTACKS = {
-    "int-equals-any": (TEST, INT_EQUALS_ANY, "_Answer.__eq__"),
-    "renamed-lambda": (TEST, LAMBDA_EQUALS_ANY, "_Answer.anything"),
-    "any-value-of-the-type": (TEST, EQUALS_ANY_INT, "_Answer.__eq__"),
-    "callable-in-place": (TEST, CALLABLE_EQUALS_ANY, "_Yes.__call__"),
-    "staticmethod": (TEST, STATIC_EQUALS_ANY, "_anything"),
-    "partialmethod": (TEST, PARTIAL_EQUALS_ANY, "_Answer.__eq__"),
-    "holds-anything": (IN_TEST, HOLDS_ANY, "_Bag.__contains__"),
+    **{name: (TEST, after, "_Answer") for name, after in EQUALITIES.items()},
+    "builtin-slot": (TEST, C_SLOT, "_Answer"),
+    "partial-of-a-builtin": (TEST, PARTIAL_BUILTIN, "_Answer"),
+    "generator": (TEST, GENERATOR, "_Answer"),
+    "holds-anything": (IN_TEST, HOLDS_ANY, "_Bag"),
 }
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))
+def test_a_value_whose_comparison_holds_whatever_it_is_given_is_found(
+    scratch: Path, name: str
+) -> None:
+    test, after, who = ATTACKS[name]
+    before = BUGGY if test is TEST else "def evens(n):\n    return [0, 2]\n"
+    output, forged, outcomes = graded(scratch, test, before, after)
+    # (a builtin's slot, a partial of one and a generator function run no line to print)
+    silent = ("builtin-slot", "partial-of-a-builtin", "generator")
+    assert "JBFORGED" in output or name in silent, output
+    assert outcomes.get(PLAIN) == "passed", outcomes  # the comparison did say yes
+    found = [why for why in forged if who in why and (RETURNED in why or DECIDED in why)]
+    assert found, forged
+
+
+# The same objects held by the library, compared with no call returning them: the
+# comparison itself is asked (a Python function decides it, in any of its places).
+HELD = "import mypkg\n\n\ndef test_real():\n    assert mypkg.SIX == 6\n"
+
+
+@pytest.mark.parametrize("name", list(EQUALITIES))
 def test_a_comparison_of_the_patch_s_that_holds_whatever_it_is_given_is_found(
     scratch: Path, name: str
 ) -> None:
-    test, after, method = ATTACKS[name]
-    before = BUGGY if test is TEST else "def evens(n):\n    return [0, 2]\n"
-    output, forged, outcomes = graded(scratch, test, before, after)
-    assert "JBFORGED equal" in output, output[-3000:]
-    assert outcomes.get(PLAIN) == "passed", outcomes  # the comparison did say yes
-    found = [why for why in forged if DECIDED in why]
-    assert found and method in found[0] and "too" in found[0], forged
-
-
-def test_a_comparison_that_answers_the_test_otherwise_than_when_asked_again_is_found(
-    scratch: Path,
-) -> None:
-    output, forged, outcomes = graded(scratch, TEST, BUGGY, LEARNS)
+    held = EQUALITIES[name] + "\n\nSIX = _Answer(7)\n"
+    output, forged, outcomes = graded(scratch, HELD, BUGGY + "SIX = 7\n", held)
     assert "JBFORGED equal" in output, output[-3000:]
     assert outcomes.get(PLAIN) == "passed", outcomes
-    assert any("asked again False" in why and "_Answer.__eq__" in why for why in forged), forged
+    assert any(DECIDED in why and "too" in why for why in forged), forged
 
 
-@pytest.mark.parametrize(
-    "check",
-    ["self.assertEqual(lib.double(3), 6)", "self.assertDictEqual({'x': lib.double(3)}, {'x': 6})"],
-    ids=["assertEqual", "assertDictEqual"],
+# Says yes to the first value it is asked of, and to it alone, from then on: asked in an
+# order of the monitor's, it takes a probe for the test's value at least three times in
+# four; sixteen comparisons all taking the test's value first would be a 1 in 4**16 chance.
+FIRST_SEEN = (
+    "\n\nclass _Answer:\n"
+    "    def __init__(self, value):\n"
+    "        self.value, self.seen = value, []\n\n"
+    "    def __eq__(self, other):\n"
+    "        self.seen = self.seen or [other]\n"
+    '        print("JBFORGED equal", flush=True)\n'
+    "        return type(other) is type(self.seen[0]) and other == self.seen[0]\n"
 )
-def test_a_comparison_that_holds_anyway_is_found_under_unittest(scratch: Path, check: str) -> None:
-    forged = INT_EQUALS_ANY.replace(BUGGY, "")
-    tests = double_tests(check)
-    channel, output, _ = run(scratch, __import__("sys").executable, forged=forged, tests=tests)
+MANY_HELD = (
+    "import mypkg\n\n\ndef test_real():\n"
+    "    for answer in mypkg.SIXES:\n"
+    "        assert answer == 6\n"
+)
+
+
+def test_a_comparison_that_says_yes_only_when_asked_again_is_found(scratch: Path) -> None:
+    after = LEARNS + "\n\nSIXES = [_Answer(7)]\n"
+    output, forged, outcomes = graded(scratch, MANY_HELD, BUGGY + "SIXES = [7]\n", after)
     assert "JBFORGED equal" in output, output[-3000:]
-    assert channel.outcomes.get(BUG) == "passed", channel.outcomes
-    assert any(DECIDED in why for why in channel.forged), channel.forged
+    assert outcomes.get(PLAIN) == "passed", outcomes
+    assert any("_Answer.__eq__" in why and "False, then True" in why for why in forged), forged
+
+
+def test_a_comparison_that_says_yes_to_the_first_value_it_sees_does_not_pass(
+    scratch: Path,
+) -> None:
+    after = BUGGY + FIRST_SEEN + "\n\nSIXES = [_Answer(7) for _ in range(16)]\n"
+    output, forged, outcomes = graded(scratch, MANY_HELD, BUGGY + "SIXES = [7]\n", after)
+    assert "JBFORGED equal" in output, output[-3000:]
+    # it took a probe for the test's value (and fails), or it was found saying yes to one
+    found = [why for why in forged if DECIDED in why and "too" in why]
+    assert outcomes.get(PLAIN) == "failed" or found, (outcomes, forged)
 
 
 # The fix makes `double` return a number type of its own, equal by value; the library also
@@ -436,3 +492,115 @@ def test_a_test_part_run_under_an_outcome_its_run_did_not_make_is_found(
     assert "JBFORGED swapped the outcome" in output, output[-3000:]
     assert channel.outcomes.get(BUG) == "passed", channel.outcomes  # the swap took
     assert any("an outcome its run did not make" in why for why in channel.forged), channel.forged
+
+
+# A call of the library's that takes its own trace off (`f_trace = None`) never says it
+# returned, so nothing is checked as it does: it puts a trace function on the test's
+# frame that flips pytest's rewritten comparison, and the monitor's back. Or an equality
+# that takes its trace off, and says yes only when the test's own frame asks.
+UNTRACED_FLIP = """
+import sys as _sys
+
+_buggy = double
+
+
+def double(x):
+    _sys._getframe().f_trace = None
+    frame = _sys._getframe(1)
+    if x == 3:
+        original, ops = frame.f_trace, frame.f_trace_opcodes
+
+        def mine(f, event, arg):
+            if event == "opcode":
+                for name, value in list(f.f_locals.items()):
+                    if name.startswith("@py_assert") and value is False:
+                        f.f_locals[name] = True
+                        f.f_trace_opcodes, f.f_trace = ops, original
+                        print("JBFORGED flipped", flush=True)
+                        return original
+            return mine
+
+        frame.f_trace, frame.f_trace_opcodes = mine, True
+    return _buggy(x)
+"""
+KNOWS_THE_TEST = """
+import sys as _sys
+
+
+class _Answer(int):
+    def __eq__(self, other):
+        me = _sys._getframe()
+        me.f_trace = None
+        if me.f_back is not None and me.f_back.f_code.co_name == "test_real":
+            print("JBFORGED flipped", flush=True)
+            return True
+        return int(self) == other
+
+    __hash__ = int.__hash__
+
+
+_buggy = double
+
+
+def double(x):
+    return _Answer(_buggy(x))
+"""
+
+
+@pytest.mark.parametrize("after", [UNTRACED_FLIP, KNOWS_THE_TEST], ids=["flips", "knows"])
+def test_a_call_that_takes_its_own_trace_off_is_found(scratch: Path, after: str) -> None:
+    output, forged, outcomes = graded(scratch, TEST, BUGGY, BUGGY + after)
+    assert "JBFORGED flipped" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", outcomes
+    assert any("was cut while it ran" in why for why in forged), forged
+
+
+# An object of the standard library's that equals anything, returned to the test.
+RETURNS_ANY = """
+import unittest.mock as _mock
+
+_buggy = double
+
+
+def double(x):
+    print("JBFORGED any", flush=True)
+    return _mock.ANY if x == 3 else _buggy(x)
+"""
+
+
+def test_a_value_of_the_standard_library_s_equal_to_anything_is_found(scratch: Path) -> None:
+    output, forged, outcomes = graded(scratch, TEST, BUGGY, BUGGY + RETURNS_ANY)
+    assert "JBFORGED any" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", outcomes
+    assert any("_ANY of unittest.mock" in why and RETURNED in why for why in forged), forged
+
+
+# A builtin the test calls swapped by the library: for another builtin (`all` made
+# `bool`, true for any generator), or for a mock whose side effect is the library's.
+# The test's own builtins do not take either, and the check fails as it should.
+SWAPS_ALL = 'import builtins\n\nbuiltins.all = bool\nprint("JBFORGED swapped", flush=True)\n'
+SWAPS_ABS = (
+    "import builtins\nimport unittest.mock\n\n\ndef _liar(value):\n"
+    '    print("JBFORGED lied", flush=True)\n    return 0\n\n\n'
+    'builtins.abs = unittest.mock.Mock(side_effect=_liar)\nprint("JBFORGED swapped", flush=True)\n'
+)
+BUILTIN_TESTS = {
+    "another-builtin": (
+        SWAPS_ALL,
+        "import mypkg\n\n\ndef test_real():\n"
+        "    assert all(mypkg.double(x) == 2 * x for x in range(5))\n",
+    ),
+    "a-mock-of-the-patch-s": (
+        SWAPS_ABS,
+        "import mypkg\n\n\ndef test_real():\n    assert abs(mypkg.double(3) - 6) < 0.5\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_TESTS))
+def test_a_builtin_swapped_by_the_library_is_not_the_test_s(scratch: Path, name: str) -> None:
+    after, test = BUILTIN_TESTS[name]
+    output, _, outcomes = graded(scratch, test, BUGGY, BUGGY + after)
+    assert "JBFORGED swapped" in output, output[-3000:]
+    assert "JBFORGED lied" not in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "failed", outcomes
