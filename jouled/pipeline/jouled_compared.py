@@ -115,7 +115,7 @@ def returned(value: Any, origins: "Origins") -> Any:
         questions.append((lambda: value == object(), False, f"{what} is equal to a new object"))
         base = next((k for k in _TYPE_MRO(kind) if k in _COPIES), None)
         plain = _COPIES[base](value) if base is not None else _MISSING
-        if plain is not _MISSING:
+        if plain is not _MISSING and plain == plain:  # (a NaN is equal to nothing)
             own = f"its own value as a plain {base.__name__}"
             questions.append((lambda: value == plain, True, f"{what} is not equal to {own}"))
             for other in _unlike(plain):

@@ -228,7 +228,8 @@ def test_a_comparison_that_says_yes_to_the_first_value_it_sees_does_not_pass(
 
 
 # The fix makes `double` return a number type of its own, equal by value; the library also
-# has a set of every integer and an infinity greater than anything.
+# has a float of its own (a NaN is equal to nothing), a set of every integer and an infinity
+# greater than anything.
 HONEST = (
     "class Number:\n"
     "    def __init__(self, value):\n"
@@ -250,6 +251,12 @@ HONEST = (
     "        return hash(self.value)\n\n"
     "    def __eq__(self, other):\n"
     "        return isinstance(other, Key) and other.value == self.value\n\n\n"
+    "class Ratio(float):\n"
+    "    def __eq__(self, other):\n"
+    "        return float(self) == other\n\n"
+    "    __hash__ = float.__hash__\n\n\n"
+    "def ratio(text):\n"
+    "    return Ratio(text)\n\n\n"
     "class Integers:\n"
     "    def __contains__(self, item):\n"
     "        return isinstance(item, int)\n\n\n"
@@ -266,6 +273,8 @@ HONEST_TESTS = (
     "    assert mypkg.double(3) < 7\n"
     "    assert mypkg.double(3) == mypkg.double(3)\n"
     "    assert 5 in mypkg.Integers()\n"
+    "    assert mypkg.ratio('0.5') == 0.5\n"
+    "    assert mypkg.ratio('nan') != mypkg.ratio('nan')\n"
     "    assert mypkg.Key(1) in {mypkg.Key(1)}\n"
     "    assert mypkg.Key(2) not in {mypkg.Key(1)}\n"
     "    assert mypkg.Infinity() > 10**9\n"
