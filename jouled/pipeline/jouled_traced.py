@@ -25,8 +25,17 @@ was one the interpreter dropped as unraisable (`unraisable`). A library whose fe
 is to suppress errors keeps its tests: where nothing of the test's is cut short, or
 the test catches the error itself, nothing is swallowed.
 
-What the tracer holds is read-only (a frozen set of file names, `sys.audit`); what it
-sees is told to the hook, and judged there.
+Every call such a frame (or a framework's assertion: `_CHECKERS`) makes is traced too
+(`_callee`): a comparison the patch's code decides is asked again as it starts, and
+what the call returns to the test as it ends (`jouled_compared.py`); as it ends, the
+frames out to the test's observer must have no trace function but the monitor's (one
+put there rewrites the test's variables or skips its lines: `_retraced`), and it too
+must tell of its end. A child the run forks is ended as the suite's code runs in it
+(`_forked`).
+
+What the tracer holds is read-only (frozen sets of file names, `sys.audit`); what it
+sees is told to the hook, and judged there. The questions the hook hands back to ask
+run in the tracer, outside the hook, so the patch's code they call is watched.
 """
 
 # Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
