@@ -70,17 +70,17 @@ def probe(frame: Any, origins: "Origins") -> Any:
         name, function, holder = found
         patch = origins.code_from_tree(code) or origins.class_from_tree(holder)
         call = _calling(function, given[0])
-        what = getattr(function, "__qualname__", name)
+        what = _text(getattr(function, "__qualname__", name))
     else:
         name = "__contains__" if op == "in" else "__eq__"
         holder = _holder(given[0], name) if len(given) > 1 else None
         patch = origins.class_from_tree(holder) if holder is not None else ""
         call = _operator(op, given[0]) if patch else None
-        what = f"{_TYPE_QUALNAME(holder)}.{name}" if patch else ""
+        what = f"{_text(_TYPE_QUALNAME(holder))}.{name}" if patch else ""
         if not patch and not _method_of(given[0], code):  # (a `__hash__` is one)
             patch = origins.code_from_tree(code)
             call = _rebuilt(frame, code, values, given)
-            what, second = code.co_name, given[0]
+            what, second = _text(code.co_name), given[0]
     if not patch or call is None:
         return None
     where = f"a comparison of the test's was decided by {what} of {patch}, which holds for"
@@ -88,9 +88,9 @@ def probe(frame: Any, origins: "Origins") -> Any:
     questions = [given, given]  # the same, twice: a stateful answer tells itself apart
     for _ in range(3 if op == "in" else 1):
         questions.append((lambda: call(object()), False, f"{where} a new object too"))
-    for other in [*_unlike(second), *_unlike(second), *_unlike(second)] if op != "in" else []:
+    for _ in range(3 if op != "in" and type(second) in _UNLIKE_KINDS else 0):
         question = f"{where} another value of the type it was given too"
-        questions.append((_asking(call, other), False, question))
+        questions.append((_unlike_asked(call, second), False, question))
     return questions
 
 
@@ -108,8 +108,8 @@ def returned(value: Any, origins: "Origins") -> Any:
     equality, member = _definer(kind, "__eq__"), _definer(kind, "__contains__")
     if equality is None and member is None:
         return None
-    made = origins.class_from_tree(kind) or _TYPE_DICT(kind).get("__module__")
-    what = f"a {_TYPE_QUALNAME(kind)} of {made}, returned to the test,"
+    made = origins.class_from_tree(kind) or _text(_TYPE_DICT(kind).get("__module__"))
+    what = f"a {_text(_TYPE_QUALNAME(kind))} of {made}, returned to the test,"
     questions = []
     if equality is not None:
         questions.append((lambda: value == object(), False, f"{what} is equal to a new object"))
@@ -118,9 +118,8 @@ def returned(value: Any, origins: "Origins") -> Any:
         if plain is not _MISSING and plain == plain:  # (a NaN is equal to nothing)
             own = f"its own value as a plain {base.__name__}"
             questions.append((lambda: value == plain, True, f"{what} is not equal to {own}"))
-            for other in _unlike(plain):
-                same = f"{what} is equal to another {base.__name__} than its own value too"
-                questions.append((_asking(lambda v: value == v, other), False, same))
+            same = f"{what} is equal to another {base.__name__} than its own value too"
+            questions.append((_unlike_asked(lambda v: value == v, plain), False, same))
     if member is not None:
         questions.append((lambda: object() in value, False, f"{what} holds a new object"))
     return questions
@@ -160,8 +159,16 @@ def shuffled(items: "list[Any]") -> "list[Any]":
     return items
 
 
-def _asking(call: Any, value: Any) -> Any:
-    return lambda: call(value)
+def _unlike_asked(call: Any, value: Any) -> Any:
+    """`call` of a value unlike `value`, made as it is asked (in the tracer: making it
+    hashes the items of a set or a dict's keys, which may be the patch's)."""
+    return lambda: call(_unlike(value)[0])
+
+
+def _text(value: Any) -> str:
+    """`value` as plain text where it is a string (a subclass's own `__str__` or
+    `__format__` does not run), else "?"."""
+    return str.__str__(value) if any(k is str for k in _TYPE_MRO(type(value))) else "?"
 
 
 def _definer(kind: Any, name: str) -> Any:
@@ -271,6 +278,9 @@ def _rebuilt(frame: Any, code: Any, values: Any, given: "list[Any]") -> Any:
 
 
 _CELL = getattr(__import__("types"), "CellType", None) or (lambda v: (lambda: v).__closure__[0])
+
+
+_UNLIKE_KINDS = (bool, int, float, str, bytes, tuple, list, set, frozenset, dict)
 
 
 def _unlike(value: Any) -> "list[Any]":
