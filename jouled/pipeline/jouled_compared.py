@@ -22,14 +22,18 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_failures import _MISSING
+    from jouled.pipeline.jouled_failures import _MISSING, _TYPE_FLAGS
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
+        _METHOD_FUNC,
+        _MODULE_DICT,
         _TYPE_DICT,
         _TYPE_MRO,
         _TYPE_QUALNAME,
         Origins,
         _FunctionType,
+        _MethodType,
+        _Partial,
     )
 
 _opcodes = __import__("opcode").opmap
@@ -315,3 +319,58 @@ def _unlike(value: Any) -> "list[Any]":
             other[str(step)] = step
         return [other]
     return []
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement or `type()`
+
+
+def _interpreter_code(value: Any, depth: int = 0) -> bool:
+    """Whether `value` is a callable of the interpreter's own code (a builtin function or
+    class, a slot, a C object that calls), or a partial or method of one."""
+    kind = type(value)
+    if kind is _Partial or kind is _MethodType:
+        inner = value.func if kind is _Partial else _METHOD_FUNC(value)
+        return depth > 3 or _interpreter_code(inner, depth + 1)
+    if kind is _FunctionType:
+        return False
+    if kind is type:
+        return not _TYPE_FLAGS(value) & _HEAP_TYPE
+    calls = any("__call__" in _TYPE_DICT(k) for k in _TYPE_MRO(kind))
+    return calls and not _TYPE_FLAGS(kind) & _HEAP_TYPE
+
+
+def foreign_slots(origins: "Origins") -> "list[str]":
+    """The classes of the patch's modules whose equality or membership is the
+    interpreter's own code under another name (`__eq__ = int.__ne__`, a partial of a
+    builtin): a comparison of the test's that runs no frame of Python's, which no
+    question of the monitor's is ever asked of where the value reaches the test by no
+    call (a class called as a function, a generator's items)."""
+    problems: list[str] = []
+    for module in list(sys.modules.values()):
+        namespace = _MODULE_DICT(module) if type(module) is type(sys) else None
+        filename = namespace.get("__file__") if namespace is not None else None
+        if type(filename) is not str or origins.trusted_file(filename):
+            continue
+        for value in list(namespace.values())[:4096]:
+            if not issubclass(type(value), type):
+                continue
+            own = _TYPE_DICT(value)
+            for name in ("__eq__", "__contains__"):
+                member = own.get(name)
+                named = _NAME_OF.get(type(member))
+                if member is None or not _interpreter_code(member):
+                    continue
+                if named is not None and _text(named(member)) == name:
+                    continue  # a builtin's own slot of that name (`__eq__ = int.__eq__`)
+                where = f"{_text(_TYPE_QUALNAME(value))}.{name} of {filename}"
+                problems.append(f"{where} is code of the interpreter's own under another name")
+                if len(problems) > 3:
+                    return problems
+    return problems
+
+
+# How the interpreter's own callables are named.
+_NAME_OF = {
+    kind: kind.__dict__["__name__"].__get__
+    for kind in (type(len), type((0).__add__), type(int.__add__), type(str.join))
+}

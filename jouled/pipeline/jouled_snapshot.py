@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_compared import _interpreter_code
     from jouled.pipeline.jouled_failures import _MISSING, _children
     from jouled.pipeline.jouled_monitor import (
         JUDGING_HELPERS,
@@ -22,7 +23,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         WATCHED,
         WATCHED_PREFIXES,
     )
-    from jouled.pipeline.jouled_observe import _TYPE_NAME
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
         _MODULE_DICT,
@@ -36,9 +36,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     )
 
 # -- what may not change --------------------------------------------------------------------
-
-_BUILTIN_FUNCTION = type(len)
-_BUILTIN_NAME = _BUILTIN_FUNCTION.__dict__["__name__"].__get__
 
 
 class Snapshot:
@@ -521,7 +518,7 @@ class TestsBuiltins:
         self.mentions: dict[str, bool] = {}  # by file: whether its source names `builtins`
         self.written = self._state()
         self.real: list[Any] = list(self.namespace.values())  # Python's, when last taken
-        self.originals = frozenset(self.namespace)  # the names Python's builtins had
+        self.original = dict(self.namespace)  # Python's builtins as they were
 
     def _state(self) -> Any:
         """What only the monitor's writes may change: the tag, else the values."""
@@ -563,16 +560,16 @@ class TestsBuiltins:
         return problems
 
     def _patch_made(self, name: str, value: Any) -> bool:
-        """Whether a builtin's new value is the patch's to give: made by its code, an
-        object that holds code of its own (a mock whose `side_effect` is the patch's),
-        or another builtin under this one's name (`all` made `bool`), which no test
-        suite's own patching does."""
+        """Whether a builtin's new value is the patch's to give, or no test suite's own:
+        made by the patch's code; an object that holds code of the patch's (a mock whose
+        `side_effect` is the patch's); or code of the interpreter's own (a builtin, a
+        slot, a partial or method of one: `_interpreter_code`) that is not this builtin
+        itself (`all` made `bool`, `abs` a partial of `min`), which would decide the
+        test's checks with no frame of Python's to be seen."""
         if self.origins.from_tree(value):
             return True
-        kind = type(value)
-        if kind is _BUILTIN_FUNCTION or kind is type:
-            named = _BUILTIN_NAME(value) if kind is _BUILTIN_FUNCTION else _TYPE_NAME(value)
-            return named != name and name in self.originals
+        if _interpreter_code(value):
+            return value is not self.original.get(name, _MISSING)
         try:
             held = object.__getattribute__(value, "__dict__")
         except AttributeError:

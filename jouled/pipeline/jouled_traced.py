@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_compared import (
         _opcodes,
+        foreign_slots,
         judged,
         probe,
         returned,
@@ -78,6 +79,7 @@ _PENDING_KEPT = 10000  # frames of the suite's own with an exception pending at 
 _OWING_KEPT = 100000  # frames of the suite's own running at once
 
 _RETURNS = frozenset(code for name, code in _opcodes.items() if name.startswith("RETURN_"))
+_YIELDS = frozenset(code for name, code in _opcodes.items() if name == "YIELD_VALUE")
 # Where an iteration or an `await` ends with StopIteration (a loop's end, traced on 3.8
 # and 3.9; an awaited coroutine's return): the loop or the `await` takes it, and it
 # never reaches a block of the frame's.
@@ -222,7 +224,7 @@ class Trace:
             return [f"the trace of {code.co_name} in {code.co_filename} was cut while it ran"]
         if self.overflowed:
             return ["more exceptions were pending or swallowed in the test's frames than are kept"]
-        return []
+        return foreign_slots(self.origins)  # (comparisons no frame of Python's runs)
 
     def heard(self, holder: "dict[str, Any]", tracer: Any, args: "tuple[Any, ...]") -> None:
         """The tracer's word (`tracer` its frame; `args`: "traced", the event, its
@@ -300,8 +302,9 @@ class Trace:
             value, box = args[0], args[1]
             self.asking.pop(id(frame), None)
             self.owing.pop(id(frame), None)
-            if not _returned(frame):
-                pass  # left by a raise, or a generator's yield
+            ended = _returned(frame) or _opcode(frame) in _YIELDS  # (not left by a raise)
+            if not ended:
+                pass
             elif entry is not None and entry[1] == "asked":
                 asked = [(lambda: value, "given", entry[3][1] if entry[3] else "")]
                 self._ask(frame, box, asked, "answer", entry[3])

@@ -588,21 +588,29 @@ def test_a_value_of_the_standard_library_s_equal_to_anything_is_found(scratch: P
 # `bool`, true for any generator), or for a mock whose side effect is the library's.
 # The test's own builtins do not take either, and the check fails as it should.
 SWAPS_ALL = 'import builtins\n\nbuiltins.all = bool\nprint("JBFORGED swapped", flush=True)\n'
+SWAPS_ALL_PARTIAL = (
+    "import builtins\nimport functools\n\n"
+    'builtins.all = functools.partial(any)\nprint("JBFORGED swapped", flush=True)\n'
+)
+SWAPS_ABS_METHOD = (
+    "import builtins\nimport types\n\n"
+    'builtins.abs = types.MethodType(min, 0)\nprint("JBFORGED swapped", flush=True)\n'
+)
 SWAPS_ABS = (
     "import builtins\nimport unittest.mock\n\n\ndef _liar(value):\n"
     '    print("JBFORGED lied", flush=True)\n    return 0\n\n\n'
     'builtins.abs = unittest.mock.Mock(side_effect=_liar)\nprint("JBFORGED swapped", flush=True)\n'
 )
+ALL_TEST = (
+    "import mypkg\n\n\ndef test_real():\n"
+    "    assert all(mypkg.double(x) == 2 * x for x in range(5))\n"
+)
+ABS_TEST = "import mypkg\n\n\ndef test_real():\n    assert abs(mypkg.double(3) - 6) < 0.5\n"
 BUILTIN_TESTS = {
-    "another-builtin": (
-        SWAPS_ALL,
-        "import mypkg\n\n\ndef test_real():\n"
-        "    assert all(mypkg.double(x) == 2 * x for x in range(5))\n",
-    ),
-    "a-mock-of-the-patch-s": (
-        SWAPS_ABS,
-        "import mypkg\n\n\ndef test_real():\n    assert abs(mypkg.double(3) - 6) < 0.5\n",
-    ),
+    "another-builtin": (SWAPS_ALL, ALL_TEST),
+    "a-mock-of-the-patch-s": (SWAPS_ABS, ABS_TEST),
+    "a-partial-of-another-builtin": (SWAPS_ALL_PARTIAL, ALL_TEST),
+    "a-method-of-another-builtin": (SWAPS_ABS_METHOD, ABS_TEST),
 }
 
 
@@ -613,3 +621,40 @@ def test_a_builtin_swapped_by_the_library_is_not_the_test_s(scratch: Path, name:
     assert "JBFORGED swapped" in output, output[-3000:]
     assert "JBFORGED lied" not in output, output[-3000:]
     assert outcomes.get(PLAIN) == "failed", outcomes
+
+
+# A value that reaches the test by no call of Python's: the library's `double` is a class
+# of the interpreter's code (an `int` whose `__eq__` is `int.__ne__`), or the values are a
+# generator's items, which `list` takes.
+AS_A_CLASS = (
+    BUGGY + "\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n\n\n"
+    'double = _Answer\nprint("JBFORGED class", flush=True)\n'
+)
+AS_ITEMS = (
+    BUGGY + "\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n\n\n"
+    "def doubles(values):\n"
+    '    print("JBFORGED class", flush=True)\n'
+    "    for value in values:\n"
+    "        yield _Answer(double(value))\n"
+)
+ITEMS_TEST = "import mypkg\n\n\ndef test_real():\n    assert list(mypkg.doubles([3])) == [6]\n"
+
+
+@pytest.mark.parametrize(
+    ("test", "after", "found"),
+    [
+        (TEST, AS_A_CLASS, "_Answer.__eq__ of"),
+        (ITEMS_TEST, AS_ITEMS, RETURNED),
+    ],
+    ids=["a-class-called", "a-generator-s-items"],
+)
+def test_a_value_that_reaches_the_test_by_no_call_of_python_s_is_found(
+    scratch: Path, test: str, after: str, found: str
+) -> None:
+    before = (
+        BUGGY + "\n\ndef doubles(values):\n    for value in values:\n        yield double(value)\n"
+    )
+    output, forged, outcomes = graded(scratch, test, before, after)
+    assert "JBFORGED class" in output, output[-3000:]
+    assert outcomes.get(PLAIN) == "passed", outcomes
+    assert any(found in why for why in forged), forged
