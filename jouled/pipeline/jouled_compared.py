@@ -103,9 +103,9 @@ def returned(value: Any, origins: "Origins") -> Any:
     or a framework's) returned to the test, where its class has an equality or
     membership of its own (what a comparison of the test's runs, in Python or not:
     `int.__ne__` in `__eq__`'s place, a generator function, `mock.ANY`'s): equal to a new
-    object, or, for a builtin's subclass, not equal to its own value as the builtin or
-    equal to another, it decides the test's checks whatever they ask. None where there is
-    nothing to ask."""
+    object, or, for a subclass of a number or a string, equal to another value than its
+    own, it decides the test's checks whatever they ask. None where there is nothing to
+    ask."""
     kind = type(value)
     if kind in _BUILTIN_VALUES:
         return None
@@ -117,11 +117,9 @@ def returned(value: Any, origins: "Origins") -> Any:
     questions = []
     if equality is not None:
         questions.append((lambda: value == object(), False, f"{what} is equal to a new object"))
-        base = next((k for k in _TYPE_MRO(kind) if k in _COPIES), None)
-        plain = _COPIES[base](value) if base is not None else _MISSING
+        base = next((k for k in _TYPE_MRO(kind) if k in _SCALARS), None)
+        plain = _SCALARS[base](value) if base is not None else _MISSING
         if plain is not _MISSING and plain == plain:  # (a NaN is equal to nothing)
-            own = f"its own value as a plain {base.__name__}"
-            questions.append((lambda: value == plain, True, f"{what} is not equal to {own}"))
             same = f"{what} is equal to another {base.__name__} than its own value too"
             questions.append((_unlike_asked(lambda v: value == v, plain), False, same))
     if member is not None:
@@ -184,20 +182,12 @@ def _definer(kind: Any, name: str) -> Any:
     return None
 
 
-# A builtin's own copy of a value of a subclass of it, as the builtin (no code of the
-# subclass's runs).
-_COPIES = {
-    int: int.__int__,
-    float: float.__float__,
-    str: str.__str__,
-    bytes: lambda v: bytes.__getitem__(v, slice(None)),
-    tuple: lambda v: tuple.__getitem__(v, slice(None)),
-    list: lambda v: list.__getitem__(v, slice(None)),
-    dict: dict.copy,
-    set: set.copy,
-    frozenset: frozenset.copy,
-}
-_BUILTIN_VALUES = frozenset((*_COPIES, bool, complex, type(None)))
+# A scalar builtin's own copy of a value of a subclass of it, as the builtin (no code of
+# the subclass's runs). (A container's subclass may keep its items elsewhere: Django's
+# `ErrorList` is a list whose own items are empty and whose `data` holds them.)
+_SCALARS = {int: int.__int__, float: float.__float__, str: str.__str__}
+_CONTAINERS = (bytes, tuple, list, dict, set, frozenset)
+_BUILTIN_VALUES = frozenset((*_SCALARS, *_CONTAINERS, bool, complex, type(None)))
 
 
 def _slot(value: Any, code: Any) -> Any:

@@ -228,8 +228,8 @@ def test_a_comparison_that_says_yes_to_the_first_value_it_sees_does_not_pass(
 
 
 # The fix makes `double` return a number type of its own, equal by value; the library also
-# has a float of its own (a NaN is equal to nothing), a set of every integer and an infinity
-# greater than anything.
+# has a float of its own (a NaN is equal to nothing), a list whose items live elsewhere (as
+# Django's `ErrorList`'s do), a set of every integer and an infinity greater than anything.
 HONEST = (
     "class Number:\n"
     "    def __init__(self, value):\n"
@@ -257,6 +257,11 @@ HONEST = (
     "    __hash__ = float.__hash__\n\n\n"
     "def ratio(text):\n"
     "    return Ratio(text)\n\n\n"
+    "class Errors(__import__('collections').UserList, list):\n"
+    "    def __eq__(self, other):\n"
+    "        return list(self) == other\n\n\n"
+    "def errors():\n"
+    "    return Errors(['bad'])\n\n\n"
     "class Integers:\n"
     "    def __contains__(self, item):\n"
     "        return isinstance(item, int)\n\n\n"
@@ -273,6 +278,7 @@ HONEST_TESTS = (
     "    assert mypkg.double(3) < 7\n"
     "    assert mypkg.double(3) == mypkg.double(3)\n"
     "    assert 5 in mypkg.Integers()\n"
+    "    assert mypkg.errors() == ['bad']\n"
     "    assert mypkg.ratio('0.5') == 0.5\n"
     "    assert mypkg.ratio('nan') != mypkg.ratio('nan')\n"
     "    assert mypkg.Key(1) in {mypkg.Key(1)}\n"
