@@ -90,12 +90,19 @@ def probe(frame: Any, origins: "Origins") -> Any:
     where = f"a comparison of the test's was decided by {what} of {patch}, which holds for"
     given = (lambda: call(second), "given", f"{what} of {patch}")
     questions = [given, given]  # the same, twice: a stateful answer tells itself apart
-    for _ in range(3 if op == "in" else 1):
+    unlike = _ASKED - 3 if op != "in" and type(second) in _UNLIKE_KINDS else 0
+    for _ in range(_ASKED - 2 - unlike):
         questions.append((lambda: call(object()), False, f"{where} a new object too"))
-    for _ in range(3 if op != "in" and type(second) in _UNLIKE_KINDS else 0):
+    for _ in range(unlike):
         question = f"{where} another value of the type it was given too"
         questions.append((_unlike_asked(call, second), False, question))
     return questions
+
+
+# Questions asked of a comparison: the test's value twice among them, an order-based
+# answer (the first value it sees, the third) takes a probe for it at least three times
+# in four.
+_ASKED = 8
 
 
 def returned(value: Any, origins: "Origins") -> Any:
