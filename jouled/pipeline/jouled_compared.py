@@ -50,10 +50,11 @@ def probe(frame: Any, origins: "Origins") -> Any:
     cannot foretell (what tells the test's value from the others at its first sight, by
     order, is found at least three times in four), in the tracer, outside the hook: the
     patch's code runs watched.
-    It is asked as it was reached: the function the compared value's class holds;
+    It is asked as it was reached: the function the compared value's class holds, or
     through the comparison itself, where the class holds something else (a
-    `partialmethod`); the patch's function itself, where no class holds it (a
-    `staticmethod`)."""
+    `partialmethod`). (A `staticmethod` in its place is found by `foreign_slots`: what
+    a comparison called with the other value alone cannot be told from a callback the
+    interpreter ran meanwhile, a weak reference's or a signal's.)"""
     caller = frame.f_back
     op = _comparison(caller) if caller is not None else ""
     if not op:
@@ -81,10 +82,6 @@ def probe(frame: Any, origins: "Origins") -> Any:
         patch = origins.class_from_tree(holder) if holder is not None else ""
         call = _operator(op, given[0]) if patch else None
         what = f"{_text(_TYPE_QUALNAME(holder))}.{name}" if patch else ""
-        if not patch and not _method_of(given[0], code):  # (a `__hash__` is one)
-            patch = origins.code_from_tree(code)
-            call = _rebuilt(frame, code, values, given)
-            what, second = _text(code.co_name), given[0]
     if not patch or call is None:
         return None
     where = f"a comparison of the test's was decided by {what} of {patch}, which holds for"
@@ -253,34 +250,6 @@ def _holder(value: Any, name: str) -> Any:
     return None
 
 
-def _method_of(value: Any, code: Any) -> bool:
-    """Whether a class on `value`'s MRO holds a function of `code` (under any name)."""
-    for klass in _TYPE_MRO(type(value))[:64]:
-        for member in _TYPE_DICT(klass).values():
-            if type(member) is _FunctionType and _FUNC_CODE(member) is code:
-                return True
-    return False
-
-
-def _rebuilt(frame: Any, code: Any, values: Any, given: "list[Any]") -> Any:
-    """The patch's function a comparison called, made again from its code (no class
-    holds it: a `staticmethod`, handed the compared value alone), to be called as it was
-    but for that value."""
-    cells = [_CELL(values.get(name)) for name in code.co_freevars]
-    try:
-        function = _FunctionType(code, frame.f_globals, code.co_name, None, tuple(cells) or None)
-    except (TypeError, ValueError):
-        return None
-    start = code.co_argcount
-    kwonly = code.co_varnames[start : start + code.co_kwonlyargcount]
-    named = {name: values[name] for name in kwonly if name in values}
-    rest = given[1:]
-    return lambda value: function(value, *rest, **named)
-
-
-_CELL = getattr(__import__("types"), "CellType", None) or (lambda v: (lambda: v).__closure__[0])
-
-
 _UNLIKE_KINDS = (bool, int, float, str, bytes, tuple, list, set, frozenset, dict)
 
 
@@ -339,9 +308,10 @@ def _interpreter_code(value: Any, depth: int = 0) -> bool:
 def foreign_slots(origins: "Origins") -> "list[str]":
     """The classes of the patch's modules whose equality or membership is the
     interpreter's own code under another name (`__eq__ = int.__ne__`, a partial of a
-    builtin): a comparison of the test's that runs no frame of Python's, which no
+    builtin), a comparison of the test's that runs no frame of Python's, which no
     question of the monitor's is ever asked of where the value reaches the test by no
-    call (a class called as a function, a generator's items)."""
+    call (a class called as a function, a generator's items); or a static or class
+    method, called with the other value alone."""
     problems: list[str] = []
     for module in list(sys.modules.values()):
         namespace = _MODULE_DICT(module) if type(module) is type(sys) else None
@@ -354,12 +324,15 @@ def foreign_slots(origins: "Origins") -> "list[str]":
             own = _TYPE_DICT(value)
             for name in ("__eq__", "__contains__"):
                 member = own.get(name)
+                where = f"{_text(_TYPE_QUALNAME(value))}.{name} of {filename}"
+                if type(member) in (staticmethod, classmethod):
+                    problems.append(f"{where} is a {type(member).__name__}")
+                    continue
                 named = _NAME_OF.get(type(member))
                 if member is None or not _interpreter_code(member):
                     continue
                 if named is not None and _text(named(member)) == name:
                     continue  # a builtin's own slot of that name (`__eq__ = int.__eq__`)
-                where = f"{_text(_TYPE_QUALNAME(value))}.{name} of {filename}"
                 problems.append(f"{where} is code of the interpreter's own under another name")
                 if len(problems) > 3:
                     return problems
