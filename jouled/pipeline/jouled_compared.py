@@ -85,8 +85,8 @@ def probe(frame: Any, origins: "Origins") -> Any:
     if not patch or call is None:
         return None
     where = f"a comparison of the test's was decided by {what} of {patch}, which holds for"
-    given = (lambda: call(second), "given", f"{what} of {patch}")
-    questions = [given, given]  # the same, twice: a stateful answer tells itself apart
+    again = (lambda: call(second), "given", f"{what} of {patch}")
+    questions: list[Any] = [again, again]  # the same twice: a stateful answer tells itself
     unlike = _ASKED - 3 if op != "in" and type(second) in _UNLIKE_KINDS else 0
     for _ in range(_ASKED - 2 - unlike):
         questions.append((lambda: call(object()), False, f"{where} a new object too"))
@@ -123,7 +123,7 @@ def returned(value: Any, origins: "Origins") -> Any:
         questions.append((lambda: value == object(), False, f"{what} is equal to a new object"))
         base = next((k for k in _TYPE_MRO(kind) if k in _SCALARS), None)
         plain = _SCALARS[base](value) if base is not None else _MISSING
-        if plain is not _MISSING and plain == plain:  # (a NaN is equal to nothing)
+        if base is not None and plain is not _MISSING and plain == plain:  # (a NaN: no)
             same = f"{what} is equal to another {base.__name__} than its own value too"
             questions.append((_unlike_asked(lambda v: value == v, plain), False, same))
     if member is not None:
@@ -314,8 +314,10 @@ def foreign_slots(origins: "Origins") -> "list[str]":
     method, called with the other value alone."""
     problems: list[str] = []
     for module in list(sys.modules.values()):
-        namespace = _MODULE_DICT(module) if type(module) is type(sys) else None
-        filename = namespace.get("__file__") if namespace is not None else None
+        if type(module) is not type(sys):
+            continue
+        namespace = _MODULE_DICT(module)
+        filename = namespace.get("__file__")
         if type(filename) is not str or origins.trusted_file(filename):
             continue
         for value in list(namespace.values())[:4096]:

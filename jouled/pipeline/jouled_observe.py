@@ -298,7 +298,7 @@ def guard_part_executor(audit: Any, case: Any) -> None:
         # The part runs under the outcome its test's run made: one put in its place
         # (`test._outcome`, a plain attribute) would file a subtest's failure where the
         # run never reads it, and the run would file a pass.
-        frame = _getframe(1)
+        frame: Any = _getframe(1)
         while frame is not None and frame.f_code is not run:
             frame = frame.f_back
         made = frame.f_locals.get("outcome", self) if frame is not None else self

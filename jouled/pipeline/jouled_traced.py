@@ -211,7 +211,7 @@ class Trace:
         held = self._gettrace() is self.traced
         self._settrace(None)
         live = set()  # frames still running (the runner's call that reports the test)
-        current = _getframe(0)
+        current: Any = _getframe(0)
         while current is not None:
             live.add(id(current))
             current = current.f_back
