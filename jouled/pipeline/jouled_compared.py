@@ -122,8 +122,8 @@ def returned(value: Any, origins: "Origins") -> Any:
     if equality is not None:
         questions.append((lambda: value == object(), False, f"{what} is equal to a new object"))
         base = next((k for k in _TYPE_MRO(kind) if k in _SCALARS), None)
-        plain = _SCALARS[base](value) if base is not None else _MISSING
-        if base is not None and plain is not _MISSING and plain == plain:  # (a NaN: no)
+        plain = _SCALARS[base](value) if base is not None else None
+        if base is not None and plain == plain:  # (a NaN is equal to nothing)
             same = f"{what} is equal to another {base.__name__} than its own value too"
             questions.append((_unlike_asked(lambda v: value == v, plain), False, same))
     if member is not None:
@@ -177,13 +177,21 @@ def _text(value: Any) -> str:
     return str.__str__(value) if any(k is str for k in _TYPE_MRO(type(value))) else "?"
 
 
+def _owner(kind: Any, name: str) -> Any:
+    """(the first class on `kind`'s MRO whose own namespace holds `name`, what it holds);
+    (None, None) where none does (read from the namespaces: no code of the class runs)."""
+    for klass in _TYPE_MRO(kind)[:64]:
+        namespace = _TYPE_DICT(klass)
+        if name in namespace:
+            return klass, namespace[name]
+    return None, None
+
+
 def _definer(kind: Any, name: str) -> Any:
     """The class on `kind`'s MRO that defines `name`, where it is not `object`'s or a
     builtin value's own; else None."""
-    for klass in _TYPE_MRO(kind)[:64]:
-        if name in _TYPE_DICT(klass):
-            return None if klass is object or klass in _BUILTIN_VALUES else klass
-    return None
+    klass = _owner(kind, name)[0]
+    return None if klass is object or klass in _BUILTIN_VALUES else klass
 
 
 # A scalar builtin's own copy of a value of a subclass of it, as the builtin (no code of
@@ -208,7 +216,7 @@ def _slot(value: Any, code: Any) -> Any:
 
 
 def _comparison(frame: Any) -> str:
-    """ "==" or "in" where `frame` is at an equality or membership test, else ""."""
+    """The test `frame` is at: "==", "!=" or "in"; "" where it is at none of them."""
     code = frame.f_code.co_code
     at = frame.f_lasti
     if not 0 <= at < len(code) - 1:
@@ -243,14 +251,11 @@ def _operator(op: str, first: Any) -> Any:
 def _holder(value: Any, name: str) -> Any:
     """The class on `value`'s MRO whose own namespace holds `name`, where what it holds
     is no plain function (a descriptor: `partialmethod`); None otherwise."""
-    for klass in _TYPE_MRO(type(value))[:64]:
-        member = _TYPE_DICT(klass).get(name)
-        if member is not None:
-            return None if type(member) is _FunctionType else klass
-    return None
+    klass, member = _owner(type(value), name)
+    return None if type(member) is _FunctionType else klass
 
 
-_UNLIKE_KINDS = (bool, int, float, str, bytes, tuple, list, set, frozenset, dict)
+_UNLIKE_KINDS = (bool, *_SCALARS, *_CONTAINERS)  # what `_unlike` makes another of
 
 
 def _unlike(value: Any) -> "list[Any]":
@@ -326,16 +331,16 @@ def foreign_slots(origins: "Origins") -> "list[str]":
             own = _TYPE_DICT(value)
             for name in ("__eq__", "__contains__"):
                 member = own.get(name)
-                where = f"{_text(_TYPE_QUALNAME(value))}.{name} of {filename}"
-                if type(member) in (staticmethod, classmethod):
-                    problems.append(f"{where} is a {type(member).__name__}")
+                kind = type(member)
+                if kind in (staticmethod, classmethod):
+                    why = f"is a {kind.__name__}"
+                elif member is None or not _interpreter_code(member):
                     continue
-                named = _NAME_OF.get(type(member))
-                if member is None or not _interpreter_code(member):
-                    continue
-                if named is not None and _text(named(member)) == name:
+                elif kind in _NAME_OF and _text(_NAME_OF[kind](member)) == name:
                     continue  # a builtin's own slot of that name (`__eq__ = int.__eq__`)
-                problems.append(f"{where} is code of the interpreter's own under another name")
+                else:
+                    why = "is code of the interpreter's own under another name"
+                problems.append(f"{_text(_TYPE_QUALNAME(value))}.{name} of {filename} {why}")
                 if len(problems) > 3:
                     return problems
     return problems

@@ -90,7 +90,6 @@ _ITERATING = frozenset(
     if name in _opcodes
 )
 _get = dict.get
-# The operations a comparison runs in: the frame that called a comparison method is at one.
 # Frameworks' modules whose assertions compare on the test's behalf.
 _CHECKERS = ("unittest.case", "_pytest.python_api", "django.test.testcases")
 CHILD_EXIT = 70  # a forked child that would run the suite's code is ended with this
@@ -132,7 +131,7 @@ class Trace:
         self.leaving: dict[int, Any] = {}  # id(frame) -> (frame, error): `_left`
         self.overflowed = False
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
-        self.asking: dict[int, Any] = {}  # id(frame) -> a comparison's probe (`_asked`)
+        self.asking: dict[int, Any] = {}  # id(frame) -> questions being asked (`_ask`)
         self.child = False  # a process forked from the run's (`forked`)
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
 
@@ -302,9 +301,8 @@ class Trace:
             value, box = args[0], args[1]
             self.asking.pop(id(frame), None)
             self.owing.pop(id(frame), None)
-            ended = _returned(frame) or _opcode(frame) in _YIELDS  # (not left by a raise)
-            if not ended:
-                pass
+            if not (_returned(frame) or _opcode(frame) in _YIELDS):
+                pass  # left by a raise: it answered nothing
             elif entry is not None and entry[1] == "asked":
                 asked = [(lambda: value, "given", entry[3][1] if entry[3] else "")]
                 self._ask(frame, box, asked, "answer", entry[3])
