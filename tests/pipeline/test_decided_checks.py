@@ -125,7 +125,8 @@ HOLDS_ANY = (
 )
 # Equalities that run no Python frame: a builtin's slot, a partial of one, a generator
 # function (its call returns a generator, which is true).
-C_SLOT = _returns("\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n")
+NOT_EQUAL_INT = "\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n"
+C_SLOT = _returns(NOT_EQUAL_INT)
 PARTIAL_BUILTIN = "import functools, operator\n" + _returns(
     "\n\nclass _Answer:\n"
     "    def __init__(self, value):\n"
@@ -641,12 +642,9 @@ def test_a_builtin_swapped_by_the_library_is_not_the_test_s(scratch: Path, name:
 # A value that reaches the test by no call of Python's: the library's `double` is a class
 # of the interpreter's code (an `int` whose `__eq__` is `int.__ne__`), or the values are a
 # generator's items, which `list` takes.
-AS_A_CLASS = (
-    BUGGY + "\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n\n\n"
-    'double = _Answer\nprint("JBFORGED class", flush=True)\n'
-)
+AS_A_CLASS = BUGGY + NOT_EQUAL_INT + '\n\ndouble = _Answer\nprint("JBFORGED class", flush=True)\n'
 AS_ITEMS = (
-    BUGGY + "\n\nclass _Answer(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n\n\n"
+    BUGGY + NOT_EQUAL_INT + "\n\n"
     "def doubles(values):\n"
     '    print("JBFORGED class", flush=True)\n'
     "    for value in values:\n"
