@@ -20,8 +20,8 @@ from pathlib import Path
 from jouled.contracts.contract import Contract, iter_tree
 from jouled.documents.vocabulary import INTEGRITY_LEVELS
 from jouled.errors import SandboxError
-from jouled.pipeline import container, pytest_run, sympy_run, unittest_run
-from jouled.pipeline.graded_tree import read_only_native, read_only_tests
+from jouled.pipeline import container, pytest_run, runners, sympy_run, unittest_run
+from jouled.pipeline.graded_tree import read_only_native, read_only_tests, secret_tests
 from jouled.pipeline.limits import Limits, RunResult
 from jouled.pipeline.sandbox import Sandbox
 from jouled.pipeline.testreport import parse_ra
@@ -85,7 +85,15 @@ class CheckRunner:
                     installed_plugins=runtime is not None and runtime.installed,
                 )
             limits = self._limits(contract)
-            level = integrity_level(plan, runtime.version_tuple if runtime is not None else None)
+            version = runtime.version_tuple if runtime is not None else None
+            reads = version if runtime is not None else sys.version_info[:2]
+            if plan is not None and plan.level != "reduced" and reads and reads >= (3, 8):
+                # Python 3.8+ reads source through `io.open_code`, which the runner serves.
+                setup, sealed = runners.seal_tests(
+                    plan.setup, tree, ro, secret_tests(contract, protected)
+                )
+                plan = dataclasses.replace(plan, setup=setup, overlays={**plan.overlays, **sealed})
+            level = integrity_level(plan, version)
             self._check_integrity(contract, level)
             if plan is None:
                 overlays = read_only_tests(contract, tree, protected)

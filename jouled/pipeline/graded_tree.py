@@ -125,3 +125,21 @@ def _native_files(pristine: str, mtime_ns: int) -> tuple[str, ...]:
                 if len(found) >= MAX_READ_ONLY_FILES:
                     return tuple(found)
     return tuple(found)
+
+
+def secret_tests(contract: Contract, protected: Sequence[str]) -> list[str]:
+    """The protected test modules an agent is never shown: hidden test files and those the
+    task's test patch writes (`test*.py`, `*_test.py`, `tests.py`). A graded run keeps them
+    sealed: no process of the run reads them from disk (`runners.seal_tests`)."""
+    patched: set[str] = set()
+    if contract.test_patch:
+        patched = {f.new_path for f in parse_trusted(contract.test_patch).files if f.new_path}
+    found = []
+    for rel in protected:
+        name = rel.rpartition("/")[2]
+        module = name.endswith(".py") and (
+            name.startswith("test") or name.endswith("_test.py") or name == "tests.py"
+        )
+        if module and (rel in patched or contract.is_hidden(rel)):
+            found.append(rel)
+    return found

@@ -17,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
+    from jouled.pipeline.jouled_monitor import read_source
     from jouled.pipeline.jouled_observe import _TYPE_NAME, _layers, innermost
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
@@ -231,8 +232,7 @@ def binding_problems(function: Any, instance: Any) -> "list[str]":
 def source_tree(filename: str) -> Any:
     """The syntax tree of a source file, None where it cannot be read or parsed."""
     try:
-        with open(filename, "rb") as fh:
-            return _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+        return _COMPILE(read_source(filename), filename, "exec", _ONLY_AST)
     except (OSError, SyntaxError, ValueError):
         return None
 

@@ -7,6 +7,7 @@ is checked). What the checks trust lives only in `start`'s closures.
 # Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
 # every annotation naming a generic is a string (`jouled_monitor.py`).
 
+import _thread
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_failures import note_failure
     from jouled.pipeline.jouled_monitor import (
         _HMAC,
+        _SEAL_JUDGE,
         EVENT,
         FRAME_ATTRS,
         FRAMES_WRITABLE,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         memory_file,
         memory_sealed,
         run_could_write,
+        seal_sources,
     )
     from jouled.pipeline.jouled_observe import heard, passed_problems
     from jouled.pipeline.jouled_origins import (
@@ -58,7 +61,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         run_with_framework_builtins,
         version_tags,
     )
-    from jouled.pipeline.jouled_stack import Machinery, Stack, pytest_rewriter
+    from jouled.pipeline.jouled_stack import Machinery, Stack, loading_file, pytest_rewriter
     from jouled.pipeline.jouled_traced import Trace
 
 
@@ -383,6 +386,29 @@ def start(
     def refuse(why: str) -> None:
         tamper(why)
         raise Refused(f"jouled: refused while grading: {why}")
+
+    # A sealed test file (`seal_sources`) is read for its text only by the loading of that
+    # very module, in the main thread, with no code of the patch's on the stack: one the
+    # patch's code reads is tampering, any other read is refused as the disk refuses it.
+    main_thread, thread_now = _thread.get_ident(), _thread.get_ident
+
+    def sealed_read(path: str) -> bool:
+        if state["busy"] or thread_now() != main_thread:
+            return False
+        state["busy"] = True
+        try:
+            reader = getframe(3)  # above this judge, `_sealed_text` and `sealed_open`
+            found = patch_on_stack(reader)
+            if found:
+                tamper(f"{found} read {path}, a test file the run keeps sealed")
+                return False
+            return loading_file(reader, path, origins)
+        finally:
+            state["busy"] = False
+
+    if setup.get("sealed"):
+        _SEAL_JUDGE.append(sealed_read)
+        seal_sources(root, setup["sealed"])
 
     def stand_in(frame: Any) -> None:
         """The test framework's own `import ctypes` (Django's test runner has one, for

@@ -85,6 +85,7 @@ start record says which level applied (`monitor` or `reduced`).
 
 import hashlib
 import hmac
+import io
 import json
 import os
 import sys
@@ -356,6 +357,100 @@ def memory_sealed() -> bool:
     except OSError:
         return False
     return False
+
+
+# -- sealed test files ---------------------------------------------------------------------
+# The run's secret test modules (hidden tests, and those the task's test patch writes), by
+# real path. On disk each is unreadable to every process of the run (the daemon shows an
+# unreadable file over it), so no thread or child process can learn what a test expects
+# from it; its text arrives on fd 3 and lives only here. It is handed to the monitor's own
+# checks (`read_source`) and, through Python's `open` and `io.open_code` (`sealed_open`),
+# to a read `start`'s judge lets through: the import of that very module (or SymPy's runner
+# running that file), in the main thread, with no code of the patch's on the stack.
+_SEALED: "dict[str, bytes]" = {}
+_SEALED_NAMES: "set[str]" = set()
+_SEAL_JUDGE: "list[Any]" = []  # start's: (real path) -> whether the read may have the text
+_OPEN = open  # the boot's copy of the builtins: Python's own `open`
+_OPEN_CODE = getattr(io, "open_code", None)
+_BASENAME, _REALPATH, _FSPATH = os.path.basename, os.path.realpath, os.fspath
+
+
+def read_source(path: str) -> bytes:
+    """The bytes of a source file as the monitor checks it, a sealed one's from memory."""
+    if _SEALED and _BASENAME(path) in _SEALED_NAMES:
+        data = _SEALED.get(_REALPATH(path))
+        if data is not None:
+            return data
+    with _OPEN(path, "rb") as fh:
+        return fh.read()
+
+
+def _sealed_text(file: Any) -> "bytes | None":
+    """A sealed file's text for a read the judge lets through; None for any other file."""
+    name = file if type(file) is str else None
+    if name is None and type(file) is not int:
+        try:
+            name = os.fsdecode(_FSPATH(file))
+        except TypeError:
+            return None
+    if name is None or _BASENAME(name) not in _SEALED_NAMES:
+        return None
+    real = _REALPATH(name)
+    data = _SEALED.get(real)
+    if data is None:
+        return None
+    if _SEAL_JUDGE and _SEAL_JUDGE[0](real):
+        return data
+    raise PermissionError(13, "Permission denied", name)
+
+
+def sealed_open(
+    file: Any,
+    mode: str = "r",
+    buffering: int = -1,
+    encoding: Any = None,
+    errors: Any = None,
+    newline: Any = None,
+    closefd: bool = True,
+    opener: Any = None,
+) -> Any:
+    """Python's `open`, but for a sealed file's reads, which get its text from memory."""
+    data = None
+    if type(mode) is str and not ("w" in mode or "a" in mode or "x" in mode or "+" in mode):
+        data = _sealed_text(file)
+    if data is None:
+        return _OPEN(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    buffer = io.BytesIO(data)
+    buffer.name = file if type(file) in (str, bytes) else os.fsdecode(_FSPATH(file))
+    return buffer if "b" in mode else io.TextIOWrapper(buffer, encoding, errors, newline)
+
+
+def sealed_open_code(path: str) -> Any:
+    """`io.open_code` (how the import system reads source), sealed files from memory."""
+    data = _sealed_text(path)
+    if data is None:
+        return _OPEN_CODE(path)
+    buffer = io.BytesIO(data)
+    buffer.name = path
+    return buffer
+
+
+def seal_sources(root: str, sealed: "dict[str, str]") -> None:
+    """Take the sealed files' text (tree-relative path -> base64) and put `sealed_open` in
+    the place of Python's `open` and `io.open_code` (the import system's `_io.open_code`)."""
+    import _io
+    import binascii
+    import builtins
+
+    for rel, text in sealed.items():
+        real = _REALPATH(os.path.join(root, rel))
+        _SEALED[real] = binascii.a2b_base64(text)
+        _SEALED_NAMES.add(_BASENAME(real))
+    if not _SEALED:
+        return
+    builtins.open = io.open = sealed_open
+    if _OPEN_CODE is not None:
+        _io.open_code = io.open_code = sealed_open_code
 
 
 def run_could_write(path: str) -> bool:

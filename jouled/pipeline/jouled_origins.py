@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         WATCHED_PREFIXES,
         _CodeType,
         read_setup,
+        read_source,
     )
 
 # -- where code comes from ------------------------------------------------------------------
@@ -99,8 +100,7 @@ class Origins:
             return
         if type(source) not in (bytes, str):  # an AST (pytest's rewriting): read the file
             try:
-                with open(path, "rb") as fh:
-                    source = fh.read()
+                source = read_source(path)
             except OSError:
                 source = b""
         data = source.encode() if type(source) is str else source
@@ -114,8 +114,7 @@ class Origins:
         if type(source) not in (bytes, str):
             return False
         try:
-            with open(filename, "rb") as fh:
-                data = fh.read()
+            data = read_source(filename)
         except OSError:
             return False
         if type(source) is bytes:
@@ -126,8 +125,7 @@ class Origins:
         """Whether `code` is what its file compiles to (compared by instructions, names
         and constants: compiler flags a caller passes on may differ)."""
         try:
-            with open(code.co_filename, "rb") as fh:
-                fresh = _COMPILE(fh.read(), code.co_filename, "exec", 0, True)
+            fresh = _COMPILE(read_source(code.co_filename), code.co_filename, "exec", 0, True)
         except (OSError, SyntaxError, ValueError):
             return False
         return _alike(code, fresh)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         SYS_WATCHED,
         WATCHED,
         WATCHED_PREFIXES,
+        read_source,
     )
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
@@ -344,8 +345,7 @@ def source_names(filename: str) -> "tuple[frozenset[str], bool, frozenset[str]]"
     class bodies only for `global`, and only when the source says `global`.
     """
     try:
-        with open(filename, "rb") as fh:
-            source = fh.read()
+        source = read_source(filename)
         tree = _COMPILE(source, filename, "exec", _ONLY_AST)
     except (OSError, SyntaxError, ValueError):
         return frozenset(), True, frozenset()
@@ -397,8 +397,7 @@ def defined_names(filename: str) -> "frozenset[str]":
     """The functions and classes a module's source defines at its top level (or under a
     top-level `if` or `try`)."""
     try:
-        with open(filename, "rb") as fh:
-            tree = _COMPILE(fh.read(), filename, "exec", _ONLY_AST)
+        tree = _COMPILE(read_source(filename), filename, "exec", _ONLY_AST)
     except (OSError, SyntaxError, ValueError, TypeError):
         return frozenset()
     names: set[str] = set()
@@ -532,8 +531,7 @@ class TestsBuiltins:
         found = self.mentions.get(filename)
         if found is None:
             try:
-                with open(filename, "rb") as fh:
-                    found = b"builtins" in fh.read()
+                found = b"builtins" in read_source(filename)
             except OSError:
                 found = True
             self.mentions[filename] = found

@@ -335,3 +335,37 @@ def pytest_rewriter(code: Any, origins: "Origins", modules: "dict[str, Any]") ->
         and _FUNC_CODE(runs) is code
         and not origins.code_from_tree(code)
     )
+
+
+# The functions a sealed test file's text is read under (`sealed_open`): the import of a
+# module (the import system's, or pytest's own loading of a test module by its spec),
+# and SymPy's runner running a test file.
+_SEAL_READERS = frozenset(
+    {"_load_unlocked", "exec_module", "_import_module_using_spec", "test_file"}
+)
+_MODULE_SPEC = type(sys.__spec__)
+
+
+def loading_file(frame: Any, path: str, origins: "Origins") -> bool:
+    """Whether `frame` runs within the loading of the module whose file is `path` (by
+    real path), by code the patch did not write: what reads the file's text there turns
+    it into that module, and hands it to no one."""
+    depth = 0
+    while frame is not None and depth < 400:
+        code = frame.f_code
+        if code.co_name in _SEAL_READERS and origins.trusted_file(code.co_filename):
+            local = frame.f_locals
+            if code.co_name == "test_file":
+                named = local.get("filename")
+            else:
+                spec = local.get("spec")
+                if type(spec) is not _MODULE_SPEC:
+                    module = local.get("module")
+                    found = _MODULE_DICT(module) if type(module) is type(sys) else {}
+                    spec = found.get("__spec__")
+                named = vars(spec).get("origin") if type(spec) is _MODULE_SPEC else None
+            if type(named) is str and os.path.realpath(named) == path:
+                return True
+        frame = frame.f_back
+        depth += 1
+    return False

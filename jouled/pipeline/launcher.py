@@ -18,6 +18,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -376,6 +377,21 @@ class _Pipes:
             self.close(fd)
 
 
+_PIPE_BUFFER = 65536  # what a pipe holds before a write waits for its reader
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """Write `data` into a pipe the command reads as it starts, then close it."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # the command ended before it read everything: it fails on its own
+    finally:
+        os.close(fd)
+
+
 def run_started(
     argv: Sequence[str],
     prefix: Sequence[str],
@@ -420,8 +436,12 @@ def _supervise(
     moves: list[tuple[int, int]] = []
     if channel_in is not None:
         in_r, in_w = pipes.pipe()
-        os.write(in_w, channel_in)  # small: fits the pipe's buffer
-        pipes.close(in_w)
+        if len(channel_in) <= _PIPE_BUFFER:
+            os.write(in_w, channel_in)
+            pipes.close(in_w)
+        else:  # a setup with sealed test files: fed as the command reads it
+            pipes.fds.remove(in_w)
+            threading.Thread(target=_feed, args=(in_w, channel_in), daemon=True).start()
         passed.append(in_r)
         moves.append((in_r, CHANNEL_IN_FD))
     chan_r = -1

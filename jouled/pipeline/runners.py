@@ -12,6 +12,7 @@ never on a command line or in a file the run can read.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import marshal
@@ -209,3 +210,25 @@ def setup(layout: Layout, canaries: Iterable[str], **extra: object) -> tuple[byt
         {"root": layout.workdir, "ro": layout.ro, "canaries": list(canaries), **extra}
     ).encode()
     return key, key + len(document).to_bytes(4, "big") + document
+
+
+SEALED_STUB = "sealed"  # the unreadable file shown over each sealed test module
+
+
+def seal_tests(
+    setup_bytes: bytes, tree: Path, ro_dir: Path, secret: Sequence[str]
+) -> tuple[bytes, dict[str, Path]]:
+    """Keep the `secret` test modules (tree-relative) from every process of the run: their
+    text joins the setup the runner reads on fd 3, and each is shown as an empty file no
+    one may read (mode 000 on a read-only mount). Returns (the setup, the overlays)."""
+    if not secret:
+        return setup_bytes, {}
+    key, document = setup_bytes[:KEY_BYTES], json.loads(setup_bytes[KEY_BYTES + 4 :])
+    document["sealed"] = {
+        rel: base64.b64encode((tree / rel).read_bytes()).decode() for rel in secret
+    }
+    stub = ro_dir / SEALED_STUB
+    stub.touch()
+    os.chmod(stub, 0)
+    body = json.dumps(document).encode()
+    return key + len(body).to_bytes(4, "big") + body, {rel: stub for rel in secret}
