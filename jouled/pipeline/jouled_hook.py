@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_monitor import (
         _HMAC,
         _SEAL_JUDGE,
+        _SEALED,
         EVENT,
         FRAME_ATTRS,
         FRAMES_WRITABLE,
@@ -98,6 +99,10 @@ def start(
     origins.canaries = frozenset(
         os.path.realpath(os.path.join(root, rel)) for rel in setup.get("canaries", [])
     )
+    # The sealed test files' text, and `open` serving it, before the import system is
+    # taken as it was (`Machinery`): what reads and compiles a sealed file is compared
+    # with what it was here each time the text is handed out.
+    seal_sources(root, setup.get("sealed") or {})
     # The suite's own frames, traced while a test runs (audit hooks: 3.8+).
     trace = Trace(origins, getattr(sys, "audit", None), setup["root"])
     runner = globals()
@@ -402,13 +407,18 @@ def start(
             if found:
                 tamper(f"{found} read {path}, a test file the run keeps sealed")
                 return False
-            return loading_file(reader, path, origins)
+            if not loading_file(reader, path, origins):
+                return False
+            changed = machinery.changed_reader()
+            if changed:
+                tamper(f"{changed} was changed before {path}, a sealed test file, was read")
+                return False
+            return True
         finally:
             state["busy"] = False
 
-    if setup.get("sealed"):
+    if _SEALED:
         _SEAL_JUDGE.append(sealed_read)
-        seal_sources(root, setup["sealed"])
 
     def stand_in(frame: Any) -> None:
         """The test framework's own `import ctypes` (Django's test runner has one, for

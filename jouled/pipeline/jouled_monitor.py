@@ -373,6 +373,7 @@ _SEAL_JUDGE: "list[Any]" = []  # start's: (real path) -> whether the read may ha
 _OPEN = open  # the boot's copy of the builtins: Python's own `open`
 _OPEN_CODE = getattr(io, "open_code", None)
 _BASENAME, _REALPATH, _FSPATH = os.path.basename, os.path.realpath, os.fspath
+_BYTES_IO, _TEXT_IO = io.BytesIO, io.TextIOWrapper
 
 
 def read_source(path: str) -> bytes:
@@ -420,9 +421,9 @@ def sealed_open(
         data = _sealed_text(file)
     if data is None:
         return _OPEN(file, mode, buffering, encoding, errors, newline, closefd, opener)
-    buffer = io.BytesIO(data)
+    buffer = _BYTES_IO(data)
     buffer.name = file if type(file) in (str, bytes) else os.fsdecode(_FSPATH(file))
-    return buffer if "b" in mode else io.TextIOWrapper(buffer, encoding, errors, newline)
+    return buffer if "b" in mode else _TEXT_IO(buffer, encoding, errors, newline)
 
 
 def sealed_open_code(path: str) -> Any:
@@ -430,7 +431,7 @@ def sealed_open_code(path: str) -> Any:
     data = _sealed_text(path)
     if data is None:
         return _OPEN_CODE(path)
-    buffer = io.BytesIO(data)
+    buffer = _BYTES_IO(data)
     buffer.name = path
     return buffer
 
@@ -441,6 +442,8 @@ def seal_sources(root: str, sealed: "dict[str, str]") -> None:
     import _io
     import binascii
     import builtins
+    import importlib.util  # noqa: F401 - taken as it was by `Machinery.READING`
+    import tokenize  # noqa: F401 - the same
 
     for rel, text in sealed.items():
         real = _REALPATH(os.path.join(root, rel))

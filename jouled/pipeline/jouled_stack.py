@@ -51,6 +51,9 @@ class Machinery:
     )
     BUILTINS = ("compile", "exec")
     LOADERS = ("SourceFileLoader", "SourcelessFileLoader", "zipimporter")
+    # What else a sealed test file's text passes through as it is made a module (pytest
+    # hashes, parses and tokenizes it; `open` wraps it): compared as it is handed out.
+    READING = ("importlib.util", "tokenize", "token", "io", "ast")
 
     def __init__(self) -> None:
         modules = sys.modules
@@ -82,6 +85,24 @@ class Machinery:
                 namespace = _TYPE_DICT(klass)
                 if all(entry[0] is not namespace for entry in self.namespaces):
                     self._take(namespace, list(namespace))
+
+        self.reading: list[tuple[str, Any, list[str], list[Any]]] = []
+        for name in self.READING:
+            module = modules.get(name)
+            if type(module) is type(sys):
+                namespace = _MODULE_DICT(module)
+                keys = list(namespace)
+                self.reading.append((name, namespace, keys, list(map(namespace.get, keys))))
+
+    def changed_reader(self) -> str:
+        """The first module of the import system, or of what else reads a sealed file's
+        text (`READING`), whose namespace changed since the start; "" when none did."""
+        if not self.intact():
+            return "the import system"
+        for name, namespace, keys, values in self.reading:
+            if len(namespace) != len(keys) or not same(list(map(namespace.get, keys)), values):
+                return name
+        return ""
 
     def _take(self, namespace: Any, keys: "list[str]", sized: bool = True) -> None:
         values = list(map(namespace.get, keys))

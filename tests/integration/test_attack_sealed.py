@@ -9,7 +9,9 @@ them. It tries a different reader each time:
 - `cat`, `python`: a child process (`cat`, a fresh `python -I -S`) prints the file;
 - `thread`: a worker thread of the library's reads it through `pathlib`;
 - `open`, `loader`: the library's own code reads it (`open`, or the import system's
-  loader asked for the file's data by hand).
+  loader asked for the file's data by hand);
+- `spy`: the library, imported before the hidden file is collected, swaps a function
+  pytest hands the text to as it loads the file (`importlib.util.source_hash`).
 
 Each reader proves it ran by reading the visible test file (a marker line). On the hidden
 file every one must be refused, so the forgery learns nothing: the run is `unresolved`,
@@ -31,7 +33,9 @@ from .test_attack_grading import Build, Outcome, fix_build, serving
 
 CALC = A.TaskInfo("sealedcalc", "sealedcalc/__init__.py", "sealedcalc/ops.py")
 HIDDEN = "test_hidden_ops.py"
-VISIBLE = "test_ops.py"
+VISIBLE = "test_basic.py"  # collected before the hidden file: the library is imported
+LATER = "test_ops.py"  # collected after it
+SEEN_BY = [(LATER, "def test_later"), (HIDDEN, "def test_twenty_one")]
 
 BUGGY = """\
 def double(x):
@@ -61,6 +65,8 @@ def add_task(tasks: Path) -> None:
         "before/sealedcalc/ops.py": BUGGY,
         f"before/tests/{VISIBLE}": "from sealedcalc import double\n\n\n"
         "def test_small():\n    assert double(2) == 4\n",
+        f"before/tests/{LATER}": "from sealedcalc import double\n\n\n"
+        "def test_later():\n    assert double(5) == 10\n",
         f"before/tests/{HIDDEN}": "from sealedcalc import double\n\n\n"
         "def test_twenty_one():\n    assert double(21) == 42\n",
         "reference/sealedcalc/ops.py": FIXED,
@@ -125,6 +131,24 @@ READERS = {
     "def _READ(path):\n"
     '    loader = importlib.machinery.SourceFileLoader("jb_learned", path)\n'
     "    return loader.get_data(path).decode()\n",
+    # pytest hands the text it reads to `importlib.util.source_hash`: swapped as the
+    # library is first imported (by the first test file), before the hidden file and the
+    # last visible one are collected; it says which files it saw go past as the run ends
+    # (pytest keeps what is printed while it collects)
+    "spy": "import atexit, importlib.util\n"
+    "_SEEN, _SAW = [], []\n"
+    "atexit.register(lambda: [print('JBSEALED', 'spy', n, 'read', flush=True) for n in _SAW])\n"
+    "_hash = importlib.util.source_hash\n"
+    "def _spy(source, *args):\n"
+    "    text = bytes(source).decode()\n"
+    "    _SEEN.append(text)\n"
+    "    for name, test in " + repr(SEEN_BY) + ":\n"
+    "        if test in text:\n"
+    "            _SAW.append(name)\n"
+    "    return _hash(source, *args)\n"
+    "importlib.util.source_hash = _spy\n"
+    "def _READ(path):\n"
+    '    return "\\n".join(_SEEN)\n',
 }
 # How each route must come out: the patch's own code caught reading is tampering; a
 # child process or another thread is refused by the disk and the run, and learns nothing.
@@ -134,6 +158,7 @@ STATUSES = {
     "thread": "unresolved",
     "open": "tampered",
     "loader": "tampered",
+    "spy": "tampered",
 }
 
 
@@ -165,8 +190,9 @@ def graded(
 def test_code_under_test_cannot_read_a_hidden_test(graded: dict[str, Outcome], route: str) -> None:
     out = graded[route]
     got = lines(out.output, route)
-    assert got.get(VISIBLE) == "read", out.why()  # the reader ran, and reads files
-    assert got.get(HIDDEN, "").startswith("shut"), out.why()
+    # The reader ran, and reads files; the hidden one it never read.
+    assert got.get(LATER if route == "spy" else VISIBLE) == "read", out.why()
+    assert got.get(HIDDEN, "shut").startswith("shut"), out.why()
     assert out.status == STATUSES[route], out.why()
 
 
