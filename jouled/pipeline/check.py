@@ -90,7 +90,7 @@ class CheckRunner:
             if plan is not None and plan.level != "reduced" and reads and reads >= (3, 8):
                 # Python 3.8+ reads source through `io.open_code`, which the runner serves.
                 setup, sealed = runners.seal_tests(
-                    plan.setup, tree, ro, secret_tests(contract, protected)
+                    plan.setup, tree, ro, secret_tests(contract, protected, expected)
                 )
                 plan = dataclasses.replace(plan, setup=setup, overlays={**plan.overlays, **sealed})
             level = integrity_level(plan, version)

@@ -127,10 +127,16 @@ def _native_files(pristine: str, mtime_ns: int) -> tuple[str, ...]:
     return tuple(found)
 
 
-def secret_tests(contract: Contract, protected: Sequence[str]) -> list[str]:
+def secret_tests(
+    contract: Contract, protected: Sequence[str], expected: Sequence[str] = ()
+) -> list[str]:
     """The protected test modules an agent is never shown: hidden test files and those the
-    task's test patch writes (`test*.py`, `*_test.py`, `tests.py`). A graded run keeps them
-    sealed: no process of the run reads them from disk (`runners.seal_tests`)."""
+    task's test patch writes (`test*.py`, `*_test.py`, `tests.py`; where every expected id
+    names its file, as pytest's do, only the files of expected tests). A graded run keeps
+    them sealed: no process of the run reads them from disk (`runners.seal_tests`)."""
+    named = {t.split("::", 1)[0] for t in expected if "::" in t}
+    if any("::" not in t for t in expected):
+        named = set()
     patched: set[str] = set()
     if contract.test_patch:
         patched = {f.new_path for f in parse_trusted(contract.test_patch).files if f.new_path}
@@ -140,6 +146,6 @@ def secret_tests(contract: Contract, protected: Sequence[str]) -> list[str]:
         module = name.endswith(".py") and (
             name.startswith("test") or name.endswith("_test.py") or name == "tests.py"
         )
-        if module and (rel in patched or contract.is_hidden(rel)):
+        if module and (rel in patched or contract.is_hidden(rel)) and (not named or rel in named):
             found.append(rel)
     return found

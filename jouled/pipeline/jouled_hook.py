@@ -62,7 +62,13 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         run_with_framework_builtins,
         version_tags,
     )
-    from jouled.pipeline.jouled_stack import Machinery, Stack, loading_file, pytest_rewriter
+    from jouled.pipeline.jouled_stack import (
+        Machinery,
+        Stack,
+        handed_by_test,
+        loading_file,
+        pytest_rewriter,
+    )
     from jouled.pipeline.jouled_traced import Trace
 
 
@@ -392,9 +398,10 @@ def start(
         tamper(why)
         raise Refused(f"jouled: refused while grading: {why}")
 
-    # A sealed test file (`seal_sources`) is read for its text only by the loading of that
-    # very module, in the main thread, with no code of the patch's on the stack: one the
-    # patch's code reads is tampering, any other read is refused as the disk refuses it.
+    # A sealed test file (`seal_sources`) is read for its text only in the main thread: by
+    # the loading of that very module, with no code of the patch's on the stack and what
+    # reads it as it was, or by code a test handed the file to. The patch's code reading
+    # it otherwise is tampering; any other read is refused as the disk refuses it.
     main_thread, thread_now = _thread.get_ident(), _thread.get_ident
 
     def sealed_read(path: str) -> bool:
@@ -403,6 +410,8 @@ def start(
         state["busy"] = True
         try:
             reader = getframe(3)  # above this judge, `_sealed_text` and `sealed_open`
+            if handed_by_test(reader, path, origins):
+                return True
             found = patch_on_stack(reader)
             if found:
                 tamper(f"{found} read {path}, a test file the run keeps sealed")

@@ -390,3 +390,39 @@ def loading_file(frame: Any, path: str, origins: "Origins") -> bool:
         frame = frame.f_back
         depth += 1
     return False
+
+
+_VARARGS, _VARKEYWORDS = 0x04, 0x08  # code flags: the function takes *args, **kwargs
+
+
+def handed_by_test(frame: Any, path: str, origins: "Origins") -> bool:
+    """Whether the file `path` (a real path) was handed by a test to the code reading it:
+    the call the innermost frame of the suite's own files on the stack makes has it among
+    its arguments (a test that loads its own file as a configuration)."""
+    callee = None
+    depth = 0
+    while frame is not None and depth < 400:
+        code = frame.f_code
+        if origins.is_protected(code.co_filename):
+            return callee is not None and _names_file(callee, path)
+        callee = frame
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
+def _names_file(frame: Any, path: str) -> bool:
+    code = frame.f_code
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & _VARARGS) + bool(code.co_flags & _VARKEYWORDS)
+    local = frame.f_locals
+    values: list[Any] = []
+    for name in code.co_varnames[:count]:
+        value = local.get(name)
+        values.extend(value if type(value) is tuple else [value])
+    for value in values:
+        if type(value).__module__ == "pathlib":  # a path object of the standard library's
+            value = str(value)
+        if type(value) in (str, bytes) and os.path.realpath(value) == path:
+            return True
+    return False

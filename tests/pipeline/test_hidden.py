@@ -15,7 +15,7 @@ from jouled.daemon import Daemon
 from jouled.errors import PatchError, TaskError
 from jouled.patch import parse_patch
 from jouled.patch_apply import apply_patch
-from jouled.pipeline.graded_tree import prepare_tree, seed
+from jouled.pipeline.graded_tree import prepare_tree, secret_tests, seed
 from jouled.pipeline.taskcheck import check_tasks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,3 +177,17 @@ def test_fetched_files_leave_hidden_tests_out(daemon: Daemon) -> None:
     pristine = {rel for rel, _ in iter_tree(daemon.task("smoke/semver").pristine)}
     assert fetched == pristine - {HIDDEN}
     assert "tests/test_version.py" in fetched
+
+
+def test_the_hidden_test_modules_are_the_ones_a_run_keeps_sealed(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    (task / "before" / "secret" / "helpers.py").write_text("VALUE = 1\n")
+    (task / "before" / "secret" / "other_test.py").write_text("def test_a():\n    pass\n")
+    c = load_task(task)
+    protected = [rel for rel, _ in iter_tree(c.pristine) if c.is_protected(rel)]
+    # Test modules of hidden files only: not the visible tests, nor a hidden helper.
+    assert sorted(secret_tests(c, protected)) == ["secret/other_test.py", "secret/test_hidden.py"]
+    # Where the expected ids name their files, only the files of expected tests.
+    expected = ["secret/test_hidden.py::test_three", "tests/test_visible.py::test_zero"]
+    assert secret_tests(c, protected, expected) == ["secret/test_hidden.py"]
+    assert len(secret_tests(c, protected, ["tests.test_visible.T.test_zero"])) == 2
