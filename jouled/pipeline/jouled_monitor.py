@@ -405,6 +405,33 @@ def _sealed_text(file: Any) -> "bytes | None":
     raise PermissionError(13, "Permission denied", name)
 
 
+_VARARGS, _VARKEYWORDS = 0x04, 0x08  # code flags: the function takes *args, **kwargs
+
+
+def sealed_arguments(frame: Any) -> "frozenset[str]":
+    """The sealed files (real paths) a frame that has just been called was handed among
+    its arguments: a path as a string, bytes or a `pathlib` path, or in its `*args`."""
+    code = frame.f_code
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & _VARARGS) + bool(code.co_flags & _VARKEYWORDS)
+    local = frame.f_locals
+    values = []
+    for name in code.co_varnames[:count]:
+        value = local.get(name)
+        values.extend(value if type(value) is tuple else [value])
+    found = set()
+    for value in values:
+        if type(value).__module__ == "pathlib":  # a path object of the standard library's
+            value = str(value)
+        if type(value) is bytes:
+            value = os.fsdecode(value)
+        if type(value) is str and _BASENAME(value) in _SEALED_NAMES:
+            real = _REALPATH(value)
+            if real in _SEALED:
+                found.add(real)
+    return frozenset(found)
+
+
 def sealed_open(
     file: Any,
     mode: str = "r",

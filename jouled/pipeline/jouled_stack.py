@@ -392,37 +392,18 @@ def loading_file(frame: Any, path: str, origins: "Origins") -> bool:
     return False
 
 
-_VARARGS, _VARKEYWORDS = 0x04, 0x08  # code flags: the function takes *args, **kwargs
-
-
-def handed_by_test(frame: Any, path: str, origins: "Origins") -> bool:
+def handed_by_test(frame: Any, path: str, origins: "Origins", handed: "dict[int, Any]") -> bool:
     """Whether the file `path` (a real path) was handed by a test to the code reading it:
-    the call the innermost frame of the suite's own files on the stack makes has it among
-    its arguments (a test that loads its own file as a configuration)."""
+    the call the innermost frame of the suite's own files on the stack makes was given it
+    among its arguments as it was called (`Trace.handed`: a test that loads its own file
+    as a configuration)."""
     callee = None
     depth = 0
     while frame is not None and depth < 400:
-        code = frame.f_code
-        if origins.is_protected(code.co_filename):
-            return callee is not None and _names_file(callee, path)
+        if origins.is_protected(frame.f_code.co_filename):
+            entry = handed.get(id(callee)) if callee is not None else None
+            return entry is not None and entry[0] is callee and path in entry[1]
         callee = frame
         frame = frame.f_back
         depth += 1
-    return False
-
-
-def _names_file(frame: Any, path: str) -> bool:
-    code = frame.f_code
-    count = code.co_argcount + code.co_kwonlyargcount
-    count += bool(code.co_flags & _VARARGS) + bool(code.co_flags & _VARKEYWORDS)
-    local = frame.f_locals
-    values: list[Any] = []
-    for name in code.co_varnames[:count]:
-        value = local.get(name)
-        values.extend(value if type(value) is tuple else [value])
-    for value in values:
-        if type(value).__module__ == "pathlib":  # a path object of the standard library's
-            value = str(value)
-        if type(value) in (str, bytes) and os.path.realpath(value) == path:
-            return True
     return False

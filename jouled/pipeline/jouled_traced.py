@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         function_checks,
         swallowers,
     )
-    from jouled.pipeline.jouled_monitor import EVENT
+    from jouled.pipeline.jouled_monitor import _SEALED, EVENT, sealed_arguments
     from jouled.pipeline.jouled_observe import _OBSERVERS, _TRACEBACK, _getframe
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
@@ -132,6 +132,8 @@ class Trace:
         self.overflowed = False
         self.owing: dict[int, Any] = {}  # frames the trace was handed, until they leave
         self.asking: dict[int, Any] = {}  # id(frame) -> questions being asked (`_ask`)
+        # id(frame) -> (frame, sealed files named by the arguments it was called with)
+        self.handed: dict[int, Any] = {}
         self.child = False  # a process forked from the run's (`forked`)
         self._settrace, self._gettrace = sys.settrace, sys.gettrace
 
@@ -191,6 +193,7 @@ class Trace:
         self.overflowed = False
         self.owing = {}
         self.asking = {}
+        self.handed = {}
         if not self.able:
             return
         checking = set(self.names)
@@ -206,7 +209,7 @@ class Trace:
         if not self.on:
             return []
         self.on = False
-        self.pending, self.leaving, self.asking = {}, {}, {}
+        self.pending, self.leaving, self.asking, self.handed = {}, {}, {}, {}
         held = self._gettrace() is self.traced
         self._settrace(None)
         live = set()  # frames still running (the runner's call that reports the test)
@@ -293,6 +296,9 @@ class Trace:
         if event == "called":
             if len(self.owing) < _OWING_KEPT:  # it too must tell of its end (`stop`)
                 self.owing[id(frame)] = frame
+            named = sealed_arguments(frame) if _SEALED else None
+            if named and len(self.handed) < _OWING_KEPT:  # a test hands it a sealed file
+                self.handed[id(frame)] = (frame, named)
             self._ask(frame, args[0], probe(frame, self.origins), "asked")
         elif event == "probed" and entry is not None and type(args[0]) is list:
             why = self._answers(entry, args[0])
@@ -301,6 +307,7 @@ class Trace:
             value, box = args[0], args[1]
             self.asking.pop(id(frame), None)
             self.owing.pop(id(frame), None)
+            self.handed.pop(id(frame), None)
             if not (_returned(frame) or _opcode(frame) in _YIELDS):
                 pass  # left by a raise: it answered nothing
             elif entry is not None and entry[1] == "asked":
