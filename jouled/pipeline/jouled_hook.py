@@ -399,30 +399,31 @@ def start(
         raise Refused(f"jouled: refused while grading: {why}")
 
     # A sealed test file (`seal_sources`) is read for its text only in the main thread: by
-    # the loading of that very module, with no code of the patch's on the stack and what
-    # reads it as it was, or by code a test handed the file to. The patch's code reading
-    # it otherwise is tampering; any other read is refused as the disk refuses it.
+    # the read that loads that very module, with no code of the patch's on the stack and
+    # what reads it as it was, or by code a test handed the file to. The patch's code
+    # reading it otherwise is tampering; another thread is refused, as the disk refuses
+    # every process; any other read gets its outline (`_outline`: a traceback's lines).
     main_thread, thread_now = _thread.get_ident(), _thread.get_ident
 
-    def sealed_read(path: str) -> bool:
+    def sealed_read(path: str) -> str:
         if state["busy"] or thread_now() != main_thread:
-            return False
+            return ""
         state["busy"] = True
         try:
             reader = getframe(3)  # above this judge, `_sealed_text` and `sealed_open`
             if handed_by_test(reader, path, origins, trace.handed):
-                return True
+                return "text"
             found = patch_on_stack(reader)
             if found:
                 tamper(f"{found} read {path}, a test file the run keeps sealed")
-                return False
+                return ""
             if not loading_file(reader, path, origins):
-                return False
+                return "outline"
             changed = machinery.changed_reader()
             if changed:
                 tamper(f"{changed} was changed before {path}, a sealed test file, was read")
-                return False
-            return True
+                return ""
+            return "text"
         finally:
             state["busy"] = False
 

@@ -88,6 +88,7 @@ import hmac
 import io
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -369,9 +370,11 @@ def memory_sealed() -> bool:
 # running that file), in the main thread, with no code of the patch's on the stack.
 _SEALED: "dict[str, bytes]" = {}
 _SEALED_NAMES: "set[str]" = set()
-_SEAL_JUDGE: "list[Any]" = []  # start's: (real path) -> whether the read may have the text
+# start's judge: (real path) -> what the read gets: "text", "outline" (`_outline`), or
+# "" (refused)
+_SEAL_JUDGE: "list[Any]" = []
 _OPEN = open  # the boot's copy of the builtins: Python's own `open`
-_OPEN_CODE = getattr(io, "open_code", None)
+_OPEN_CODE: Any = getattr(io, "open_code", None)
 _BASENAME, _REALPATH, _FSPATH = os.path.basename, os.path.realpath, os.fspath
 _BYTES_IO, _TEXT_IO = io.BytesIO, io.TextIOWrapper
 
@@ -400,9 +403,37 @@ def _sealed_text(file: Any) -> "bytes | None":
     data = _SEALED.get(real)
     if data is None:
         return None
-    if _SEAL_JUDGE and _SEAL_JUDGE[0](real):
+    given = _SEAL_JUDGE[0](real) if _SEAL_JUDGE else ""
+    if given == "text":
         return data
+    if given == "outline":
+        outline = _OUTLINES.get(real)
+        if outline is None:
+            outline = _OUTLINES[real] = _outline(data)
+        return outline
     raise PermissionError(13, "Permission denied", name)
+
+
+_OUTLINES: "dict[str, bytes]" = {}
+_DEFINES = re.compile(rb"^([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)")
+_DECORATES = re.compile(rb"^([ \t]*)@")
+
+
+def _outline(data: bytes) -> bytes:
+    """A sealed file's text as any other reader of the main thread sees it (a traceback's
+    lines, `inspect` finding where a function starts): its lines, each empty but those
+    that define a function or class (`def name():`) or decorate one (`@_`), at their
+    place and indent. Nothing a test compares with is in it."""
+    lines = []
+    for line in data.split(b"\n"):
+        found = _DEFINES.match(line)
+        if found is not None:
+            indent, kind, name = found.groups()
+            lines.append(indent + kind + b" " + name + (b":" if kind == b"class" else b"():"))
+        else:
+            found = _DECORATES.match(line)
+            lines.append(found.group(1) + b"@_" if found is not None else b"")
+    return b"\n".join(lines)
 
 
 _VARARGS, _VARKEYWORDS = 0x04, 0x08  # code flags: the function takes *args, **kwargs
@@ -415,11 +446,11 @@ def sealed_arguments(frame: Any) -> "frozenset[str]":
     count = code.co_argcount + code.co_kwonlyargcount
     count += bool(code.co_flags & _VARARGS) + bool(code.co_flags & _VARKEYWORDS)
     local = frame.f_locals
-    values = []
+    values: "list[Any]" = []
     for name in code.co_varnames[:count]:
         value = local.get(name)
         values.extend(value if type(value) is tuple else [value])
-    found = set()
+    found: "set[str]" = set()
     for value in values:
         if type(value).__module__ == "pathlib":  # a path object of the standard library's
             value = str(value)
@@ -470,7 +501,7 @@ def seal_sources(root: str, sealed: "dict[str, str]") -> None:
     import binascii
     import builtins
     import importlib.util  # noqa: F401 - taken as it was by `Machinery.READING`
-    import tokenize  # noqa: F401 - the same
+    import tokenize  # `linecache` reads through its `open`
 
     for rel, text in sealed.items():
         real = _REALPATH(os.path.join(root, rel))
@@ -478,7 +509,7 @@ def seal_sources(root: str, sealed: "dict[str, str]") -> None:
         _SEALED_NAMES.add(_BASENAME(real))
     if not _SEALED:
         return
-    builtins.open = io.open = sealed_open
+    builtins.open = io.open = tokenize._builtin_open = sealed_open  # type: ignore[attr-defined]
     if _OPEN_CODE is not None:
         _io.open_code = io.open_code = sealed_open_code
 

@@ -358,38 +358,60 @@ def pytest_rewriter(code: Any, origins: "Origins", modules: "dict[str, Any]") ->
     )
 
 
-# The functions a sealed test file's text is read under (`sealed_open`): the import of a
-# module (the import system's, or pytest's own loading of a test module by its spec),
-# and SymPy's runner running a test file.
-_SEAL_READERS = frozenset(
-    {"_load_unlocked", "exec_module", "_import_module_using_spec", "test_file"}
-)
 _MODULE_SPEC = type(sys.__spec__)
 
 
-def loading_file(frame: Any, path: str, origins: "Origins") -> bool:
-    """Whether `frame` runs within the loading of the module whose file is `path` (by
-    real path), by code the patch did not write: what reads the file's text there turns
-    it into that module, and hands it to no one."""
-    depth = 0
-    while frame is not None and depth < 400:
-        code = frame.f_code
-        if code.co_name in _SEAL_READERS and origins.trusted_file(code.co_filename):
-            local = frame.f_locals
-            if code.co_name == "test_file":
-                named = local.get("filename")
-            else:
-                spec = local.get("spec")
-                if type(spec) is not _MODULE_SPEC:
-                    module = local.get("module")
-                    found = _MODULE_DICT(module) if type(module) is type(sys) else {}
-                    spec = found.get("__spec__")
-                named = vars(spec).get("origin") if type(spec) is _MODULE_SPEC else None
-            if type(named) is str and os.path.realpath(named) == path:
-                return True
-        frame = frame.f_back
-        depth += 1
-    return False
+def loading_file(reader: Any, path: str, origins: "Origins") -> bool:
+    """Whether `reader` (the frame that opened the sealed file `path`, a real path) is the
+    very read that loads that module, by code the patch did not write: the import
+    system's (`get_data` called by `get_code` by `exec_module` by `_load_unlocked` of the
+    module's spec), pytest's rewriting of it (`_rewrite_test`, directly or through
+    `pathlib`'s `read_bytes`, called by its `exec_module` of that module), or SymPy's
+    runner running that file (`test_file`). What it reads there becomes that module."""
+
+    def step(frame: Any, name: str) -> Any:
+        ok = frame is not None and frame.f_code.co_name == name
+        return frame if ok and origins.trusted_file(frame.f_code.co_filename) else None
+
+    name = reader.f_code.co_name if reader is not None else ""
+    if not name or not origins.trusted_file(reader.f_code.co_filename):
+        return False
+    if name == "get_data":
+        code = step(reader.f_back, "get_code")
+        run = step(code.f_back if code else None, "exec_module")
+        load = step(run.f_back if run else None, "_load_unlocked")
+        return load is not None and _origin(load) == path
+    if name == "open":  # pathlib's, as pytest reads a test module
+        read = step(reader.f_back, "read_bytes")
+        reader = read.f_back if read is not None else None
+        name = reader.f_code.co_name if reader is not None else ""
+    if name == "_rewrite_test" and origins.trusted_file(reader.f_code.co_filename):
+        run = step(reader.f_back, "exec_module")
+        return run is not None and _local_path(reader, "fn") == path and _origin(run) == path
+    if name == "<lambda>":  # SymPy's `open_file`
+        reader = step(reader.f_back, "test_file")
+        name = "test_file" if reader is not None else ""
+    return name == "test_file" and _local_path(reader, "filename") == path
+
+
+def _local_path(frame: Any, local: str) -> "str | None":
+    """The real path a frame's local variable names (a string or a `pathlib` path)."""
+    value = frame.f_locals.get(local)
+    if type(value).__module__ == "pathlib":
+        value = str(value)
+    return os.path.realpath(value) if type(value) is str else None
+
+
+def _origin(frame: Any) -> "str | None":
+    """The real path of the file a frame of the import system's loads (its `spec`, or its
+    `module`'s), if any."""
+    local = frame.f_locals
+    spec = local.get("spec")
+    if type(spec) is not _MODULE_SPEC:
+        module = local.get("module")
+        spec = (_MODULE_DICT(module) if type(module) is type(sys) else {}).get("__spec__")
+    origin = vars(spec).get("origin") if type(spec) is _MODULE_SPEC else None
+    return os.path.realpath(origin) if type(origin) is str else None
 
 
 def handed_by_test(frame: Any, path: str, origins: "Origins", handed: "dict[int, Any]") -> bool:
