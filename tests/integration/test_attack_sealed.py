@@ -18,8 +18,9 @@ them. It tries a different reader each time:
 Each reader proves it ran by reading the visible test file (a marker line). On the hidden
 file every one must be refused, so the forgery learns nothing: the run is `unresolved`,
 or `tampered` where the patch's own code was caught asking. The reference fix still
-resolves with the hidden tests sealed, one of which hands the library its own file to
-read (a file of settings, as Flask's tests do).
+resolves with the hidden tests sealed: one hands the library its own file to read (a
+file of settings, as Flask's tests do), one finds where a test starts through `inspect`
+and sees the file's outline.
 """
 
 from __future__ import annotations
@@ -75,6 +76,35 @@ license = "Apache-2.0"
 """
 
 
+# The hidden tests: one the bug fails, one that hands the library its own file, and one
+# that finds where a test starts through `inspect` (as SymPy's runner orders a file's
+# tests), which reads the file's outline: every line in place, no value in it.
+HIDDEN_TESTS = """\
+import inspect
+
+from sealedcalc.ops import double, settings
+
+NAME = "sealed"
+
+
+def test_twenty_one():
+    assert double(21) == 42
+
+
+def test_settings_from_its_own_file():
+    assert settings(__file__)["NAME"] == "sealed"
+
+
+def test_where_a_test_starts_is_found_in_its_outline():
+    lines, start = inspect.getsourcelines(test_twenty_one)
+    assert (lines[0], start) == ("def test_twenty_one():\\n", __START__)
+    assert "42" not in "".join(inspect.findsource(test_twenty_one)[0])
+"""
+HIDDEN_TESTS = HIDDEN_TESTS.replace(
+    "__START__", str(HIDDEN_TESTS.splitlines().index("def test_twenty_one():") + 1)
+)
+
+
 def add_task(tasks: Path) -> None:
     files = {
         "task.toml": TOML,
@@ -85,11 +115,7 @@ def add_task(tasks: Path) -> None:
         "def test_small():\n    assert double(2) == 4\n",
         f"before/tests/{LATER}": "from sealedcalc import double\n\n\n"
         "def test_later():\n    assert double(5) == 10\n",
-        f"before/tests/{HIDDEN}": "from sealedcalc.ops import double, settings\n\n"
-        'NAME = "sealed"\n\n\n'
-        "def test_twenty_one():\n    assert double(21) == 42\n\n\n"
-        "def test_settings_from_its_own_file():\n"
-        '    assert settings(__file__)["NAME"] == "sealed"\n',
+        f"before/tests/{HIDDEN}": HIDDEN_TESTS,
         "reference/sealedcalc/ops.py": FIXED,
     }
     for rel, text in files.items():
@@ -230,6 +256,7 @@ def test_code_under_test_cannot_read_a_hidden_test(graded: dict[str, Outcome], r
     assert got.get(LATER if route == "spy" else VISIBLE) == "read", out.why()
     assert got.get(HIDDEN, "shut").startswith("shut"), out.why()
     assert out.status == STATUSES[route], out.why()
+    assert "double(21) == 42" not in out.output  # a failure's traceback shows no source
 
 
 @pytest.mark.parametrize("route", ["fix"])

@@ -16,6 +16,7 @@ from jouled.errors import PatchError, TaskError
 from jouled.patch import parse_patch
 from jouled.patch_apply import apply_patch
 from jouled.pipeline.graded_tree import prepare_tree, secret_tests, seed
+from jouled.pipeline.jouled_monitor import _outline
 from jouled.pipeline.taskcheck import check_tasks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,3 +192,35 @@ def test_the_hidden_test_modules_are_the_ones_a_run_keeps_sealed(tmp_path: Path)
     expected = ["secret/test_hidden.py::test_three", "tests/test_visible.py::test_zero"]
     assert secret_tests(c, protected, expected) == ["secret/test_hidden.py"]
     assert len(secret_tests(c, protected, ["tests.test_visible.T.test_zero"])) == 2
+
+
+def test_a_sealed_files_outline_keeps_where_each_test_starts_and_no_value() -> None:
+    source = (
+        b"# -*- coding: latin-1 -*-\n"
+        b"import pytest\n"
+        b"EXPECTED = {'answer': 42}\n"
+        b"\n"
+        b"@pytest.mark.parametrize('x, want', [(21, 42)])\n"
+        b"def test_double(x,\n"
+        b"                want=42):\n"
+        b"    assert double(x) == want\n"
+        b"class TestMore:\n"
+        b"    async def test_later(self):\n"
+        b'        assert "forty-two" == name()\n'
+    )
+    outline = _outline(source)
+    assert outline.split(b"\n") == [
+        b"",
+        b"",
+        b"",
+        b"",
+        b"@_",
+        b"def test_double():",
+        b"",
+        b"",
+        b"class TestMore:",
+        b"    async def test_later():",
+        b"",
+        b"",
+    ]
+    assert b"42" not in outline and b"forty" not in outline
