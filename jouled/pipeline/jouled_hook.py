@@ -16,8 +16,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_failures import note_failure
     from jouled.pipeline.jouled_monitor import (
         _HMAC,
-        _SEAL_JUDGE,
-        _SEALED,
+        _OUTLINES,
         EVENT,
         FRAME_ATTRS,
         FRAMES_WRITABLE,
@@ -28,6 +27,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         OWN_USE,
         REFUSED,
         REPORT_FD,
+        SEAL_EVENT,
         SPECIAL_WRITES,
         TRACING,
         WANTED,
@@ -36,11 +36,14 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         Withheld,
         _CodeType,
         _encode,
+        _outline,
         _read_exact,
+        _sealed_text,
         _word,
         load_trusted,
         memory_file,
         memory_sealed,
+        read_source,
         run_could_write,
         seal_sources,
     )
@@ -108,7 +111,7 @@ def start(
     # The sealed test files' text, and `open` serving it, before the import system is
     # taken as it was (`Machinery`): what reads and compiles a sealed file is compared
     # with what it was here each time the text is handed out.
-    seal_sources(root, setup.get("sealed") or {})
+    sealed_texts = seal_sources(root, setup.get("sealed") or {})
     # The suite's own frames, traced while a test runs (audit hooks: 3.8+).
     trace = Trace(origins, getattr(sys, "audit", None), setup["root"])
     runner = globals()
@@ -405,12 +408,11 @@ def start(
     # every process; any other read gets its outline (`_outline`: a traceback's lines).
     main_thread, thread_now = _thread.get_ident(), _thread.get_ident
 
-    def sealed_read(path: str) -> str:
+    def sealed_read(path: str, reader: Any) -> str:
         if state["busy"] or thread_now() != main_thread:
             return ""
         state["busy"] = True
         try:
-            reader = getframe(3)  # above this judge, `_sealed_text` and `sealed_open`
             if handed_by_test(reader, path, origins, trace.handed):
                 return "text"
             found = patch_on_stack(reader)
@@ -423,12 +425,14 @@ def start(
             if changed:
                 tamper(f"{changed} was changed before {path}, a sealed test file, was read")
                 return ""
-            return "text"
+            problems: list[str] = []
+            if state["armed"]:  # the frameworks (pytest's rewriting) as they must be
+                snapshot.check(problems, scan=False)
+            for why in problems:
+                tamper(f"before {path}, a sealed test file, was read: {why}")
+            return "" if problems else "text"
         finally:
             state["busy"] = False
-
-    if _SEALED:
-        _SEAL_JUDGE.append(sealed_read)
 
     def stand_in(frame: Any) -> None:
         """The test framework's own `import ctypes` (Django's test runner has one, for
@@ -700,8 +704,52 @@ def start(
         )
     )
 
+    asks_own, asks_read = read_source.__code__, _sealed_text.__code__
+
+    monitor_files = os.path.join(setup["ro"], "jouled_")
+    tracers = {trace.local.__code__, trace.traced.__code__, trace.answered.__code__}
+
+    def own_read(frame: Any) -> bool:
+        """Whether `frame` (the caller of `read_source`) is the monitor's own code checking:
+        monitor frames up to the audit hook or a trace function, or up to a frame that
+        is not the patch's (pytest calling the runner), with none of the patch's above."""
+        while frame is not None:
+            code = frame.f_code
+            if code is hook.__code__ or code in tracers:
+                return True
+            if not code.co_filename.startswith(monitor_files):
+                return not patch_on_stack(frame)
+            frame = frame.f_back
+        return False
+
+    def sealed_asked(args: "tuple[Any, ...]") -> None:
+        """A sealed file's text asked of the hook (`SEAL_EVENT`): by the monitor's own
+        code while it checks (`read_source`), or for a read through `sealed_open`."""
+        path, kind, box = args if len(args) == 3 else ("", None, None)
+        text = sealed_texts.get(path) if type(path) is str else None
+        if text is None or type(box) is not list or box:
+            return
+        asker = getframe(2)  # the frame that raised the event
+        code = asker.f_code if asker is not None else None
+        if kind == "own" and code is asks_own:
+            if own_read(asker.f_back):
+                box.append(text)
+        elif kind == "read" and code is asks_read:
+            opener = asker.f_back  # `sealed_open` or `sealed_open_code`
+            given = sealed_read(path, opener.f_back if opener is not None else None)
+            if given == "outline":
+                outline = _OUTLINES.get(path)
+                if outline is None:
+                    outline = _OUTLINES[path] = _outline(text)
+                box.append(outline)
+            elif given == "text":
+                box.append(text)
+
     def hook(event: str, args: "tuple[Any, ...]") -> None:
         if event not in HANDLED:  # most events (builtins.id, os.*, import...): nothing to do
+            return
+        if event == SEAL_EVENT:
+            sealed_asked(args)
             return
         if state["busy"]:
             if state["own"]:

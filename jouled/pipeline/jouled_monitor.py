@@ -94,6 +94,7 @@ from typing import Any
 
 SETUP_FD, REPORT_FD = 3, 4
 EVENT = "jouled.runner"
+SEAL_EVENT = "jouled.sealed"  # a sealed test file's text asked of the hook
 KEY_BYTES = 32
 
 # Top-level packages whose code computes, carries or writes test outcomes.
@@ -233,7 +234,7 @@ WANTED = frozenset(
         "function.__new__",
     }
 )
-HANDLED = WANTED | INTROSPECTION | {EVENT}
+HANDLED = WANTED | INTROSPECTION | {EVENT, SEAL_EVENT}
 # Python 3.13+: a running frame's locals are writable through `frame.f_locals`, unaudited.
 FRAMES_WRITABLE = sys.version_info >= (3, 13)
 # The builtins the monitor's own code calls, compared where it runs with Python's
@@ -361,36 +362,25 @@ def memory_sealed() -> bool:
 
 
 # -- sealed test files ---------------------------------------------------------------------
-# The run's secret test modules (hidden tests, and those the task's test patch writes), by
-# real path. On disk each is unreadable to every process of the run (the daemon shows an
-# unreadable file over it), so no thread or child process can learn what a test expects
-# from it; its text arrives on fd 3 and lives only here. It is handed to the monitor's own
-# checks (`read_source`) and, through Python's `open` and `io.open_code` (`sealed_open`),
-# to a read `start`'s judge lets through: the import of that very module (or SymPy's runner
-# running that file), in the main thread, with no code of the patch's on the stack.
-_SEALED: "dict[str, bytes]" = {}
+# The run's secret test modules (hidden tests, and those the task's test patch writes). On
+# disk each is unreadable to every process of the run (the daemon shows an unreadable file
+# over it), so no thread or child process can learn what a test expects from it. Its text
+# arrives on fd 3 and lives only in `start`'s closure, as the key does: this namespace is
+# reachable from any frame of the runner's, so it holds only the files' real paths. A read
+# asks the audit hook for the text (`SEAL_EVENT`, with a list the hook fills): the monitor's
+# own checks (`read_source`), and reads through Python's `open`, `io.open_code` and
+# `tokenize`'s `open` (`sealed_open`), which the hook judges by who is reading.
+_SEALED: "set[str]" = set()
 _SEALED_NAMES: "set[str]" = set()
-# start's judge: (real path) -> what the read gets: "text", "outline" (`_outline`), or
-# "" (refused)
-_SEAL_JUDGE: "list[Any]" = []
 _OPEN = open  # the boot's copy of the builtins: Python's own `open`
 _OPEN_CODE: Any = getattr(io, "open_code", None)
+_AUDIT: Any = getattr(sys, "audit", None)
 _BASENAME, _REALPATH, _FSPATH = os.path.basename, os.path.realpath, os.fspath
 _BYTES_IO, _TEXT_IO = io.BytesIO, io.TextIOWrapper
 
 
-def read_source(path: str) -> bytes:
-    """The bytes of a source file as the monitor checks it, a sealed one's from memory."""
-    if _SEALED and _BASENAME(path) in _SEALED_NAMES:
-        data = _SEALED.get(_REALPATH(path))
-        if data is not None:
-            return data
-    with _OPEN(path, "rb") as fh:
-        return fh.read()
-
-
-def _sealed_text(file: Any) -> "bytes | None":
-    """A sealed file's text for a read the judge lets through; None for any other file."""
+def _sealed_path(file: Any) -> "str | None":
+    """The real path of a sealed file `file` names, None for any other."""
     name = file if type(file) is str else None
     if name is None and type(file) is not int:
         try:
@@ -400,18 +390,62 @@ def _sealed_text(file: Any) -> "bytes | None":
     if name is None or _BASENAME(name) not in _SEALED_NAMES:
         return None
     real = _REALPATH(name)
-    data = _SEALED.get(real)
-    if data is None:
-        return None
-    given = _SEAL_JUDGE[0](real) if _SEAL_JUDGE else ""
-    if given == "text":
-        return data
-    if given == "outline":
-        outline = _OUTLINES.get(real)
-        if outline is None:
-            outline = _OUTLINES[real] = _outline(data)
-        return outline
-    raise PermissionError(13, "Permission denied", name)
+    return real if real in _SEALED else None
+
+
+def read_source(path: str) -> bytes:
+    """The bytes of a source file as the monitor checks it (a sealed one's from the hook,
+    only to the monitor's own code while it checks)."""
+    real = _sealed_path(path) if _SEALED else None
+    if real is None:
+        with _OPEN(path, "rb") as fh:
+            return fh.read()
+    box: "list[bytes]" = []
+    _AUDIT(SEAL_EVENT, real, "own", box)
+    if not box:
+        raise PermissionError(13, "Permission denied", path)
+    return box.pop()
+
+
+def _sealed_text(real: str) -> "list[bytes]":
+    """What the hook hands this read of the sealed file `real`: [its text], [its outline]
+    (`_outline`) or nothing (refused)."""
+    box: "list[bytes]" = []
+    _AUDIT(SEAL_EVENT, real, "read", box)
+    if not box:
+        raise PermissionError(13, "Permission denied", real)
+    return box
+
+
+def sealed_open(
+    file: Any,
+    mode: str = "r",
+    buffering: int = -1,
+    encoding: Any = None,
+    errors: Any = None,
+    newline: Any = None,
+    closefd: bool = True,
+    opener: Any = None,
+) -> Any:
+    """Python's `open`, but for a sealed file's reads, which get what the hook hands out."""
+    real = None
+    if type(mode) is str and not ("w" in mode or "a" in mode or "x" in mode or "+" in mode):
+        real = _sealed_path(file)
+    if real is None:
+        return _OPEN(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    # The text is held by nothing a frame shows (no local names it) while a wrapper that
+    # may look up a codec is made.
+    if "b" in mode:
+        return _BYTES_IO(_sealed_text(real).pop())
+    return _TEXT_IO(_BYTES_IO(_sealed_text(real).pop()), encoding, errors, newline)
+
+
+def sealed_open_code(path: str) -> Any:
+    """`io.open_code` (how the import system reads source), sealed files as `sealed_open`."""
+    real = _sealed_path(path)
+    if real is None:
+        return _OPEN_CODE(path)
+    return _BYTES_IO(_sealed_text(real).pop())
 
 
 _OUTLINES: "dict[str, bytes]" = {}
@@ -463,55 +497,30 @@ def sealed_arguments(frame: Any) -> "frozenset[str]":
     return frozenset(found)
 
 
-def sealed_open(
-    file: Any,
-    mode: str = "r",
-    buffering: int = -1,
-    encoding: Any = None,
-    errors: Any = None,
-    newline: Any = None,
-    closefd: bool = True,
-    opener: Any = None,
-) -> Any:
-    """Python's `open`, but for a sealed file's reads, which get its text from memory."""
-    data = None
-    if type(mode) is str and not ("w" in mode or "a" in mode or "x" in mode or "+" in mode):
-        data = _sealed_text(file)
-    if data is None:
-        return _OPEN(file, mode, buffering, encoding, errors, newline, closefd, opener)
-    buffer = _BYTES_IO(data)
-    buffer.name = file if type(file) in (str, bytes) else os.fsdecode(_FSPATH(file))
-    return buffer if "b" in mode else _TEXT_IO(buffer, encoding, errors, newline)
-
-
-def sealed_open_code(path: str) -> Any:
-    """`io.open_code` (how the import system reads source), sealed files from memory."""
-    data = _sealed_text(path)
-    if data is None:
-        return _OPEN_CODE(path)
-    buffer = _BYTES_IO(data)
-    buffer.name = path
-    return buffer
-
-
-def seal_sources(root: str, sealed: "dict[str, str]") -> None:
-    """Take the sealed files' text (tree-relative path -> base64) and put `sealed_open` in
-    the place of Python's `open` and `io.open_code` (the import system's `_io.open_code`)."""
+def seal_sources(root: str, sealed: "dict[str, str]") -> "dict[str, bytes]":
+    """Take the sealed files (tree-relative path -> base64 text): their real paths here,
+    their text returned (for `start`'s closure alone), and `sealed_open` put in the place
+    of Python's `open`, `io.open_code` (the import system's `_io.open_code`) and
+    `tokenize`'s `open` (what `linecache` reads with). A run with none changes nothing."""
+    if not sealed or _AUDIT is None:
+        return {}
     import _io
     import binascii
     import builtins
     import importlib.util  # noqa: F401 - taken as it was by `Machinery.READING`
-    import tokenize  # `linecache` reads through its `open`
+    import pathlib  # noqa: F401 - the same
+    import tokenize
 
+    texts = {}
     for rel, text in sealed.items():
         real = _REALPATH(os.path.join(root, rel))
-        _SEALED[real] = binascii.a2b_base64(text)
+        texts[real] = binascii.a2b_base64(text)
+        _SEALED.add(real)
         _SEALED_NAMES.add(_BASENAME(real))
-    if not _SEALED:
-        return
     builtins.open = io.open = tokenize._builtin_open = sealed_open  # type: ignore[attr-defined]
     if _OPEN_CODE is not None:
         _io.open_code = io.open_code = sealed_open_code
+    return texts
 
 
 def run_could_write(path: str) -> bool:

@@ -53,7 +53,7 @@ class Machinery:
     LOADERS = ("SourceFileLoader", "SourcelessFileLoader", "zipimporter")
     # What else a sealed test file's text passes through as it is made a module (pytest
     # hashes, parses and tokenizes it; `open` wraps it): compared as it is handed out.
-    READING = ("importlib.util", "tokenize", "token", "io", "ast")
+    READING = ("importlib.util", "tokenize", "token", "io", "ast", "pathlib")
 
     def __init__(self) -> None:
         modules = sys.modules
@@ -93,6 +93,13 @@ class Machinery:
                 namespace = _MODULE_DICT(module)
                 keys = list(namespace)
                 self.reading.append((name, namespace, keys, list(map(namespace.get, keys))))
+        # pytest reads a test module through a `pathlib` path, and makes its name with `str`
+        path_class = getattr(modules.get("pathlib"), "PosixPath", None)
+        for klass in type.__dict__["__mro__"].__get__(path_class)[:-1] if path_class else ():
+            namespace = _TYPE_DICT(klass)
+            keys = list(namespace)
+            where = f"pathlib's {klass.__name__}"
+            self.reading.append((where, namespace, keys, list(map(namespace.get, keys))))
 
     def changed_reader(self) -> str:
         """The first module of the import system, or of what else reads a sealed file's
