@@ -102,12 +102,16 @@ class Machinery:
             self.reading.append((where, namespace, keys, list(map(namespace.get, keys))))
 
     def changed_reader(self) -> str:
-        """The first module of the import system, or of what else reads a sealed file's
-        text (`READING`), whose namespace changed since the start; "" when none did."""
-        if not self.intact():
-            return "the import system"
-        for name, namespace, keys, values in self.reading:
-            if len(namespace) != len(keys) or not same(list(map(namespace.get, keys)), values):
+        """The first namespace of the import system's, or of what else reads a sealed
+        file's text (`READING`), with a value changed since the start, or a class of
+        theirs with a name added (a module may gain names as the process runs: the
+        import system's does as threads start); "" when none did."""
+        entries = [("the import system", n, k, v) for n, k, v, _ in self.namespaces]
+        for name, namespace, keys, values in entries + self.reading:
+            is_class = type(namespace.get("__name__")) is not str
+            if is_class and len(namespace) != len(keys):
+                return name
+            if not same(list(map(namespace.get, keys)), values):
                 return name
         return ""
 
@@ -422,14 +426,19 @@ def _origin(frame: Any) -> "str | None":
 
 
 def handed_by_test(frame: Any, path: str, origins: "Origins", handed: "dict[int, Any]") -> bool:
-    """Whether the file `path` (a real path) was handed by a test to the code reading it:
-    the call the innermost frame of the suite's own files on the stack makes was given it
-    among its arguments as it was called (`Trace.handed`: a test that loads its own file
-    as a configuration)."""
+    """Whether the file `path` (a real path) is read for a test: the innermost frame of the
+    suite's own files on the stack is that file's own (a test that has the code it calls
+    load its own file as a configuration, by its name or through the environment), or the
+    call it makes was given the file among its arguments as it was called
+    (`Trace.handed`). Code a test of the file calls could read as much of it through the
+    test's frame."""
     callee = None
     depth = 0
     while frame is not None and depth < 400:
-        if origins.is_protected(frame.f_code.co_filename):
+        filename = frame.f_code.co_filename
+        if origins.is_protected(filename):
+            if origins.realpath(filename) == path:
+                return True
             entry = handed.get(id(callee)) if callee is not None else None
             return entry is not None and entry[0] is callee and path in entry[1]
         callee = frame

@@ -19,8 +19,8 @@ Each reader proves it ran by reading the visible test file (a marker line). On t
 file every one must be refused, so the forgery learns nothing: the run is `unresolved`,
 or `tampered` where the patch's own code was caught asking. The reference fix still
 resolves with the hidden tests sealed: one hands the library its own file to read (a
-file of settings, as Flask's tests do), one finds where a test starts through `inspect`
-and sees the file's outline.
+file of settings, as Flask's tests do), one reads its own file through `inspect`; and no
+failure's traceback shows the hidden source (tracebacks get the file's outline).
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ license = "Apache-2.0"
 
 
 # The hidden tests: one the bug fails, one that hands the library its own file, and one
-# that finds where a test starts through `inspect` (as SymPy's runner orders a file's
-# tests), which reads the file's outline: every line in place, no value in it.
+# that finds where a test starts through `inspect`, reading its own file (a test of the
+# file gets its text; a failure's traceback, formatted after the test, gets its outline).
 HIDDEN_TESTS = """\
 import inspect
 
@@ -95,10 +95,9 @@ def test_settings_from_its_own_file():
     assert settings(__file__)["NAME"] == "sealed"
 
 
-def test_where_a_test_starts_is_found_in_its_outline():
+def test_where_a_test_starts_is_found_in_its_own_file():
     lines, start = inspect.getsourcelines(test_twenty_one)
     assert (lines[0], start) == ("def test_twenty_one():\\n", __START__)
-    assert "42" not in "".join(inspect.findsource(test_twenty_one)[0])
 """
 HIDDEN_TESTS = HIDDEN_TESTS.replace(
     "__START__", str(HIDDEN_TESTS.splitlines().index("def test_twenty_one():") + 1)
