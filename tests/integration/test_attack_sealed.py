@@ -242,7 +242,17 @@ def graded(
         route: (CALC.task_id, partial(build_learner, route)) for route in READERS
     }
     routes["fix"] = (CALC.task_id, fix_build(CALC))
-    with serving(tmp_path_factory, request, "sealed", routes, prepare=add_task) as served:
+    yield from graded_on_calc(tmp_path_factory, request, "sealed", routes)
+
+
+def graded_on_calc(
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    label: str,
+    routes: dict[str, tuple[str, Build]],
+) -> Iterator[dict[str, Outcome]]:
+    """One real daemon, `sealedcalc` added to its tasks, grading `routes`: the outcomes."""
+    with serving(tmp_path_factory, request, label, routes, prepare=add_task) as served:
         _, _, futures = served
         yield {name: future.result(timeout=600) for name, future in futures.items()}
 

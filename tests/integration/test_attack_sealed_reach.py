@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 from . import attacks as A
-from .test_attack_grading import Build, Outcome, serving
-from .test_attack_sealed import BUGGY, CALC, HIDDEN, add_task
+from .test_attack_grading import Build, Outcome
+from .test_attack_sealed import BUGGY, CALC, HIDDEN, graded_on_calc
 
 HIDDEN_BASE = HIDDEN
 
@@ -174,7 +174,10 @@ def _learn(x):
         _from_text(text)
 """
 
-ROUTES["pathstr"] = """
+# A swap for `pathlib.PurePath.__str__`: pytest calls `str(fn)` right after its read of a
+# test module, and the swap reads `source` from pytest's frame (only once a C-level
+# `warnings.warn(stacklevel=2)` says the caller is pytest's rewrite.py).
+PATH_SPY = """
 import pathlib
 import warnings
 
@@ -196,7 +199,6 @@ def _str(self):
     return text
 
 
-pathlib.PurePath.__str__ = _str
 atexit.register(lambda: _say("seen", len(_SEEN)))
 
 
@@ -206,6 +208,8 @@ def _learn(x):
         _say(_HIDDEN, "read", len(text))
         _from_text(text)
 """
+
+ROUTES["pathstr"] = PATH_SPY + "\npathlib.PurePath.__str__ = _str\n"
 
 # `importlib.reload` of the hidden module, run where none of the patch's frames is on the
 # stack: the first `double` call (from the visible test_basic, after every module was
@@ -217,47 +221,19 @@ def _learn(x):
 # swapped `pathlib.PurePath.__str__` (as in `pathstr`, installed only then) sees the text.
 ROUTES["reload"] = (
     _find_hidden()
+    + PATH_SPY
     + """
 import functools
 import importlib
-import pathlib
-import warnings
 import weakref
-
-_SEEN = []
-_real_str = pathlib.PurePath.__str__
-
-
-def _str(self):
-    text = _real_str(self)
-    if text.endswith(_HIDDEN) and not _SEEN:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            warnings.warn("where", stacklevel=2)
-        where = caught[0].filename if caught else ""
-        if where.endswith("rewrite.py"):
-            source = sys._getframe(1).f_locals.get("source")
-            if type(source) is bytes:
-                _SEEN.append(source.decode())
-    return text
 
 
 class _Token:
     pass
 
 
-atexit.register(lambda: _say("seen", len(_SEEN)))
-
-
 class _Carrier(int):
     pass
-
-
-def _learn(x):
-    _say("seen", len(_SEEN))
-    for text in _SEEN:
-        _say(_HIDDEN, "read", len(text))
-        _from_text(text)
 
 
 _first = []
@@ -309,9 +285,7 @@ def graded(
     routes: dict[str, tuple[str, Build]] = {
         route: (CALC.task_id, partial(build, route)) for route in ROUTES
     }
-    with serving(tmp_path_factory, request, "redteam", routes, prepare=add_task) as served:
-        _, _, futures = served
-        yield {name: future.result(timeout=600) for name, future in futures.items()}
+    yield from graded_on_calc(tmp_path_factory, request, "sealed-reach", routes)
 
 
 def said(output: str, route: str) -> list[str]:
