@@ -158,7 +158,11 @@ def test_an_in_process_forgery_is_tampered(forgeries: Run, name: str) -> None:
         assert "refused while grading: code claiming to be" in out.output, out.why()
         assert not A.detail(found.get("loaded", "")), out.why()
     if name.startswith("self-restoring"):  # nothing stays changed: the function's own word
-        assert "but the test raised" in body["integrity"]["forged"], body["integrity"]
+        forged = body["integrity"]["forged"]
+        # On the task with hidden tests, the wrapper is on the stack as pytest formats a
+        # failing hidden test's traceback: its read of the sealed file is found first.
+        sealed = name.endswith("hidden") and "a test file the run keeps sealed" in forged
+        assert sealed or "but the test raised" in forged, body["integrity"]
 
 
 @pytest.mark.parametrize("name", [f"fix-{kind}" for kind in TASKS])
