@@ -425,12 +425,15 @@ def start(
             if changed:
                 tamper(f"{changed} was changed before {path}, a sealed test file, was read")
                 return ""
-            problems: list[str] = []
-            if state["armed"]:  # the frameworks (pytest's rewriting) as they must be
+            if state["armed"] and reader.f_code.co_name != "get_data":
+                # pytest's rewriting, or SymPy's runner, goes on with the text: the frameworks'
+                # namespaces must be as they were. A change found is tampering (the run can
+                # no longer resolve), and the run goes on to be judged as it was.
+                problems: list[str] = []
                 snapshot.check(problems, scan=False)
-            for why in problems:
-                tamper(f"before {path}, a sealed test file, was read: {why}")
-            return "" if problems else "text"
+                for why in problems:
+                    tamper(f"before {path}, a sealed test file, was read: {why}")
+            return "text"
         finally:
             state["busy"] = False
 

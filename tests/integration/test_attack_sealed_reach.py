@@ -308,11 +308,14 @@ STATUSES = {
 def test_the_text_is_reached_nowhere(graded: dict[str, Outcome], route: str) -> None:
     out = graded[route]
     lines = said(out.output, route)
-    assert "exit nothing" in lines, out.why()  # the library ran, and learned nothing
+    # The library ran, and learned nothing (but where the run was already found tampered).
+    assert "exit nothing" in lines or route == "rewrite", out.why()
     if route in ("globals", "fspath"):
         searched = [line.split() for line in lines if line.startswith("searched")]
         assert searched and int(searched[0][1]) > 100, out.why()  # it looked everywhere
         assert searched[0][3] == "0", out.why()
+    elif route == "rewrite":  # pytest's own code changed: found as the text is handed out,
+        assert any(line.startswith("seen") for line in lines), out.why()  # (the run tampered)
     else:
         assert "seen 0" in lines, out.why()  # its swap was in place, and saw nothing
     assert out.status == STATUSES[route], out.why()
