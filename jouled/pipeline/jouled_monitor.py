@@ -17,8 +17,9 @@ directory is never on `sys.path`. The monitor's files, in the order they run:
 - `jouled_stack.py`: the import system as it was, and who is asking (the frames);
 - `jouled_hook.py`: `start`, the audit hook and the only writer of records.
  The run's setup arrives on fd 3 (a 32-byte key, then
-where the tree is and the canary test files) and the descriptor is closed
-before any code of the tree runs. Records go to the daemon on fd 4, one line
+where the tree is, the canary test files and the sealed test modules' text) and the
+descriptor is closed before any code of the tree runs; the key and the sealed text
+live only in `start`'s closures. Records go to the daemon on fd 4, one line
 each, authenticated with the key.
 
 `start` installs the monitor (Python 3.8+: a PEP 578 audit hook, which cannot

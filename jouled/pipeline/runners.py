@@ -6,8 +6,9 @@ monitor (`jouled_monitor.py` and the files it names), the runner (`jouled_pytest
 tree's source files the patch left as they were, with their hashes, which the
 monitor takes as code the patch did not write. Its boot code executes the
 monitor's files and the runner into one namespace (neither is ever importable) and
-calls `main`. The run's key and the canary files travel on fd 3 (`setup`),
-never on a command line or in a file the run can read.
+calls `main`. The run's key, the canary files and the text of its sealed test
+modules (`seal_tests`: hidden tests, shown to the run as unreadable files) travel on
+fd 3 (`setup`), never on a command line or in a file the run can read.
 """
 
 from __future__ import annotations
