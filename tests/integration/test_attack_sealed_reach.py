@@ -149,7 +149,20 @@ def _learn(x):
         _from_text(text)
 """
 
-ROUTES["rewrite"] = """
+# What a swap saw: said as the run ends, learned from as the library is called.
+FROM_SEEN = """
+atexit.register(lambda: _say("seen", len(_SEEN)))
+
+
+def _learn(x):
+    _say("seen", len(_SEEN))
+    for text in _SEEN:
+        _say(_HIDDEN, "read", len(text))
+        _from_text(text)
+"""
+
+ROUTES["rewrite"] = (
+    """
 import _pytest.assertion.rewrite as _rw
 
 _SEEN = []
@@ -164,20 +177,15 @@ def _spy(mod, source, module_path=None, config=None):
 
 
 _rw.rewrite_asserts = _spy
-atexit.register(lambda: _say("seen", len(_SEEN)))
-
-
-def _learn(x):
-    _say("seen", len(_SEEN))
-    for text in _SEEN:
-        _say(_HIDDEN, "read", len(text))
-        _from_text(text)
 """
+    + FROM_SEEN
+)
 
 # A swap for `pathlib.PurePath.__str__`: pytest calls `str(fn)` right after its read of a
 # test module, and the swap reads `source` from pytest's frame (only once a C-level
 # `warnings.warn(stacklevel=2)` says the caller is pytest's rewrite.py).
-PATH_SPY = """
+PATH_SPY = (
+    """
 import pathlib
 import warnings
 
@@ -197,17 +205,9 @@ def _str(self):
             if type(source) is bytes:
                 _SEEN.append(source.decode())
     return text
-
-
-atexit.register(lambda: _say("seen", len(_SEEN)))
-
-
-def _learn(x):
-    _say("seen", len(_SEEN))
-    for text in _SEEN:
-        _say(_HIDDEN, "read", len(text))
-        _from_text(text)
 """
+    + FROM_SEEN
+)
 
 ROUTES["pathstr"] = PATH_SPY + "\npathlib.PurePath.__str__ = _str\n"
 
