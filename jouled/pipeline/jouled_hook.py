@@ -16,7 +16,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_failures import note_failure
     from jouled.pipeline.jouled_monitor import (
         _HMAC,
-        _OUTLINES,
         EVENT,
         FRAME_ATTRS,
         FRAMES_WRITABLE,
@@ -112,6 +111,7 @@ def start(
     # taken as it was (`Machinery`): what reads and compiles a sealed file is compared
     # with what it was here each time the text is handed out.
     sealed_texts = seal_sources(root, setup.get("sealed") or {})
+    outlines: dict[str, bytes] = {}  # path -> `_outline` of its text, made once
     # The suite's own frames, traced while a test runs (audit hooks: 3.8+).
     trace = Trace(origins, getattr(sys, "audit", None), setup["root"])
     runner = globals()
@@ -741,10 +741,9 @@ def start(
             opener = asker.f_back  # `sealed_open` or `sealed_open_code`
             given = sealed_read(path, opener.f_back if opener is not None else None)
             if given == "outline":
-                outline = _OUTLINES.get(path)
-                if outline is None:
-                    outline = _OUTLINES[path] = _outline(text)
-                box.append(outline)
+                if path not in outlines:
+                    outlines[path] = _outline(text)
+                box.append(outlines[path])
             elif given == "text":
                 box.append(text)
 

@@ -388,7 +388,12 @@ def _sealed_path(file: Any) -> "str | None":
             name = os.fsdecode(_FSPATH(file))
         except TypeError:
             return None
-    if name is None or _BASENAME(name) not in _SEALED_NAMES:
+    return _sealed_name(name) if name is not None else None
+
+
+def _sealed_name(name: str) -> "str | None":
+    """The real path of a sealed file the path `name` names, None for any other."""
+    if _BASENAME(name) not in _SEALED_NAMES:
         return None
     real = _REALPATH(name)
     return real if real in _SEALED else None
@@ -449,7 +454,6 @@ def sealed_open_code(path: str) -> Any:
     return _BYTES_IO(_sealed_text(real).pop())
 
 
-_OUTLINES: "dict[str, bytes]" = {}
 _DEFINES = re.compile(rb"^([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)")
 _DECORATES = re.compile(rb"^([ \t]*)@")
 
@@ -491,10 +495,9 @@ def sealed_arguments(frame: Any) -> "frozenset[str]":
             value = str(value)
         if type(value) is bytes:
             value = os.fsdecode(value)
-        if type(value) is str and _BASENAME(value) in _SEALED_NAMES:
-            real = _REALPATH(value)
-            if real in _SEALED:
-                found.add(real)
+        real = _sealed_name(value) if type(value) is str else None
+        if real is not None:
+            found.add(real)
     return frozenset(found)
 
 

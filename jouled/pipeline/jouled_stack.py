@@ -86,20 +86,19 @@ class Machinery:
                 if all(entry[0] is not namespace for entry in self.namespaces):
                     self._take(namespace, list(namespace))
 
-        self.reading: list[tuple[str, Any, list[str], list[Any]]] = []
+        reading = []
         for name in self.READING:
             module = modules.get(name)
             if type(module) is type(sys):
-                namespace = _MODULE_DICT(module)
-                keys = list(namespace)
-                self.reading.append((name, namespace, keys, list(map(namespace.get, keys))))
+                reading.append((name, _MODULE_DICT(module)))
         # pytest reads a test module through a `pathlib` path, and makes its name with `str`
         path_class = getattr(modules.get("pathlib"), "PosixPath", None)
         for klass in type.__dict__["__mro__"].__get__(path_class)[:-1] if path_class else ():
-            namespace = _TYPE_DICT(klass)
-            keys = list(namespace)
-            where = f"pathlib's {klass.__name__}"
-            self.reading.append((where, namespace, keys, list(map(namespace.get, keys))))
+            reading.append((f"pathlib's {klass.__name__}", _TYPE_DICT(klass)))
+        self.reading: list[tuple[str, Any, list[str], list[Any]]] = [
+            (name, namespace, list(namespace), list(namespace.values()))
+            for name, namespace in reading
+        ]
 
     def changed_reader(self) -> str:
         """The first namespace of the import system's, or of what else reads a sealed
