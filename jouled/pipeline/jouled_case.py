@@ -17,7 +17,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these come from the monitor's files run before
-    from jouled.pipeline.jouled_monitor import read_source
     from jouled.pipeline.jouled_observe import _TYPE_NAME, _layers, innermost
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
@@ -36,6 +35,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _Partial,
         framework_module,
     )
+    from jouled.pipeline.jouled_sealed import read_source
 
 
 # What unittest calls on a test case to run it (and the async case's own).

@@ -7,7 +7,6 @@ is checked). What the checks trust lives only in `start`'s closures.
 # Python 3.6 runs this file too: no `from __future__ import annotations`, no walrus, and
 # every annotation naming a generic is a string (`jouled_monitor.py`).
 
-import _thread
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -35,16 +34,12 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         Withheld,
         _CodeType,
         _encode,
-        _outline,
         _read_exact,
-        _sealed_text,
         _word,
         load_trusted,
         memory_file,
         memory_sealed,
-        read_source,
         run_could_write,
-        seal_sources,
     )
     from jouled.pipeline.jouled_observe import heard, passed_problems
     from jouled.pipeline.jouled_origins import (
@@ -55,6 +50,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         framework_module,
         initializing,
     )
+    from jouled.pipeline.jouled_sealed import seal_sources, sealed_server
     from jouled.pipeline.jouled_snapshot import (
         _IS,
         Snapshot,
@@ -67,8 +63,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
     from jouled.pipeline.jouled_stack import (
         Machinery,
         Stack,
-        handed_by_test,
-        loading_file,
+        ctypes_stand_in,
         pytest_rewriter,
     )
     from jouled.pipeline.jouled_traced import Trace
@@ -111,7 +106,6 @@ def start(
     # taken as it was (`Machinery`): what reads and compiles a sealed file is compared
     # with what it was here each time the text is handed out.
     sealed_texts = seal_sources(root, setup.get("sealed") or {})
-    outlines: dict[str, bytes] = {}  # path -> `_outline` of its text, made once
     # The suite's own frames, traced while a test runs (audit hooks: 3.8+).
     trace = Trace(origins, getattr(sys, "audit", None), setup["root"])
     runner = globals()
@@ -401,68 +395,6 @@ def start(
         tamper(why)
         raise Refused(f"jouled: refused while grading: {why}")
 
-    # A sealed test file (`seal_sources`) is read for its text only in the main thread: by
-    # the read that loads that very module, with no code of the patch's on the stack and
-    # what reads it as it was, or by code a test handed the file to. The patch's code
-    # reading it otherwise is tampering; another thread is refused, as the disk refuses
-    # every process; any other read gets its outline (`_outline`: a traceback's lines).
-    main_thread, thread_now = _thread.get_ident(), _thread.get_ident
-
-    def sealed_read(path: str, reader: Any) -> str:
-        if state["busy"] or thread_now() != main_thread:
-            return ""
-        state["busy"] = True
-        try:
-            if handed_by_test(reader, path, origins, trace.handed):
-                return "text"
-            found = patch_on_stack(reader)
-            if found:
-                tamper(f"{found} read {path}, a test file the run keeps sealed")
-                return ""
-            if not loading_file(reader, path, origins):
-                return "outline"
-            changed = machinery.changed_reader()
-            if changed:
-                tamper(f"{changed} was changed before {path}, a sealed test file, was read")
-                return ""
-            if state["armed"] and reader.f_code.co_name != "get_data":
-                # pytest's rewriting, or SymPy's runner, goes on with the text: the frameworks'
-                # namespaces must be as they were. A change found is tampering (the run can
-                # no longer resolve), and the run goes on to be judged as it was.
-                problems: list[str] = []
-                snapshot.check(problems, scan=False)
-                for why in problems:
-                    tamper(f"before {path}, a sealed test file, was read: {why}")
-            return "text"
-        finally:
-            state["busy"] = False
-
-    def stand_in(frame: Any) -> None:
-        """The test framework's own `import ctypes` (Django's test runner has one, for
-        its parallel mode) gets a module without memory access in the real one's place:
-        the import system takes a module put in `sys.modules` while it looks."""
-        if frame is None or "ctypes" in modules:
-            return
-        importer = frame.f_globals.get("__name__")
-        if not framework_module(importer):
-            return
-        if origins.code_from_tree(frame.f_code):
-            return
-        module = type(sys)("ctypes", "A stand-in: graded runs have no ctypes (jouled).")
-
-        def missing(attribute: str) -> Any:
-            raise AttributeError(
-                f"module 'ctypes' has no attribute {attribute!r}: ctypes is withheld from "
-                "graded runs (a daemon run with --memory-modules allow loads it)"
-            )
-
-        module.__getattr__ = missing  # type: ignore[method-assign]
-        modules["ctypes"] = module
-        if "ctypes" not in withheld:
-            withheld.add("ctypes")
-            by = _encode(asker(frame))
-            record(f'{{"event":"withheld","module":"ctypes","by":{by}')
-
     def memory_module(name: str, frame: Any) -> None:
         found = patch_on_stack(frame)
         if found:
@@ -517,7 +449,10 @@ def start(
             name = args[0] if type(args[0]) is str else ""
             filename = args[1] if len(args) > 1 else None
             if name == "ctypes" and filename is None and not allow_memory:
-                stand_in(getframe(2))
+                frame = getframe(2)
+                if ctypes_stand_in(frame, origins, modules) and "ctypes" not in withheld:
+                    withheld.add("ctypes")
+                    record(f'{{"event":"withheld","module":"ctypes","by":{_encode(asker(frame))}')
             if name.rpartition(".")[2] in MEMORY_MODULES:
                 memory_module(name, getframe(2))
             elif type(filename) is str and run_could_write(filename):
@@ -707,46 +642,6 @@ def start(
         )
     )
 
-    asks_own, asks_read = read_source.__code__, _sealed_text.__code__
-
-    monitor_files = os.path.join(setup["ro"], "jouled_")
-    tracers = {trace.local.__code__, trace.traced.__code__, trace.answered.__code__}
-
-    def own_read(frame: Any) -> bool:
-        """Whether `frame` (the caller of `read_source`) is the monitor's own code checking:
-        monitor frames up to the audit hook or a trace function, or up to a frame that
-        is not the patch's (pytest calling the runner), with none of the patch's above."""
-        while frame is not None:
-            code = frame.f_code
-            if code is hook.__code__ or code in tracers:
-                return True
-            if not code.co_filename.startswith(monitor_files):
-                return not patch_on_stack(frame)
-            frame = frame.f_back
-        return False
-
-    def sealed_asked(args: "tuple[Any, ...]") -> None:
-        """A sealed file's text asked of the hook (`SEAL_EVENT`): by the monitor's own
-        code while it checks (`read_source`), or for a read through `sealed_open`."""
-        path, kind, box = args if len(args) == 3 else ("", None, None)
-        text = sealed_texts.get(path) if type(path) is str else None
-        if text is None or type(box) is not list or box:
-            return
-        asker = getframe(2)  # the frame that raised the event
-        code = asker.f_code if asker is not None else None
-        if kind == "own" and code is asks_own:
-            if own_read(asker.f_back):
-                box.append(text)
-        elif kind == "read" and code is asks_read:
-            opener = asker.f_back  # `sealed_open` or `sealed_open_code`
-            given = sealed_read(path, opener.f_back if opener is not None else None)
-            if given == "outline":
-                if path not in outlines:
-                    outlines[path] = _outline(text)
-                box.append(outlines[path])
-            elif given == "text":
-                box.append(text)
-
     def hook(event: str, args: "tuple[Any, ...]") -> None:
         if event not in HANDLED:  # most events (builtins.id, os.*, import...): nothing to do
             return
@@ -789,5 +684,8 @@ def start(
             finally:
                 state["busy"] = False
 
+    tracers = (trace.local.__code__, trace.traced.__code__, trace.answered.__code__)
+    hooks = (getframe, tamper, patch_on_stack, (hook.__code__, *tracers), setup["ro"])
+    sealed_asked = sealed_server(sealed_texts, state, origins, trace, machinery, snapshot, hooks)
     sys.addaudithook(hook)
     return sys.audit, register

@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         WATCHED_PREFIXES,
         _CodeType,
         read_setup,
-        read_source,
     )
+    from jouled.pipeline.jouled_sealed import read_source
 
 # -- where code comes from ------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         SYS_WATCHED,
         WATCHED,
         WATCHED_PREFIXES,
-        read_source,
     )
     from jouled.pipeline.jouled_origins import (
         _COMPILE,
@@ -35,6 +34,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _top,
         framework_module,
     )
+    from jouled.pipeline.jouled_sealed import read_source
 
 # -- what may not change --------------------------------------------------------------------
 

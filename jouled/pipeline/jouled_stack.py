@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _TYPE_DICT,
         Origins,
         _FunctionType,
+        framework_module,
     )
     from jouled.pipeline.jouled_snapshot import (
         _BUILTINS,
@@ -444,3 +445,27 @@ def handed_by_test(frame: Any, path: str, origins: "Origins", handed: "dict[int,
         frame = frame.f_back
         depth += 1
     return False
+
+
+def ctypes_stand_in(frame: Any, origins: "Origins", modules: "dict[str, Any]") -> bool:
+    """Whether the import of ctypes that `frame` asks for was given a stand-in: the test
+    framework's own `import ctypes` (Django's test runner has one, for its parallel mode)
+    gets a module without memory access in the real one's place (the import system takes
+    a module put in `sys.modules` while it looks)."""
+    if frame is None or "ctypes" in modules:
+        return False
+    if not framework_module(frame.f_globals.get("__name__")):
+        return False
+    if origins.code_from_tree(frame.f_code):
+        return False
+    module = type(sys)("ctypes", "A stand-in: graded runs have no ctypes (jouled).")
+
+    def missing(attribute: str) -> Any:
+        raise AttributeError(
+            f"module 'ctypes' has no attribute {attribute!r}: ctypes is withheld from "
+            "graded runs (a daemon run with --memory-modules allow loads it)"
+        )
+
+    module.__getattr__ = missing  # type: ignore[method-assign]
+    modules["ctypes"] = module
+    return True

@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         function_checks,
         swallowers,
     )
-    from jouled.pipeline.jouled_monitor import _SEALED, EVENT, sealed_arguments
+    from jouled.pipeline.jouled_monitor import EVENT
     from jouled.pipeline.jouled_observe import _OBSERVERS, _TRACEBACK, _getframe
     from jouled.pipeline.jouled_origins import (
         _FUNC_CODE,
@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # at run time these come from the monitor's files run before
         _MethodType,
         _module_file,
     )
+    from jouled.pipeline.jouled_sealed import _SEALED, sealed_arguments
 
 _PENDING_KEPT = 10000  # frames of the suite's own with an exception pending at once
 _OWING_KEPT = 100000  # frames of the suite's own running at once

@@ -41,6 +41,7 @@ MONITOR = tuple(
         "traced",
         "snapshot",
         "stack",
+        "sealed",
         "hook",
     )
 )

@@ -16,7 +16,7 @@ from jouled.errors import PatchError, TaskError
 from jouled.patch import parse_patch
 from jouled.patch_apply import apply_patch
 from jouled.pipeline.graded_tree import prepare_tree, secret_tests, seed
-from jouled.pipeline.jouled_monitor import _outline
+from jouled.pipeline.jouled_sealed import _outline
 from jouled.pipeline.taskcheck import check_tasks
 
 REPO = Path(__file__).resolve().parents[2]
