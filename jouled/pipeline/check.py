@@ -11,16 +11,17 @@ below the daemon's `--min-integrity` is refused before it is graded.
 from __future__ import annotations
 
 import dataclasses
+import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from jouled.contracts.contract import Contract, iter_tree
 from jouled.documents.vocabulary import INTEGRITY_LEVELS
 from jouled.errors import SandboxError
-from jouled.pipeline import container, pytest_run, runners, sympy_run, unittest_run
+from jouled.pipeline import container, mutants, pytest_run, runners, sympy_run, unittest_run
 from jouled.pipeline.graded_tree import read_only_native, read_only_tests, secret_tests
 from jouled.pipeline.limits import Limits, RunResult
 from jouled.pipeline.sandbox import Sandbox
@@ -40,11 +41,18 @@ class CheckRunner:
     memory_modules: str
     _limits: Callable[[Contract], Limits]
 
-    def run_check(self, contract: Contract, tree: Path, expected: Sequence[str] = ()) -> CheckRun:
+    def run_check(
+        self,
+        contract: Contract,
+        tree: Path,
+        expected: Sequence[str] = (),
+        mutated: Mapping[str, bytes] | None = None,
+    ) -> CheckRun:
         """Run the contract's test command in the sandbox and read its test ids.
 
         `expected` (the ids grading will check, when known) places the canaries
         beside the tests that matter and names what a forged run would claim.
+        `mutated` (`recheck`) is the text the run holds for some sealed modules.
         """
         ro = Path(tempfile.mkdtemp(prefix="ro-", dir=tree.parent))
         policy = contract.grading
@@ -90,9 +98,14 @@ class CheckRunner:
             if plan is not None and plan.level != "reduced" and reads and reads >= (3, 8):
                 # Python 3.8+ reads source through `io.open_code`, which the runner serves.
                 setup, sealed = runners.seal_tests(
-                    plan.setup, tree, ro, secret_tests(contract, protected, expected)
+                    plan.setup, tree, ro, secret_tests(contract, protected, expected), mutated
                 )
                 plan = dataclasses.replace(plan, setup=setup, overlays={**plan.overlays, **sealed})
+            elif mutated:
+                raise SandboxError(
+                    f"{contract.task_id}'s test modules cannot be sealed for a recheck",
+                    hint="a recheck needs the daemon's runner on Python 3.8 or newer",
+                )
             level = integrity_level(plan, version)
             self._check_integrity(contract, level)
             if plan is None:
@@ -187,6 +200,26 @@ class CheckRunner:
             len(plan.canaries.ids),
             level,
         )
+
+    def recheck(
+        self, contract: Contract, tree: Path, expected: Sequence[str], first: CheckRun
+    ) -> tuple[CheckRun | None, list[str], list[str]]:
+        """Run the check again on `tree` (fresh, the attempt's patch applied) with the sealed
+        test modules' expected values changed (`mutants`), after `first` resolved. Returns
+        the run (None when no expected test that passed has a value to change), the tests
+        that must fail in it, and those that passed again: each took its answer from the
+        test."""
+        passed = [test_id for test_id in expected if first.outcomes.get(test_id) == "passed"]
+        protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
+        texts = {
+            rel: (tree / rel).read_bytes() for rel in secret_tests(contract, protected, expected)
+        }
+        made = mutants.mutants(texts, random.SystemRandom())
+        must_fail = [test_id for rel, m in made.items() for test_id in m.failing_ids(rel, passed)]
+        if not must_fail:
+            return None, [], []
+        again = self.run_check(contract, tree, expected, {rel: m.text for rel, m in made.items()})
+        return again, must_fail, sorted(t for t in must_fail if again.outcomes.get(t) == "passed")
 
     def _memory_modules(
         self, contract: Contract, result: RunResult, channel: pytest_run.Channel, level: str

@@ -334,6 +334,25 @@ class Evaluator(CheckRunner):
                 ids = (*expected.fail_to_pass, *expected.pass_to_pass)
                 check = self.run_check(contract, tree, ids)
                 window.add_run(check.result.cpu_ns, check.result.isolation.get("cpu"))
+                status, grade_info, official, forged = self._verdict(contract, expected, check)
+                if status == RESOLVED and check.level == "monitor":
+                    progress("grade", "resolved: running the sealed tests again, values changed")
+                    again, must_fail, answered = self._recheck(contract, patch, ids, check)
+                    if again is not None:
+                        window.add_run(again.result.cpu_ns, again.result.isolation.get("cpu"))
+                        runs["recheck"] = again.result
+                        extra["recheck"] = {
+                            "tests": len(must_fail),
+                            "answered": answered[:INLINE_IDS],
+                        }
+                        forged = again.forged or (
+                            f"{len(answered)} sealed test(s) passed again with the values they "
+                            f"expect changed, so the code under test took its answers from the "
+                            f"tests: {', '.join(answered[:5])}"
+                            if answered
+                            else ""
+                        )
+                        status = TAMPERED if forged else status
             assert window.energy is not None
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
@@ -346,35 +365,13 @@ class Evaluator(CheckRunner):
                     "report": check.report,
                     "canaries": check.canaries,
                     "level": check.level,
+                    **({"recheck": extra.pop("recheck")} if "recheck" in extra else {}),
+                    **({"forged": forged} if forged else {}),
                 },
             }
-            grade_info = grade(
-                check.outcomes,
-                expected.fail_to_pass,
-                expected.pass_to_pass,
-                graded_exit(contract, check.exit),
-            )
             extra["tests_visible"] = visible_tests(contract, expected, check.outcomes)
-            rules, official = contract.grading.verdict, None
-            if rules is not None:
-                official = rules(check.result.output, expected.fail_to_pass, expected.pass_to_pass)
+            if official is not None:
                 extra["verdict"] = verdict_wire(official, grade_info, expected, check)
-            forged = check.forged
-            if not forged and official is not None and check.report == "channel":
-                forged = unseen_passes(official, check.outcomes)
-            if not forged and official is not None and official.resolved:
-                forged = ended_unrun(check.outcomes, expected)
-            if forged:
-                status = TAMPERED
-                extra["integrity"]["forged"] = forged
-            elif official is None and not expected.valid:
-                status = INVALID
-            elif check.result.timed_out:
-                status = TIMEOUT
-            elif official is not None:  # the contract's rules decide; the strict grading is beside
-                status = RESOLVED if official.resolved else UNRESOLVED
-            else:
-                status = RESOLVED if grade_info.resolved else UNRESOLVED
             progress("grade", f"{status}: {forged or summary(grade_info)}")
         except BrokenEnvironmentError:
             raise
@@ -401,6 +398,47 @@ class Evaluator(CheckRunner):
         }
         body.audit = audit_flags(contract, patch)  # evidence only: never part of the verdict
         return body.to_dict()
+
+    def _verdict(
+        self, contract: Contract, expected: Expected, check: CheckRun
+    ) -> tuple[str, Grade, Any, str]:
+        """(status, jouled's grading, the contract's official verdict or None, why the run is
+        forged or "") of a graded run."""
+        grade_info = grade(
+            check.outcomes,
+            expected.fail_to_pass,
+            expected.pass_to_pass,
+            graded_exit(contract, check.exit),
+        )
+        rules, official = contract.grading.verdict, None
+        if rules is not None:
+            official = rules(check.result.output, expected.fail_to_pass, expected.pass_to_pass)
+        forged = check.forged
+        if not forged and official is not None and check.report == "channel":
+            forged = unseen_passes(official, check.outcomes)
+        if not forged and official is not None and official.resolved:
+            forged = ended_unrun(check.outcomes, expected)
+        if forged:
+            status = TAMPERED
+        elif official is None and not expected.valid:
+            status = INVALID
+        elif check.result.timed_out:
+            status = TIMEOUT
+        elif official is not None:  # the contract's rules decide; the strict grading is beside
+            status = RESOLVED if official.resolved else UNRESOLVED
+        else:
+            status = RESOLVED if grade_info.resolved else UNRESOLVED
+        return status, grade_info, official, forged
+
+    def _recheck(
+        self, contract: Contract, patch: Patch | None, ids: tuple[str, ...], first: CheckRun
+    ) -> tuple[CheckRun | None, list[str], list[str]]:
+        """`CheckRunner.recheck` on a tree of its own, seeded afresh and patched as the
+        graded one was (nothing the first run wrote reaches the second)."""
+        with self._scratch("recheck-") as tmp:
+            tree = seed(contract, Path(tmp) / "tree")
+            prepare_tree(contract, tree, patch)
+            return self.recheck(contract, tree, ids, first)
 
     def _command_solve(
         self,

@@ -218,16 +218,28 @@ SEALED_STUB = "sealed"  # the unreadable file shown over each sealed test module
 
 
 def seal_tests(
-    setup_bytes: bytes, tree: Path, ro_dir: Path, secret: Sequence[str]
+    setup_bytes: bytes,
+    tree: Path,
+    ro_dir: Path,
+    secret: Sequence[str],
+    texts: Mapping[str, bytes] | None = None,
 ) -> tuple[bytes, dict[str, Path]]:
     """Keep the `secret` test modules (tree-relative) from every process of the run: their
     text joins the setup the runner reads on fd 3, and each is shown as an empty file no
-    one may read (mode 000 on a read-only mount). Returns (the setup, the overlays)."""
+    one may read (mode 000 on a read-only mount). `texts` replaces some modules' text
+    (`mutants`: the run then tests what it holds, not what is on disk). Returns (the
+    setup, the overlays)."""
+    texts = texts or {}
+    if set(texts) - set(secret):
+        raise ValueError(
+            f"texts for modules the run does not seal: {sorted(set(texts) - set(secret))}"
+        )
     if not secret:
         return setup_bytes, {}
     key, document = setup_bytes[:KEY_BYTES], json.loads(setup_bytes[KEY_BYTES + 4 :])
     document["sealed"] = {
-        rel: base64.b64encode((tree / rel).read_bytes()).decode() for rel in secret
+        rel: base64.b64encode(texts[rel] if rel in texts else (tree / rel).read_bytes()).decode()
+        for rel in secret
     }
     stub = ro_dir / SEALED_STUB
     stub.touch()

@@ -1,0 +1,159 @@
+"""The sealed test modules a resolved attempt is graded on again: values changed, nothing else."""
+
+from __future__ import annotations
+
+import ast
+import random
+
+import pytest
+
+from jouled.pipeline.mutants import mutants, mutate
+
+MODULE = b"""\
+import pytest
+from calc import double, name
+
+LIMIT = 42
+
+
+def test_double():
+    assert double(21) == 42
+    assert double(0) == 0
+
+
+def test_flipped():
+    x = double(21)
+    assert 42 == x
+
+
+def test_text():
+    assert name("x") == "Abc9"
+
+
+class TestCase:
+    def test_equal(self):
+        self.assertEqual(double(4), 8)
+
+    @pytest.mark.parametrize("a", [1, 2])
+    def test_marked(self, a):
+        assert double(a) == 2
+
+
+def test_may_return_first():
+    if double(1) == 2:
+        return
+    assert double(3) == 6
+
+
+def test_in_a_loop_only():
+    for x in (1, 2):
+        assert double(x) == 7
+
+
+def test_nothing_compared():
+    assert double(1)
+"""
+
+
+def shape(text: bytes) -> str:
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            node.value = type(node.value).__name__
+    return ast.dump(tree)
+
+
+def changed_lines(before: bytes, after: bytes) -> dict[int, tuple[str, str]]:
+    pairs = zip(before.decode().splitlines(), after.decode().splitlines(), strict=True)
+    return {n: (a, b) for n, (a, b) in enumerate(pairs, 1) if a != b}
+
+
+def test_each_compared_value_changes_and_nothing_else_does() -> None:
+    mutant = mutate(MODULE, random.Random(7))
+    assert mutant is not None
+    changed = changed_lines(MODULE, mutant.text)
+    lines = MODULE.decode().splitlines()
+    # Only assertion lines change, and only in literals: read with every literal's value
+    # as its kind, the two modules are the same.
+    for old, _ in changed.values():
+        assert old.lstrip().startswith(("assert", "self.assertEqual")), old
+    assert shape(mutant.text) == shape(MODULE)
+    untouched = [n for n, line in enumerate(lines, 1) if "LIMIT = 42" in line or "def " in line]
+    assert not set(untouched) & set(changed)
+    # Every test's first top-level comparison reached for sure must fail on the mutant.
+    assert mutant.must_fail == {
+        "test_double",
+        "test_flipped",
+        "test_text",
+        "TestCase::test_equal",
+        "TestCase::test_marked",
+    }
+    # A value compared twice becomes the same other value throughout.
+    new_42 = {new.split("==")[1].strip() for old, new in changed.values() if "== 42" in old}
+    new_42 |= {new.split("==")[0].split()[-1] for old, new in changed.values() if "42 ==" in old}
+    assert len(new_42) == 1 and new_42 != {"42"}
+
+
+def test_a_changed_value_is_plausible_a_count_stays_a_count_a_string_keeps_its_shape() -> None:
+    for seed in range(200):
+        mutant = mutate(MODULE, random.Random(seed))
+        assert mutant is not None
+        for old, new in changed_lines(MODULE, mutant.text).values():
+            if "name(" in old:
+                before, after = (
+                    ast.literal_eval(old.split("== ")[1]),
+                    ast.literal_eval(new.split("== ")[1]),
+                )
+                assert len(after) == len(before) and after != before
+                assert sum(a != b for a, b in zip(before, after, strict=True)) == 1
+                for a, b in zip(before, after, strict=True):
+                    assert (a.isdigit(), a.isupper()) == (b.isdigit(), b.isupper())
+            elif "== 0" in old:
+                assert int(new.split("== ")[1]) > 0
+
+
+def test_the_pytest_ids_that_must_fail_are_those_of_changed_tests() -> None:
+    mutant = mutate(MODULE, random.Random(1))
+    assert mutant is not None
+    ids = [
+        "tests/test_m.py::test_double",
+        "tests/test_m.py::TestCase::test_marked[1]",
+        "tests/test_m.py::test_may_return_first",
+        "tests/other.py::test_double",
+    ]
+    assert mutant.failing_ids("tests/test_m.py", ids) == ids[:2]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # a decorator that is not pytest's may catch what the test raises
+        b"@retry\ndef test_a():\n    assert f() == 1\n",
+        # the name is bound again after the def: the test run is not this function
+        b"def test_a():\n    assert f() == 1\ntest_a = other\n",
+        b"def test_a():\n    assert f() == 1\ndef test_a():\n    assert f()\n",
+        # nothing compared with a literal at the top of the body
+        b"def test_a():\n    with ctx():\n        assert f() == 1\n",
+        b"def test_a():\n    assert f() == g()\n",
+        b"def test_a():\n    assert f() is True\n",
+        b"def test_a():\n    assert f() == True\n",
+        b"def test_a():\n    assert 1 == 1\n",
+        b"async def test_a():\n    assert f() == 1\n",
+        b"def helper():\n    assert f() == 1\n",
+        b"def test_a(:\n",
+    ],
+)
+def test_no_mutant_where_a_test_might_still_pass_or_none_is_changed(source: bytes) -> None:
+    assert mutate(source, random.Random(0)) is None
+
+
+def test_a_literal_the_parser_places_elsewhere_is_left_and_its_test_not_counted() -> None:
+    # latin-1: the parser's offsets are those of the UTF-8 text, so the literal is not where
+    # it says on this line; the test is then not one that must fail
+    source = "# -*- coding: latin-1 -*-\ndef test_a():\n    assert f('\xe9\xe9') == 'ab'\n"
+    assert mutate(source.encode("latin-1"), random.Random(0)) is None
+
+
+def test_modules_without_a_test_to_change_are_left_out() -> None:
+    made = mutants({"a.py": MODULE, "b.py": b"def test_b():\n    assert f()\n"}, random.Random(3))
+    assert set(made) == {"a.py"}
