@@ -7,13 +7,15 @@ from there, rather than computing it, passes every test it was never shown. So a
 resolved attempt is graded once more, on a fresh tree, with the same command and the
 same files on disk, its sealed modules' text (which only the runner holds) changed:
 each literal a test compares for equality in an `assert` (`assert f(x) == 42`,
-`self.assertEqual(f(x), "a")`) becomes another value of the same kind (`mutate`).
+`self.assertEqual(f(x), "a")`, `assert f(x) == [1.5, "b"]`) has its numbers and
+strings changed for others of the same kind (`mutate`).
 
 A test whose first such assertion is a statement of its own body, reached before
-anything could leave the test, must fail then: a deterministic result cannot equal
-both values. One that passes took its answer from the test, and the attempt is
-`tampered`. The same value becomes the same other value throughout a module, so the
-changed module contradicts itself nowhere a reader could compare.
+anything could leave the test, and whose literal then reads as another value, must
+fail: a deterministic result cannot equal both values. One that passes took its
+answer from the test, and the attempt is `tampered`. The same value becomes the same
+other value throughout a module, so the changed module contradicts itself nowhere a
+reader could compare.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from __future__ import annotations
 import ast
 import math
 import random
+import re
 import string
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 _ASSERT_EQUAL = frozenset({"assertEqual", "assertEquals"})
+_UNITTEST_ID = re.compile(r"(\w+) \(([\w.]+)\)")
 _LEAVING = (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -40,14 +44,31 @@ class Mutant:
     must_fail: frozenset[str]
 
     def failing_ids(self, module: str, ids: Iterable[str]) -> list[str]:
-        """The pytest ids among `ids` (of the module file `module`, tree-relative) that
-        name a test that must fail (parametrized ids by their function)."""
-        found = []
-        for test_id in ids:
-            path, _, name = test_id.partition("::")
-            if path == module and name.partition("[")[0] in self.must_fail:
-                found.append(test_id)
-        return found
+        """The ids among `ids` that name a test of the module file `module` (tree-relative)
+        that must fail: pytest's (`file::Class::test[param]`, by its function) or
+        unittest's (`test (package.module.Class)`, with or without the method again)."""
+        return [test_id for test_id in ids if _test_name(module, test_id) in self.must_fail]
+
+
+def _test_name(module: str, test_id: str) -> str | None:
+    """The name (`test_f`, `Class::test_m`) `test_id` gives a test of `module`; None for
+    an id of another module, or of a form not known here (SymPy's bare names)."""
+    path, pytest_form, name = test_id.partition("::")
+    if pytest_form:
+        return name.partition("[")[0] if path == module else None
+    found = _UNITTEST_ID.fullmatch(test_id)
+    if found is None:
+        return None
+    method, dotted = found.groups()
+    parts = dotted.split(".")
+    if parts[-1] == method:  # Python 3.11+ names the method again
+        parts.pop()
+    if len(parts) < 2:
+        return None
+    file = "/".join(parts[:-1]) + ".py"
+    if module != file and not module.endswith("/" + file):
+        return None
+    return f"{parts[-1]}::{method}"
 
 
 def mutate(text: bytes, rng: random.Random) -> Mutant | None:
@@ -58,32 +79,39 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
     except (SyntaxError, ValueError):
         return None
     lines = text.splitlines(keepends=True)
-    literals: list[ast.Constant] = []
-    firsts: dict[str, ast.Constant] = {}
+    literals: list[ast.expr] = []
+    firsts = {}
     for name, function in _tests(module.body, ""):
-        if not _plainly_run(function):
-            continue
-        literals += [found for node in ast.walk(function) if (found := _expected(node))]
-        first = _first_expected(function.body)
-        if first is not None:
-            firsts[name] = first
+        if _plainly_run(function):
+            literals += [found for node in ast.walk(function) if (found := _expected(node))]
+            firsts[name] = _first_expected(function.body)
     changed: dict[tuple[type, object], object] = {}
-    edits: dict[int, tuple[int, int, int, bytes]] = {}  # id(literal) -> its edit
-    for literal in literals:
-        where = _span(lines, literal)
+    edits: dict[tuple[int, int, int], bytes] = {}  # (line, start, end) -> the new text
+    for leaf in (leaf for literal in literals for leaf in _leaves(literal)):
+        where = _span(lines, leaf)
         if where is None:
             continue  # not where the parser says (a file in another encoding): left
-        key = (type(literal.value), literal.value)
+        value = ast.literal_eval(leaf)
+        key = (type(value), value)
         if key not in changed:
-            changed[key] = _other(literal.value, rng)
-        edits[id(literal)] = (*where, ascii(changed[key]).encode())
-    must_fail = {name for name, first in firsts.items() if id(first) in edits}
-    if not must_fail:
-        return None
-    for lineno, start, end, value in sorted(edits.values(), reverse=True):
+            changed[key] = _other(value, rng)
+        if changed[key] != value:  # (a float too large to move is left)
+            edits[where] = ascii(changed[key]).encode()
+    for (lineno, start, end), new in sorted(edits.items(), reverse=True):
         line = lines[lineno - 1]
-        lines[lineno - 1] = line[:start] + value + line[end:]
-    return Mutant(b"".join(lines), frozenset(must_fail))
+        lines[lineno - 1] = line[:start] + new + line[end:]
+    changed_text = b"".join(lines)
+    # A test must fail where its first compared literal now reads as another value.
+    try:
+        after = {name: f.body for name, f in _tests(ast.parse(changed_text).body, "")}
+    except (SyntaxError, ValueError):
+        return None
+    must_fail = set()
+    for name, first in firsts.items():
+        now = _first_expected(after[name]) if name in after else None
+        if first is not None and now is not None and _read(now) != _read(first):
+            must_fail.add(name)
+    return Mutant(changed_text, frozenset(must_fail)) if must_fail else None
 
 
 def mutants(texts: dict[str, bytes], rng: random.Random) -> dict[str, Mutant]:
@@ -141,7 +169,7 @@ def _plainly_run(function: ast.FunctionDef) -> bool:
     return True
 
 
-def _first_expected(body: Sequence[ast.stmt]) -> ast.Constant | None:
+def _first_expected(body: Sequence[ast.stmt]) -> ast.expr | None:
     """The compared literal of the body's first top-level equality assertion, if nothing
     before it could leave the function (`return`, `yield`, `await` outside a nested
     scope)."""
@@ -165,7 +193,7 @@ def _walk_scope(node: ast.AST) -> Iterator[ast.AST]:
                 todo.append(child)
 
 
-def _expected(statement: ast.AST) -> ast.Constant | None:
+def _expected(statement: ast.AST) -> ast.expr | None:
     """The literal an equality assertion compares with a computed value: `assert X == c`,
     `assert c == X`, `self.assertEqual(X, c)` (either way round); None for anything else."""
     pair: list[ast.expr] = []
@@ -178,24 +206,61 @@ def _expected(statement: ast.AST) -> ast.Constant | None:
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in _ASSERT_EQUAL and len(call.args) >= 2:
             pair = list(call.args[:2])
-    constants = [node for node in pair if isinstance(node, ast.Constant)]
-    if len(pair) != 2 or len(constants) != 1 or not _changeable(constants[0].value):
+    if len(pair) != 2:
         return None
-    return constants[0]
+    literals = [node for node in pair if _leaves(node)]
+    if len(literals) != 1:
+        return None
+    other = pair[1] if pair[0] is literals[0] else pair[0]
+    return None if _literal(other) else literals[0]  # `1 == True`: nothing computed
 
 
-def _changeable(value: object) -> bool:
+def _read(node: ast.expr) -> object:
+    return ast.literal_eval(node)
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def _leaves(node: ast.expr) -> list[ast.expr]:
+    """The values to change in a literal: itself (a number, signed or not, a string,
+    bytes), or those of a list, tuple, set or dict of literals; [] for anything else."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = node.operand
+        return [node] if isinstance(inner, ast.Constant) and _number(inner.value) else []
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return [node] if _number(value) or isinstance(value, str | bytes) else []
+    if not isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict) or not _literal(node):
+        return []
+    if isinstance(node, ast.Dict):
+        parts = [part for part in (*node.keys, *node.values) if part is not None]
+    else:
+        parts = list(node.elts)
+    return [leaf for part in parts for leaf in _leaves(part)]
+
+
+def _number(value: object) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, float):
         return math.isfinite(value)
-    return isinstance(value, int | str | bytes)
+    return isinstance(value, int)
 
 
 def _other(value: object, rng: random.Random) -> object:
     """Another value of the same kind, as plausible: a number a few away on the same side
-    of zero (zero becomes a small count), a string of the same length with one character
-    changed for another of its class."""
+    of zero (zero becomes a small count; a float of 1 or more is scaled by up to 90%), a
+    string of the same length with one character changed for another of its class. The
+    value itself where none can be made."""
+    if isinstance(value, float) and abs(value) >= 1:  # scaled: a step would not move 1e20
+        scaled = value * (1 + rng.randint(1, 9) / 10 * rng.choice((-1, 1)))
+        return scaled if math.isfinite(scaled) else value
     if isinstance(value, int | float):
         step = rng.randint(1, 9)
         if value == 0:
@@ -221,9 +286,9 @@ def _other(value: object, rng: random.Random) -> object:
     return value[:at] + new + value[at + 1 :]
 
 
-def _span(lines: Sequence[bytes], literal: ast.Constant) -> tuple[int, int, int] | None:
+def _span(lines: Sequence[bytes], literal: ast.expr) -> tuple[int, int, int] | None:
     """(line, start, end) of the literal in the text, checked: the bytes there must read
-    back as the literal's value."""
+    back as the literal's value (a signed number's sign included)."""
     if literal.lineno != literal.end_lineno or literal.end_col_offset is None:
         return None  # implicit concatenation over lines
     if literal.lineno > len(lines):
@@ -233,6 +298,7 @@ def _span(lines: Sequence[bytes], literal: ast.Constant) -> tuple[int, int, int]
         read = ast.literal_eval(lines[literal.lineno - 1][start:end].decode())
     except (ValueError, SyntaxError, UnicodeDecodeError):
         return None
-    if type(read) is not type(literal.value) or read != literal.value:
+    value = ast.literal_eval(literal)
+    if type(read) is not type(value) or read != value:
         return None
     return literal.lineno, start, end

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import math
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,6 +127,20 @@ def test_the_pytest_ids_that_must_fail_are_those_of_changed_tests() -> None:
     assert mutant.failing_ids("tests/test_m.py", ids) == ids[:2]
 
 
+def test_unittest_ids_name_the_module_by_its_dotted_path() -> None:
+    mutant = mutate(MODULE, random.Random(1))
+    assert mutant is not None
+    ids = [
+        "test_equal (utils_tests.test_m.TestCase)",
+        "test_equal (utils_tests.test_m.TestCase.test_equal)",  # Python 3.11+
+        "test_equal (other_tests.test_m.TestCase)",
+        "test_equal (test_m.Other)",
+        "test_double",  # SymPy's bare names: not matched here
+        "Docstring first line (utils_tests.test_m.TestCase)",
+    ]
+    assert mutant.failing_ids("tests/utils_tests/test_m.py", ids) == ids[:2]
+
+
 @pytest.mark.parametrize(
     "source",
     [
@@ -157,3 +174,59 @@ def test_a_literal_the_parser_places_elsewhere_is_left_and_its_test_not_counted(
 def test_modules_without_a_test_to_change_are_left_out() -> None:
     made = mutants({"a.py": MODULE, "b.py": b"def test_b():\n    assert f()\n"}, random.Random(3))
     assert set(made) == {"a.py"}
+
+
+@pytest.mark.parametrize("value", ["1e20", "1.7e308", "2.5", "0.001", "-3.0", "-1", "7", "0"])
+def test_a_number_always_changes_and_stays_a_finite_number_of_its_sign(value: str) -> None:
+    source = f"def test_a():\n    assert f() == {value}\n".encode()
+    old = ast.literal_eval(value)
+    for seed in range(100):
+        mutant = mutate(source, random.Random(seed))
+        if mutant is None:  # only where no other value could be made
+            assert value == "1.7e308"
+            continue
+        new = ast.literal_eval(mutant.text.decode().split("== ")[1])
+        assert type(new) is type(old) and new != old and math.isfinite(new)
+        assert (new > 0) == (old > 0) or old == 0
+
+
+def test_a_literal_list_tuple_dict_or_set_has_its_values_changed() -> None:
+    source = (
+        b"def test_list():\n    assert f() == [3.0, 5.0, 7.0]\n\n"
+        b"def test_nested():\n    assert f() == [(0, 1, 2), ('a',)]\n\n"
+        b"def test_dict():\n    assert f() == {'k': 1, 'j': [2, 'x']}\n\n"
+        b"def test_flags_only():\n    assert f() == [True, None]\n"
+    )
+    mutant = mutate(source, random.Random(5))
+    assert mutant is not None
+    assert mutant.must_fail == {"test_list", "test_nested", "test_dict"}
+    before = {n: ast.literal_eval(v.body[0].test.comparators[0]) for n, v in _defs(source)}
+    after = {n: ast.literal_eval(v.body[0].test.comparators[0]) for n, v in _defs(mutant.text)}
+    for name in mutant.must_fail:
+        assert after[name] != before[name]
+        assert type(after[name]) is type(before[name]) and len(after[name]) == len(before[name])
+    assert after["test_flags_only"] == before["test_flags_only"]
+
+
+def test_a_set_whose_changed_values_read_as_the_same_set_is_not_counted() -> None:
+    source = b"def test_set():\n    assert f() == {1, 2}\n"
+    for seed in range(300):
+        mutant = mutate(source, random.Random(seed))
+        if mutant is not None:
+            [(_, function)] = _defs(mutant.text)
+            assert ast.literal_eval(function.body[0].test.comparators[0]) != {1, 2}
+
+
+def test_the_bundled_hidden_modules_have_tests_to_recheck() -> None:
+    tasks = Path(__file__).resolve().parents[2] / "tasks" / "smoke"
+    for name, test in [
+        ("semver", "test_newest_release_candidate_tag_wins"),
+        ("slidingwindow", "test_docstring_step_example"),
+    ]:
+        [module] = (tasks / name / "before" / "tests").glob("test_hidden_*.py")
+        mutant = mutate(module.read_bytes(), random.Random(0))
+        assert mutant is not None and test in mutant.must_fail
+
+
+def _defs(text: bytes) -> list[tuple[str, Any]]:
+    return [(n.name, n) for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
