@@ -201,25 +201,22 @@ class CheckRunner:
             level,
         )
 
-    def recheck(
+    def changed_tests(
         self, contract: Contract, tree: Path, expected: Sequence[str], first: CheckRun
-    ) -> tuple[CheckRun | None, list[str], list[str]]:
-        """Run the check again on `tree` (fresh, the attempt's patch applied) with the sealed
-        test modules' expected values changed (`mutants`), after `first` resolved. Returns
-        the run (None when no expected test that passed has a value to change), the tests
-        that must fail in it, and those that passed again: each took its answer from the
-        test."""
+    ) -> tuple[dict[str, bytes], list[str]]:
+        """The sealed test modules of `tree` with their compared values changed (`mutants`:
+        tree-relative path -> text) and the expected ids that passed in `first` and must
+        fail on them; ({}, []) when there are none."""
         passed = [test_id for test_id in expected if first.outcomes.get(test_id) == "passed"]
         protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
-        texts = {
-            rel: (tree / rel).read_bytes() for rel in secret_tests(contract, protected, expected)
-        }
-        made = mutants.mutants(texts, random.SystemRandom())
+        secret = secret_tests(contract, protected, expected)
+        made = mutants.mutants(
+            {rel: (tree / rel).read_bytes() for rel in secret}, random.SystemRandom()
+        )
         must_fail = [test_id for rel, m in made.items() for test_id in m.failing_ids(rel, passed)]
         if not must_fail:
-            return None, [], []
-        again = self.run_check(contract, tree, expected, {rel: m.text for rel, m in made.items()})
-        return again, must_fail, sorted(t for t in must_fail if again.outcomes.get(t) == "passed")
+            return {}, []
+        return {rel: m.text for rel, m in made.items()}, must_fail
 
     def _memory_modules(
         self, contract: Contract, result: RunResult, channel: pytest_run.Channel, level: str

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import random
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,25 +336,21 @@ class Evaluator(CheckRunner):
                 ids = (*expected.fail_to_pass, *expected.pass_to_pass)
                 check = self.run_check(contract, tree, ids)
                 window.add_run(check.result.cpu_ns, check.result.isolation.get("cpu"))
-                status, grade_info, official, forged = self._verdict(contract, expected, check)
-                if status == RESOLVED and check.level == "monitor":
-                    progress("grade", "resolved: running the sealed tests again, values changed")
-                    again, must_fail, answered = self._recheck(contract, patch, ids, check)
-                    if again is not None:
-                        window.add_run(again.result.cpu_ns, again.result.isolation.get("cpu"))
-                        runs["recheck"] = again.result
-                        extra["recheck"] = {
-                            "tests": len(must_fail),
-                            "answered": answered[:INLINE_IDS],
-                        }
-                        forged = again.forged or (
-                            f"{len(answered)} sealed test(s) passed again with the values they "
-                            f"expect changed, so the code under test took its answers from the "
-                            f"tests: {', '.join(answered[:5])}"
-                            if answered
-                            else ""
+                graded, grade_info, official, forged = self._verdict(contract, expected, check)
+                if graded == RESOLVED and check.level == "monitor":
+                    progress("grade", "resolved: confirming it with the sealed tests changed")
+                    recheck = self._recheck(contract, patch, ids, check)
+                    if recheck is not None:
+                        for run in (recheck.again, recheck.changed):
+                            window.add_run(run.result.cpu_ns, run.result.isolation.get("cpu"))
+                        runs["rerun"], runs["recheck"] = (
+                            recheck.again.result,
+                            recheck.changed.result,
                         )
-                        status = TAMPERED if forged else status
+                        extra["recheck"] = recheck.wire()
+                        forged = recheck.forged()
+                        graded = TAMPERED if forged else recheck.status()
+                status = graded  # (an error above leaves it `error`)
             assert window.energy is not None
             energy["grade"] = window.energy.to_wire()
             level = check.result.level
@@ -372,7 +370,12 @@ class Evaluator(CheckRunner):
             extra["tests_visible"] = visible_tests(contract, expected, check.outcomes)
             if official is not None:
                 extra["verdict"] = verdict_wire(official, grade_info, expected, check)
-            progress("grade", f"{status}: {forged or summary(grade_info)}")
+            unrepeated = extra.get("integrity", {}).get("recheck", {}).get("unrepeated")
+            if unrepeated and not forged:
+                note = f"{len(unrepeated)} test(s) that passed did not pass again: {unrepeated[0]}"
+            else:
+                note = forged or summary(grade_info)
+            progress("grade", f"{status}: {note}")
         except BrokenEnvironmentError:
             raise
         except PatchError as err:
@@ -432,13 +435,32 @@ class Evaluator(CheckRunner):
 
     def _recheck(
         self, contract: Contract, patch: Patch | None, ids: tuple[str, ...], first: CheckRun
-    ) -> tuple[CheckRun | None, list[str], list[str]]:
-        """`CheckRunner.recheck` on a tree of its own, seeded afresh and patched as the
-        graded one was (nothing the first run wrote reaches the second)."""
-        with self._scratch("recheck-") as tmp:
-            tree = seed(contract, Path(tmp) / "tree")
-            prepare_tree(contract, tree, patch)
-            return self.recheck(contract, tree, ids, first)
+    ) -> Recheck | None:
+        """The runs that confirm `first` resolved on its own: the check again on two trees
+        seeded and patched afresh side by side, their files' times made the same, run at
+        once in an order drawn at random, one of them with the sealed tests' compared values
+        changed (`CheckRunner.changed_tests`). Nothing the first run wrote reaches them, and
+        nothing tells the two apart but the text only the runner holds. None where no test
+        that passed has a value to change."""
+        with self._scratch("recheck-") as one, self._scratch("recheck-") as two:
+            trees = [seed(contract, Path(place) / "tree") for place in (one, two)]
+            for tree in trees:
+                prepare_tree(contract, tree, patch)
+            changed, must_fail = self.changed_tests(contract, trees[0], ids, first)
+            if not must_fail:
+                return None
+            same_times(trees)
+            roles = ["again", "changed"]
+            random.SystemRandom().shuffle(roles)
+            with ThreadPoolExecutor(2, thread_name_prefix="recheck") as pool:
+                futures = {
+                    role: pool.submit(
+                        self.run_check, contract, tree, ids, changed if role == "changed" else None
+                    )
+                    for role, tree in zip(roles, trees, strict=True)
+                }
+                done = {role: future.result() for role, future in futures.items()}
+        return Recheck(done["again"], done["changed"], must_fail)
 
     def _command_solve(
         self,
@@ -539,6 +561,59 @@ class Evaluator(CheckRunner):
         if error:
             body.error = error
         return body
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """`Evaluator._recheck`'s two runs: the graded check again, and with its changed tests."""
+
+    again: CheckRun
+    changed: CheckRun
+    must_fail: list[str]  # the expected ids that passed and must fail on the changed text
+
+    @property
+    def answered(self) -> list[str]:
+        """Tests that passed with the values they compare changed: answered from the test."""
+        return sorted(t for t in self.must_fail if self.changed.outcomes.get(t) == "passed")
+
+    @property
+    def unrepeated(self) -> list[str]:
+        """Tests that passed in the graded run and not in the same run again."""
+        return sorted(t for t in self.must_fail if self.again.outcomes.get(t) != "passed")
+
+    def forged(self) -> str:
+        answered = self.answered
+        if self.again.forged or self.changed.forged:
+            return self.again.forged or self.changed.forged
+        if not answered:
+            return ""
+        return (
+            f"{len(answered)} sealed test(s) passed again with the values they expect "
+            f"changed, so the code under test took its answers from the tests: "
+            f"{', '.join(answered[:5])}"
+        )
+
+    def status(self) -> str:
+        """`resolved` where every test passed again, `unresolved` where one did not."""
+        return UNRESOLVED if self.unrepeated else RESOLVED
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "tests": len(self.must_fail),
+            "answered": self.answered[:INLINE_IDS],
+            "unrepeated": self.unrepeated[:INLINE_IDS],
+        }
+
+
+def same_times(trees: Sequence[Path]) -> None:
+    """Give every file and directory of the trees one access and modification time (now),
+    so no run can tell from them how long ago its tree was made or patched."""
+    now = time.time()
+    for tree in trees:
+        for directory, dirs, files in os.walk(tree):
+            for name in (*dirs, *files):
+                os.utime(os.path.join(directory, name), (now, now), follow_symlinks=False)
+            os.utime(directory, (now, now), follow_symlinks=False)
 
 
 def _wire(window: Window) -> dict[str, Any]:

@@ -85,18 +85,27 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
         if _plainly_run(function):
             literals += [found for node in ast.walk(function) if (found := _expected(node))]
             firsts[name] = _first_expected(function.body)
+    leaves = [leaf for literal in literals for leaf in _leaves(literal)]
+    elsewhere = _strings_elsewhere(module, leaves)
     changed: dict[tuple[type, object], object] = {}
     edits: dict[tuple[int, int, int], bytes] = {}  # (line, start, end) -> the new text
-    for leaf in (leaf for literal in literals for leaf in _leaves(literal)):
+    for leaf in leaves:
         where = _span(lines, leaf)
         if where is None:
             continue  # not where the parser says (a file in another encoding): left
         value = ast.literal_eval(leaf)
+        string = value.decode("latin-1") if isinstance(value, bytes) else value
+        if isinstance(string, str) and string in elsewhere:
+            continue  # changed here, the module would contradict itself: left
         key = (type(value), value)
         if key not in changed:
             changed[key] = _other(value, rng)
+        try:
+            new = ascii(changed[key]).encode()
+        except ValueError:  # an integer too long to write out
+            continue
         if changed[key] != value:  # (a float too large to move is left)
-            edits[where] = ascii(changed[key]).encode()
+            edits[where] = new
     for (lineno, start, end), new in sorted(edits.items(), reverse=True):
         line = lines[lineno - 1]
         lines[lineno - 1] = line[:start] + new + line[end:]
@@ -115,10 +124,14 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
 
 
 def mutants(texts: dict[str, bytes], rng: random.Random) -> dict[str, Mutant]:
-    """`mutate` for each module (tree-relative path -> text) that has a test to change."""
+    """`mutate` for each module (tree-relative path -> text) that has a test to change;
+    one too deep for the parser is left as it is."""
     made = {}
     for rel, text in texts.items():
-        mutant = mutate(text, rng)
+        try:
+            mutant = mutate(text, rng)
+        except (RecursionError, MemoryError):
+            continue
         if mutant is not None:
             made[rel] = mutant
     return made
@@ -213,6 +226,23 @@ def _expected(statement: ast.AST) -> ast.expr | None:
         return None
     other = pair[1] if pair[0] is literals[0] else pair[0]
     return None if _literal(other) else literals[0]  # `1 == True`: nothing computed
+
+
+def _strings_elsewhere(module: ast.Module, compared: list[ast.expr]) -> str:
+    """The module's strings outside its compared literals (a module constant, an input, a
+    docstring), joined: a compared string found among them is left as it is, or a reader
+    would see the module disagree with itself ("sealed" bound, "sealld" compared). Numbers
+    are changed wherever they stand: one a few away from another is no disagreement."""
+    skip = {id(node) for leaf in compared for node in ast.walk(leaf)}
+    texts = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.Constant) and id(node) not in skip:
+            value = node.value
+            if isinstance(value, bytes):
+                value = value.decode("latin-1")
+            if isinstance(value, str):
+                texts.append(value)
+    return "\n".join(texts)
 
 
 def _read(node: ast.expr) -> object:

@@ -60,7 +60,7 @@ from jouled.pipeline.mounts import (
     bwrap_argv,
 )
 from jouled.pipeline.scratch import space_of
-from jouled.pipeline.seccomp import no_memory_access, no_new_userns
+from jouled.pipeline.seccomp import graded_run_filter, no_new_userns
 
 BWRAP, PROCESS = "bwrap", "process"
 LEVELS = (PROCESS, BWRAP)  # weakest first
@@ -358,7 +358,7 @@ class Sandbox:
                 "probe": probe,
                 "prctl": where.level != BWRAP,
                 # a graded run (the monitor's channel): its memory closed to every process
-                "seal": (no_memory_access() or b"") if options.get("channel_out") else None,
+                "seal": (graded_run_filter() or b"") if options.get("channel_out") else None,
                 "rlimits": rlimits(limits, per_uid=uid is not None),
             }
             isolation = self._isolation(where, uid, limits, group)

@@ -1,4 +1,4 @@
-"""Seccomp filters: no new user namespaces, and no reach into another process's memory.
+"""Seccomp filters: no new user namespaces, no reach into another process's memory, no keys.
 
 Inside a user namespace of its own, an unprivileged process holds every
 capability over what that namespace owns: kernel surface no test needs. bwrap
@@ -20,10 +20,14 @@ The filter, per system call ABI the machine runs:
 `setns` into an existing user namespace needs CAP_SYS_ADMIN over it, which
 the run does not have, and is left alone.
 
-A graded run's launcher also loads `no_memory_access` (jouled.pipeline.launcher):
-`ptrace`, `process_vm_readv` and `process_vm_writev` fail with EPERM, so no process
-of the run reads or writes the test process's memory through the kernel's debugging
-interfaces (its `/proc/<pid>/mem` is closed by the launcher's Landlock rules).
+A graded run's launcher also loads `graded_run_filter` (jouled.pipeline.launcher):
+
+- `ptrace`, `process_vm_readv` and `process_vm_writev` fail with EPERM, so no process
+  of the run reads or writes the test process's memory through the kernel's debugging
+  interfaces (its `/proc/<pid>/mem` is closed by the launcher's Landlock rules);
+- `add_key`, `request_key` and `keyctl` fail with EPERM: the kernel's keyrings outlive
+  a run (a root daemon's runs share the host's user namespace), so a run could leave a
+  key that a later one reads, such as the recheck of the same attempt.
 """
 
 from __future__ import annotations
@@ -56,18 +60,19 @@ class _Abi:
     clone: int
     clone3: int
     memory: tuple[int, int, int]  # ptrace, process_vm_readv, process_vm_writev
+    keys: tuple[int, int, int]  # add_key, request_key, keyctl
     x32_floor: int | None = None  # x86_64: numbers from here on are x32's
 
 
 # The ABIs each machine runs natively or in compat mode, by `platform.machine()`.
 _ABIS: dict[str, tuple[_Abi, ...]] = {
     "x86_64": (
-        _Abi(0xC000003E, 272, 56, 435, (101, 310, 311), x32_floor=0x40000000),
-        _Abi(0x40000003, 310, 120, 435, (26, 347, 348)),  # i386
+        _Abi(0xC000003E, 272, 56, 435, (101, 310, 311), (248, 249, 250), x32_floor=0x40000000),
+        _Abi(0x40000003, 310, 120, 435, (26, 347, 348), (286, 287, 288)),  # i386
     ),
     "aarch64": (
-        _Abi(0xC00000B7, 97, 220, 435, (117, 270, 271)),
-        _Abi(0x40000028, 337, 120, 435, (26, 376, 377)),  # arm (compat)
+        _Abi(0xC00000B7, 97, 220, 435, (117, 270, 271), (217, 218, 219)),
+        _Abi(0x40000028, 337, 120, 435, (26, 376, 377), (309, 310, 311)),  # arm (compat)
     ),
 }
 
@@ -100,15 +105,16 @@ def no_new_userns(machine: str | None = None) -> bytes | None:
     return program.finish()
 
 
-def no_memory_access(machine: str | None = None) -> bytes | None:
-    """The filter refusing `ptrace` and `process_vm_readv`/`writev` on `machine`; None
-    where none is known. A call from an ABI the table does not know fails with EPERM."""
+def graded_run_filter(machine: str | None = None) -> bytes | None:
+    """The filter refusing `ptrace`, `process_vm_readv`/`writev` and the key management
+    calls on `machine`; None where none is known. A call from an ABI the table does not
+    know fails with EPERM."""
     abis = _ABIS.get(machine or platform.machine())
     if abis is None:
         return None
 
     def calls(program: _Program, abi: _Abi) -> None:
-        for number in abi.memory:
+        for number in (*abi.memory, *abi.keys):
             program.op(_JEQ_K, number, "eperm", 0)
 
     program = _Program()

@@ -140,17 +140,24 @@ def test_native_code_the_run_could_write_is_told_apart(tmp_path: Path) -> None:
         assert not run_could_write(str(system))
 
 
-def test_the_memory_filter_is_well_formed() -> None:
+def test_the_graded_run_filter_is_well_formed_and_refuses_memory_and_key_calls() -> None:
     for machine in ("x86_64", "aarch64"):
-        program = seccomp.no_memory_access(machine)
+        program = seccomp.graded_run_filter(machine)
         assert program is not None and len(program) % 8 == 0
         ops = [struct.unpack("<HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
         assert ops[-1][0] == 0x06
         jumps = [(i, jt, jf) for i, (code, jt, jf, _) in enumerate(ops) if code & 0x07 == 0x05]
         assert jumps and all(i + 1 + max(jt, jf) < len(ops) for i, jt, jf in jumps)
         compared = {k for code, _, _, k in ops if code == 0x15}
-        assert {101, 310, 311} <= compared or {117, 270, 271} <= compared
-    assert seccomp.no_memory_access("s390x") is None
+        assert {101, 310, 311, 248, 249, 250} <= compared or {
+            117,
+            270,
+            271,
+            217,
+            218,
+            219,
+        } <= compared
+    assert seccomp.graded_run_filter("s390x") is None
 
 
 # A compiled checkout: the tests import an extension module that lies inside the tree.
