@@ -1,0 +1,117 @@
+"""The recheck of a resolved attempt, through the pipeline on a bundled task with hidden tests.
+
+`smoke/slidingwindow`'s hidden module compares lists of literals, so its reference fix is
+rechecked: run again unchanged and changed, at once. The verdict holds only where both
+say so, and an error on the way never leaves `resolved` behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jouled.contracts.contract import Contract
+from jouled.contracts.task import load_task
+from jouled.errors import SandboxError
+from jouled.meter.estimator import EstimatorMeter
+from jouled.meter.metering import Metering
+from jouled.patch import parse_patch
+from jouled.pipeline.evaluate import Attempt, Evaluator
+from jouled.pipeline.verdicts import CheckRun, Expected
+
+TASK = Path(__file__).resolve().parents[2] / "tasks" / "smoke" / "slidingwindow"
+
+
+class Baselines:
+    def __init__(self) -> None:
+        self.expected: Expected | None = None
+
+    def load_baseline(self, contract: Contract) -> Expected | None:
+        return None
+
+    def record_baseline(self, contract: Contract, body: dict[str, Any]) -> int:
+        return 0
+
+
+@pytest.fixture
+def graded(tmp_path: Path) -> tuple[Evaluator, Attempt]:
+    contract = load_task(TASK, suite="smoke")
+    evaluator = Evaluator(Metering(EstimatorMeter(), None, "exclusive"), Baselines(), tmp_path)
+    fix = parse_patch(contract.reference_patch or b"")
+    return evaluator, Attempt(contract, fix, "reference")
+
+
+def with_runs(
+    monkeypatch: pytest.MonkeyPatch,
+    evaluator: Evaluator,
+    change: Any,
+) -> list[str]:
+    """Route the evaluator's checks through `change(n, run, mutated)`; returns what ran."""
+    real = Evaluator.run_check
+    ran: list[str] = []
+
+    def run_check(
+        self: Evaluator,
+        contract: Contract,
+        tree: Path,
+        expected: Sequence[str] = (),
+        mutated: Mapping[str, bytes] | None = None,
+    ) -> CheckRun:
+        ran.append("changed" if mutated else "plain")
+        return change(len(ran), real(self, contract, tree, expected, mutated), mutated)
+
+    monkeypatch.setattr(Evaluator, "run_check", run_check)
+    return ran
+
+
+def test_a_reference_fix_is_rechecked_and_resolves(graded: tuple[Evaluator, Attempt]) -> None:
+    evaluator, attempt = graded
+    body = evaluator.evaluate(attempt)
+    assert body["status"] == "resolved", body.get("integrity")
+    recheck = body["integrity"]["recheck"]
+    assert recheck["tests"] >= 1 and recheck["answered"] == [] and recheck["unrepeated"] == []
+    assert {"grade", "rerun", "recheck"} <= set(body["logs"])
+
+
+def test_an_error_in_the_recheck_leaves_the_attempt_in_error_not_resolved(
+    graded: tuple[Evaluator, Attempt], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evaluator, attempt = graded
+
+    def change(n: int, run: CheckRun, mutated: Any) -> CheckRun:
+        if mutated:
+            raise SandboxError("the recheck's sandbox failed")
+        return run
+
+    ran = with_runs(monkeypatch, evaluator, change)
+    body = evaluator.evaluate(attempt)
+    assert "changed" in ran  # the graded run resolved, and the recheck was reached
+    assert body["status"] == "error" and body["resolved"] is False
+    assert "the recheck's sandbox failed" in str(body["error"])
+
+
+def test_a_test_that_does_not_pass_again_unchanged_leaves_the_attempt_unresolved(
+    graded: tuple[Evaluator, Attempt], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evaluator, attempt = graded
+    plain = 0
+
+    def change(n: int, run: CheckRun, mutated: Any) -> CheckRun:
+        nonlocal plain
+        if mutated:
+            return run
+        plain += 1
+        if plain < 4:  # the baseline, the reference run and the graded run
+            return run
+        outcomes = {test: "failed" for test in run.outcomes}  # the run again: it all fails
+        return dataclasses.replace(run, outcomes=outcomes)
+
+    with_runs(monkeypatch, evaluator, change)
+    body = evaluator.evaluate(attempt)
+    recheck = body["integrity"]["recheck"]
+    assert body["status"] == "unresolved", recheck
+    assert recheck["unrepeated"] and recheck["answered"] == []
