@@ -594,7 +594,10 @@ class Recheck:
         )
 
     def status(self) -> str:
-        """`resolved` where every test passed again, `unresolved` where one did not."""
+        """`timeout` where either run timed out (neither then says anything), else
+        `resolved` where every test passed again and `unresolved` where one did not."""
+        if self.again.result.timed_out or self.changed.result.timed_out:
+            return TIMEOUT
         return UNRESOLVED if self.unrepeated else RESOLVED
 
     def wire(self) -> dict[str, Any]:

@@ -115,3 +115,19 @@ def test_a_test_that_does_not_pass_again_unchanged_leaves_the_attempt_unresolved
     recheck = body["integrity"]["recheck"]
     assert body["status"] == "unresolved", recheck
     assert recheck["unrepeated"] and recheck["answered"] == []
+
+
+def test_a_recheck_that_times_out_leaves_the_attempt_timed_out(
+    graded: tuple[Evaluator, Attempt], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evaluator, attempt = graded
+
+    def change(n: int, run: CheckRun, mutated: Any) -> CheckRun:
+        if not mutated:
+            return run
+        return dataclasses.replace(run, result=dataclasses.replace(run.result, timed_out=True))
+
+    ran = with_runs(monkeypatch, evaluator, change)
+    body = evaluator.evaluate(attempt)
+    assert "changed" in ran
+    assert body["status"] == "timeout" and body["resolved"] is False
