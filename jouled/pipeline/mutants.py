@@ -100,8 +100,9 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
         key = (type(value), value)
         if key not in changed:
             changed[key] = _other(value, rng)
+        lineno, start, end = where
         try:
-            new = ascii(changed[key]).encode()
+            new = _spelled(changed[key], lines[lineno - 1][start:end])
         except ValueError:  # an integer too long to write out
             continue
         if changed[key] != value:  # (a float too large to move is left)
@@ -314,6 +315,22 @@ def _other(value: object, rng: random.Random) -> object:
         pool = string.ascii_lowercase
     new = rng.choice([c for c in pool if c != old])
     return value[:at] + new + value[at + 1 :]
+
+
+_QUOTED = re.compile(rb"^([bBrRuU]{0,2})(\"\"\"|'''|\"|')")
+
+
+def _spelled(value: object, old: bytes) -> bytes:
+    """`value` written as the literal it replaces was (its prefix and quotes: a changed
+    string reads no differently from the one a person wrote), else as Python writes it."""
+    found = _QUOTED.match(old) if isinstance(value, str | bytes) else None
+    if found is not None:
+        prefix, quote = found.groups()
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        plain = text.isprintable() and "\\" not in text and quote.decode()[0] not in text
+        if plain and (isinstance(value, str) or text.isascii()):
+            return prefix + quote + text.encode() + quote
+    return repr(value).encode()
 
 
 def _span(lines: Sequence[bytes], literal: ast.expr) -> tuple[int, int, int] | None:

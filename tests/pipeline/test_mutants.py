@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import math
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,21 @@ def test_a_string_the_module_holds_elsewhere_is_left_as_it_is() -> None:
 
 def _defs(text: bytes) -> list[tuple[str, Any]]:
     return [(n.name, n) for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ['"abc"', "'abc'", '"""abc"""', "b'abc'", 'B"abc"', '"caf\u00e9"', "42", "-7"],
+)
+def test_a_changed_literal_is_written_as_the_one_it_replaces(literal: str) -> None:
+    source = f"def test_a():\n    assert f() == {literal}\n".encode()
+    for seed in range(30):
+        mutant = mutate(source, random.Random(seed))
+        assert mutant is not None
+        new = mutant.text.decode().split("== ")[1].rstrip("\n")
+        assert ast.literal_eval(new) != ast.literal_eval(literal)
+        # The same prefix and quotes, the same width: nothing tells it from a written one.
+        quoted = re.compile(r"^[bB]?(\"\"\"|'|\")")
+        if literal not in ("42", "-7"):
+            assert len(new) == len(literal)
+            assert quoted.match(new)[0] == quoted.match(literal)[0]  # type: ignore[index]
