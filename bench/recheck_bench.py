@@ -14,19 +14,16 @@ import os
 import platform
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
+from sealed_bench import graded_evaluator
+
 from jouled.contracts.contract import Contract
 from jouled.contracts.task import load_task
-from jouled.meter.estimator import EstimatorMeter
-from jouled.meter.metering import Metering
 from jouled.patch import Patch, parse_patch
 from jouled.pipeline.evaluate import Evaluator
 from jouled.pipeline.graded_tree import prepare_tree, seed
-from jouled.pipeline.sandbox import Sandbox
-from jouled.pipeline.taskcheck import _NoStore
 from jouled.pipeline.verdicts import derive_expected
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,14 +56,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=11)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="jb-recheck-bench-"))
-    os.chmod(scratch, 0o711)
-    evaluator = Evaluator(
-        Metering(EstimatorMeter(), None, "exclusive"),
-        _NoStore(),
-        scratch / "work",
-        sandbox=Sandbox(),
-    )
+    scratch, evaluator = graded_evaluator("jb-recheck-bench-")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     rows = []
     for name in TASKS:

@@ -34,6 +34,15 @@ REPO = Path(__file__).resolve().parents[1]
 TASK_DIR = REPO / "tasks" / "smoke" / "semver"
 
 
+def graded_evaluator(prefix: str) -> tuple[Path, Evaluator]:
+    """A scratch directory the sandbox's user may enter, and an `Evaluator` grading in it
+    as the daemon does (bwrap sandbox, the estimator's meter, no baseline store)."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(scratch, 0o711)
+    metering = Metering(EstimatorMeter(), None, "exclusive")
+    return scratch, Evaluator(metering, _NoStore(), scratch / "work", sandbox=Sandbox())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=15)
@@ -41,14 +50,7 @@ def main() -> int:
 
     contract = load_task(TASK_DIR, suite="smoke")
     fix = parse_patch(contract.reference_patch or b"")
-    scratch = Path(tempfile.mkdtemp(prefix="jb-sealed-bench-"))
-    os.chmod(scratch, 0o711)
-    evaluator = Evaluator(
-        Metering(EstimatorMeter(), None, "exclusive"),
-        _NoStore(),
-        scratch / "work",
-        sandbox=Sandbox(),
-    )
+    scratch, evaluator = graded_evaluator("jb-sealed-bench-")
     ids = (*(contract.fail_to_pass or ()), *(contract.pass_to_pass or ()))
     protected = [rel for rel, _ in iter_tree(contract.pristine) if contract.is_protected(rel)]
     hidden = check.secret_tests(contract, protected, ids)
