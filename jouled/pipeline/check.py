@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 from jouled.contracts.contract import Contract, iter_tree
@@ -213,7 +214,21 @@ class CheckRunner:
         made = mutants.mutants(
             {rel: (tree / rel).read_bytes() for rel in secret}, random.SystemRandom()
         )
-        must_fail = [test_id for rel, m in made.items() for test_id in m.failing_ids(rel, passed)]
+        names: dict[str, set[str] | None] = {}  # protected .py file -> the functions it defines
+
+        def defined_elsewhere(rel: str, name: str) -> bool:
+            for other in protected:
+                if other != rel and other.endswith(".py"):
+                    if other not in names:
+                        names[other] = mutants.defined_names(tree / other)
+                    found = names[other]
+                    if found is None or name in found:
+                        return True
+            return False
+
+        must_fail = []
+        for rel, mutant in made.items():
+            must_fail += mutant.failing_ids(rel, passed, partial(defined_elsewhere, rel))
         if not must_fail:
             return {}, []
         return {rel: m.text for rel, m in made.items()}, must_fail

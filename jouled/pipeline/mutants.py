@@ -25,11 +25,13 @@ import math
 import random
 import re
 import string
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 _ASSERT_EQUAL = frozenset({"assertEqual", "assertEquals"})
 _UNITTEST_ID = re.compile(r"(\w+) \(([\w.]+)\)")
+_BARE_ID = re.compile(r"test\w*")
 _LEAVING = (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -43,19 +45,29 @@ class Mutant:
     # assertion compares a changed value
     must_fail: frozenset[str]
 
-    def failing_ids(self, module: str, ids: Iterable[str]) -> list[str]:
+    def failing_ids(
+        self, module: str, ids: Iterable[str], elsewhere: Callable[[str], bool]
+    ) -> list[str]:
         """The ids among `ids` that name a test of the module file `module` (tree-relative)
-        that must fail: pytest's (`file::Class::test[param]`, by its function) or
-        unittest's (`test (package.module.Class)`, with or without the method again)."""
-        return [test_id for test_id in ids if _test_name(module, test_id) in self.must_fail]
+        that must fail: pytest's (`file::Class::test[param]`, by its function), unittest's
+        (`test (package.module.Class)`, with or without the method again) or SymPy's bare
+        names, where `elsewhere(name)` says no other test file defines the name."""
+        found = []
+        for test_id in ids:
+            name = _test_name(module, test_id)
+            if name in self.must_fail and (name != test_id or not elsewhere(name)):
+                found.append(test_id)
+        return found
 
 
 def _test_name(module: str, test_id: str) -> str | None:
-    """The name (`test_f`, `Class::test_m`) `test_id` gives a test of `module`; None for
-    an id of another module, or of a form not known here (SymPy's bare names)."""
+    """The name (`test_f`, `Class::test_m`) `test_id` gives a test of `module`, or the bare
+    name itself (SymPy's: any module's); None for an id of another module."""
     path, pytest_form, name = test_id.partition("::")
     if pytest_form:
         return name.partition("[")[0] if path == module else None
+    if _BARE_ID.fullmatch(test_id):
+        return test_id
     found = _UNITTEST_ID.fullmatch(test_id)
     if found is None:
         return None
@@ -122,6 +134,18 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
         if first is not None and now is not None and _read(now) != _read(first):
             must_fail.add(name)
     return Mutant(changed_text, frozenset(must_fail)) if must_fail else None
+
+
+_DEFINES = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def defined_names(path: Path) -> set[str] | None:
+    """The names of the functions a Python file defines (a bare id names any of them: SymPy's
+    runner reports tests by their function's name alone); None where it cannot be read."""
+    try:
+        return {name.decode() for name in _DEFINES.findall(path.read_bytes())}
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def mutants(texts: dict[str, bytes], rng: random.Random) -> dict[str, Mutant]:

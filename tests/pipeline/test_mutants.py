@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jouled.pipeline.mutants import mutants, mutate
+from jouled.pipeline.mutants import defined_names, mutants, mutate
 
 MODULE = b"""\
 import pytest
@@ -125,7 +125,7 @@ def test_the_pytest_ids_that_must_fail_are_those_of_changed_tests() -> None:
         "tests/test_m.py::test_may_return_first",
         "tests/other.py::test_double",
     ]
-    assert mutant.failing_ids("tests/test_m.py", ids) == ids[:2]
+    assert mutant.failing_ids("tests/test_m.py", ids, lambda name: False) == ids[:2]
 
 
 def test_unittest_ids_name_the_module_by_its_dotted_path() -> None:
@@ -136,10 +136,24 @@ def test_unittest_ids_name_the_module_by_its_dotted_path() -> None:
         "test_equal (utils_tests.test_m.TestCase.test_equal)",  # Python 3.11+
         "test_equal (other_tests.test_m.TestCase)",
         "test_equal (test_m.Other)",
-        "test_double",  # SymPy's bare names: not matched here
         "Docstring first line (utils_tests.test_m.TestCase)",
     ]
-    assert mutant.failing_ids("tests/utils_tests/test_m.py", ids) == ids[:2]
+    assert mutant.failing_ids("tests/utils_tests/test_m.py", ids, lambda name: False) == ids[:2]
+
+
+def test_a_bare_name_counts_only_where_no_other_test_file_defines_it(tmp_path: Path) -> None:
+    mutant = mutate(MODULE, random.Random(1))
+    assert mutant is not None
+    other = tmp_path / "test_other.py"
+    other.write_text("def test_flipped():\n    pass\n\n\nasync  def test_text():\n    pass\n")
+    defined = defined_names(other)
+    assert defined == {"test_flipped", "test_text"}
+    assert defined_names(tmp_path / "missing.py") is None
+    ids = ["test_double", "test_flipped", "test_text", "test_equal", "test_nothing_compared"]
+    found = mutant.failing_ids("sympy/core/tests/test_m.py", ids, defined.__contains__)
+    # test_flipped and test_text are defined in another test file too: their bare ids say
+    # nothing of this module's; a method (TestCase::test_equal) has no bare id.
+    assert found == ["test_double"]
 
 
 @pytest.mark.parametrize(
