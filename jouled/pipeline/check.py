@@ -208,6 +208,8 @@ class CheckRunner:
         """The sealed test modules of `tree` with their compared values changed (`mutants`:
         tree-relative path -> text) and the expected ids that passed in `first` and must
         fail on them; ({}, []) when there are none."""
+        if _strips_asserts(contract):
+            return {}, []  # a changed `assert` would never run: nothing could fail
         passed = [test_id for test_id in expected if first.outcomes.get(test_id) == "passed"]
         protected = [rel for rel, _ in iter_tree(tree) if contract.is_protected(rel)]
         secret = secret_tests(contract, protected, expected)
@@ -260,3 +262,21 @@ class CheckRunner:
                 "newer, on a kernel with Landlock (Linux 5.13+) so the run's memory is sealed, "
                 "or lower --min-integrity (every result records its level)",
             )
+
+
+def _strips_asserts(contract: Contract) -> bool:
+    """Whether the test command may run Python optimized (`python -O`, PYTHONOPTIMIZE):
+    its plain `assert` statements are then compiled away."""
+    env = contract.runtime.env if contract.runtime is not None else {}
+    if env.get("PYTHONOPTIMIZE") or any("PYTHONOPTIMIZE" in part for part in contract.test_cmd):
+        return True
+    command = list(contract.test_cmd)
+    for at, part in enumerate(command):
+        if Path(part).name.startswith("python"):
+            for flag in command[at + 1 :]:  # the interpreter's own options
+                if not flag.startswith("-") or flag.startswith("--") or flag in ("-m", "-c"):
+                    break
+                if "O" in flag[1:]:
+                    return True
+            break
+    return False

@@ -609,14 +609,20 @@ class Recheck:
 
 
 def same_times(trees: Sequence[Path]) -> None:
-    """Give every file and directory of the trees one access and modification time (now),
-    so no run can tell from them how long ago its tree was made or patched."""
-    now = time.time()
-    for tree in trees:
-        for directory, dirs, files in os.walk(tree):
-            for name in (*dirs, *files):
-                os.utime(os.path.join(directory, name), (now, now), follow_symlinks=False)
-            os.utime(directory, (now, now), follow_symlinks=False)
+    """Give each file and directory of the other trees the access and modification times
+    its copy has in the first (seeded and patched first), so the trees' times tell no run
+    which one it is; within a tree their order stays (a patched file is newer)."""
+    first, *others = trees
+    for directory, dirs, files in os.walk(first, topdown=False):
+        for name in (*files, *dirs, ""):
+            path = os.path.join(directory, name) if name else directory
+            stat = os.stat(path, follow_symlinks=False)
+            rel = os.path.relpath(path, first)
+            for other in others:
+                twin = os.path.join(other, rel)
+                if os.path.lexists(twin):
+                    times = (stat.st_atime_ns, stat.st_mtime_ns)
+                    os.utime(twin, ns=times, follow_symlinks=False)
 
 
 def _wire(window: Window) -> dict[str, Any]:

@@ -97,8 +97,7 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
         if _plainly_run(function):
             literals += [found for node in ast.walk(function) if (found := _expected(node))]
             firsts[name] = _first_expected(function.body)
-    leaves = [leaf for literal in literals for leaf in _leaves(literal)]
-    elsewhere = _strings_elsewhere(module, leaves)
+    leaves = [leaf for literal in _changeable(module, literals) for leaf in _leaves(literal)]
     changed: dict[tuple[type, object], object] = {}
     edits: dict[tuple[int, int, int], bytes] = {}  # (line, start, end) -> the new text
     for leaf in leaves:
@@ -106,9 +105,6 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
         if where is None:
             continue  # not where the parser says (a file in another encoding): left
         value = ast.literal_eval(leaf)
-        string = value.decode("latin-1") if isinstance(value, bytes) else value
-        if isinstance(string, str) and string in elsewhere:
-            continue  # changed here, the module would contradict itself: left
         key = (type(value), value)
         if key not in changed:
             changed[key] = _other(value, rng)
@@ -253,21 +249,67 @@ def _expected(statement: ast.AST) -> ast.expr | None:
     return None if _literal(other) else literals[0]  # `1 == True`: nothing computed
 
 
-def _strings_elsewhere(module: ast.Module, compared: list[ast.expr]) -> str:
-    """The module's strings outside its compared literals (a module constant, an input, a
-    docstring), joined: a compared string found among them is left as it is, or a reader
-    would see the module disagree with itself ("sealed" bound, "sealld" compared). Numbers
-    are changed wherever they stand: one a few away from another is no disagreement."""
-    skip = {id(node) for leaf in compared for node in ast.walk(leaf)}
+def _changeable(module: ast.Module, literals: list[ast.expr]) -> list[ast.expr]:
+    """The compared literals that can change without the module disagreeing with itself.
+
+    A literal is left whole where one of its strings is held elsewhere in the module (a
+    module constant, an input, a docstring: "sealed" bound, "sealld" compared) or names
+    something the module does (a word of it is a name the code binds or reads: a test of
+    a function's name and first line would see the line move); and then every value it
+    holds is left wherever it is compared, so a value is the same throughout. Numbers
+    alone are changed wherever they stand: one a few away from another is no
+    disagreement."""
+    skip = {id(node) for literal in literals for node in ast.walk(literal)}
     texts = []
+    names: set[str] = set()
     for node in ast.walk(module):
         if isinstance(node, ast.Constant) and id(node) not in skip:
             value = node.value
-            if isinstance(value, bytes):
-                value = value.decode("latin-1")
-            if isinstance(value, str):
-                texts.append(value)
-    return "\n".join(texts)
+            if isinstance(value, str | bytes):
+                texts.append(value.decode("latin-1") if isinstance(value, bytes) else value)
+        names.update(_names(node))
+    held_text = "\n".join(texts)
+    held: set[tuple[type, object]] = set()
+    left: set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for literal in literals:
+            if id(literal) in left:
+                continue
+            values = [ast.literal_eval(leaf) for leaf in _leaves(literal)]
+            keys = {(type(value), value) for value in values}
+            if keys & held or any(_held(value, held_text, names) for value in values):
+                left.add(id(literal))
+                held |= keys
+                grew = True
+    return [literal for literal in literals if id(literal) not in left]
+
+
+def _names(node: ast.AST) -> list[str]:
+    """The names a node binds or reads (a variable, attribute, function, class, import,
+    argument or keyword)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.alias):
+        return [*node.name.split("."), *([node.asname] if node.asname else [])]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.keyword) and node.arg:
+        return [node.arg]
+    return []
+
+
+def _held(value: object, texts: str, names: set[str]) -> bool:
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not isinstance(value, str):
+        return False
+    return value in texts or any(word in names for word in re.findall(r"\w+", value))
 
 
 def _read(node: ast.expr) -> object:

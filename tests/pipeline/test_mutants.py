@@ -276,3 +276,22 @@ def test_a_changed_literal_is_written_as_the_one_it_replaces(literal: str) -> No
         if literal not in ("42", "-7"):
             assert len(new) == len(literal)
             assert quoted.match(new)[0] == quoted.match(literal)[0]  # type: ignore[index]
+
+
+def test_a_literal_naming_what_the_module_does_is_left_whole_and_its_values_everywhere() -> None:
+    source = (
+        b"import inspect\nfrom calc import double\n\n\n"
+        b"def test_where():\n"
+        b"    assert where(test_where) == ('def test_where():\\n', 5)\n\n\n"
+        b"def test_five():\n    assert double(2) == 5\n\n\n"
+        b"def test_named():\n    assert double.__name__ == 'double'\n\n\n"
+        b"def test_other():\n    assert double(3) == 6\n"
+    )
+    for seed in range(50):
+        mutant = mutate(source, random.Random(seed))
+        assert mutant is not None
+        # the tuple names a function of the module (and its line): left whole, and its 5 is
+        # left in test_five too, so the module never disagrees with itself
+        assert mutant.must_fail == {"test_other"}
+        assert b"('def test_where():\\n', 5)" in mutant.text and b"== 5\n" in mutant.text
+        assert b"== 'double'" in mutant.text and b"== 6\n" not in mutant.text

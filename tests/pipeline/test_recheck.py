@@ -8,6 +8,7 @@ say so, and an error on the way never leaves `resolved` behind.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from jouled.errors import SandboxError
 from jouled.meter.estimator import EstimatorMeter
 from jouled.meter.metering import Metering
 from jouled.patch import parse_patch
-from jouled.pipeline.evaluate import Attempt, Evaluator
+from jouled.pipeline.check import _strips_asserts
+from jouled.pipeline.evaluate import Attempt, Evaluator, same_times
 from jouled.pipeline.verdicts import CheckRun, Expected
 
 TASK = Path(__file__).resolve().parents[2] / "tasks" / "smoke" / "slidingwindow"
@@ -131,3 +133,41 @@ def test_a_recheck_that_times_out_leaves_the_attempt_timed_out(
     body = evaluator.evaluate(attempt)
     assert "changed" in ran
     assert body["status"] == "timeout" and body["resolved"] is False
+
+
+def test_the_twin_trees_times_are_made_the_same_and_keep_their_order(tmp_path: Path) -> None:
+    trees = []
+    for n, name in enumerate(("one", "two")):
+        tree = tmp_path / name
+        (tree / "pkg").mkdir(parents=True)
+        (tree / "pkg" / "mod.py").write_text("x = 1\n")
+        (tree / "seeded.txt").write_text("seeded\n")
+        (tree / "link").symlink_to("seeded.txt")
+        base = 1_000_000_000 + n * 7  # the second tree made a little later
+        os.utime(tree / "seeded.txt", (base, base))
+        os.utime(tree / "pkg" / "mod.py", (base + 60, base + 60))  # patched after
+        trees.append(tree)
+    same_times(trees)
+    one, two = trees
+    for rel in ("seeded.txt", "pkg/mod.py", "pkg", ".", "link"):
+        a, b = os.lstat(one / rel), os.lstat(two / rel)
+        assert (a.st_mtime_ns, a.st_atime_ns) == (b.st_mtime_ns, b.st_atime_ns), rel
+    assert os.stat(two / "pkg" / "mod.py").st_mtime > os.stat(two / "seeded.txt").st_mtime
+
+
+@pytest.mark.parametrize(
+    ("command", "strips"),
+    [
+        (("python", "-m", "pytest", "tests"), False),
+        (("python", "-O", "-m", "pytest"), True),
+        (("/venv/bin/python3.11", "-BOO", "runtests.py"), True),
+        (("python", "-m", "pytest", "-O", "x"), False),  # pytest's option, not Python's
+        (("bash", "-c", "PYTHONOPTIMIZE=1 pytest"), True),
+        (("./tests/runtests.py", "--parallel", "1"), False),
+    ],
+)
+def test_a_command_that_compiles_asserts_away_is_not_rechecked(
+    graded: tuple[Evaluator, Attempt], command: tuple[str, ...], strips: bool
+) -> None:
+    _, attempt = graded
+    assert _strips_asserts(dataclasses.replace(attempt.contract, test_cmd=command)) is strips
