@@ -582,9 +582,13 @@ class Recheck:
         return sorted(t for t in self.must_fail if self.again.outcomes.get(t) != "passed")
 
     def forged(self) -> str:
+        """Why the attempt is `tampered`: the twin's own finding, or tests answered from the
+        changed text. What the monitor finds in the changed run says nothing: its tests fail
+        there by design, down the paths a failure takes, which the monitor judges warily
+        (a failure a context manager swallows), and a patch hides an answer by failing."""
         answered = self.answered
-        if self.again.forged or self.changed.forged:
-            return self.again.forged or self.changed.forged
+        if self.again.forged:
+            return self.again.forged
         if not answered:
             return ""
         return (

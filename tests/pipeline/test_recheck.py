@@ -171,3 +171,25 @@ def test_a_command_that_compiles_asserts_away_is_not_rechecked(
 ) -> None:
     _, attempt = graded
     assert _strips_asserts(dataclasses.replace(attempt.contract, test_cmd=command)) is strips
+
+
+@pytest.mark.parametrize("run", ["changed", "twin"])
+def test_a_finding_counts_in_the_twin_and_not_in_the_changed_run(
+    graded: tuple[Evaluator, Attempt], monkeypatch: pytest.MonkeyPatch, run: str
+) -> None:
+    # The changed run's tests fail by design, down paths the monitor judges warily (Django's
+    # schema editor swallowing a failure): a finding there is no evidence of tampering.
+    evaluator, attempt = graded
+    plain = 0
+
+    def change(n: int, result: CheckRun, mutated: Any) -> CheckRun:
+        nonlocal plain
+        plain += not mutated
+        finding = "a failure was caught by a context manager"
+        if (run == "changed" and mutated) or (run == "twin" and not mutated and plain == 4):
+            return dataclasses.replace(result, forged=finding)
+        return result
+
+    with_runs(monkeypatch, evaluator, change)
+    body = evaluator.evaluate(attempt)
+    assert body["status"] == ("resolved" if run == "changed" else "tampered"), body["integrity"]
