@@ -337,6 +337,7 @@ class Evaluator(CheckRunner):
                 check = self.run_check(contract, tree, ids)
                 window.add_run(check.result.cpu_ns, check.result.isolation.get("cpu"))
                 graded, grade_info, official, forged = self._verdict(contract, expected, check)
+                recheck = None
                 if graded == RESOLVED and check.level == "monitor":
                     progress("grade", "resolved: confirming it with the sealed tests changed")
                     recheck = self._recheck(contract, patch, ids, check)
@@ -347,7 +348,6 @@ class Evaluator(CheckRunner):
                             recheck.again.result,
                             recheck.changed.result,
                         )
-                        extra["recheck"] = recheck.wire()
                         forged = recheck.forged()
                         graded = TAMPERED if forged else recheck.status()
                 status = graded  # (an error above leaves it `error`)
@@ -363,14 +363,14 @@ class Evaluator(CheckRunner):
                     "report": check.report,
                     "canaries": check.canaries,
                     "level": check.level,
-                    **({"recheck": extra.pop("recheck")} if "recheck" in extra else {}),
+                    **({"recheck": recheck.wire()} if recheck is not None else {}),
                     **({"forged": forged} if forged else {}),
                 },
             }
             extra["tests_visible"] = visible_tests(contract, expected, check.outcomes)
             if official is not None:
                 extra["verdict"] = verdict_wire(official, grade_info, expected, check)
-            unrepeated = extra.get("integrity", {}).get("recheck", {}).get("unrepeated")
+            unrepeated = recheck.unrepeated if recheck is not None else []
             if unrepeated and not forged:
                 note = f"{len(unrepeated)} test(s) that passed did not pass again: {unrepeated[0]}"
             else:
@@ -617,16 +617,19 @@ def same_times(trees: Sequence[Path]) -> None:
     its copy has in the first (seeded and patched first), so the trees' times tell no run
     which one it is; within a tree their order stays (a patched file is newer)."""
     first, *others = trees
-    for directory, dirs, files in os.walk(first, topdown=False):
-        for name in (*files, *dirs, ""):
-            path = os.path.join(directory, name) if name else directory
-            stat = os.stat(path, follow_symlinks=False)
-            rel = os.path.relpath(path, first)
-            for other in others:
-                twin = os.path.join(other, rel)
-                if os.path.lexists(twin):
-                    times = (stat.st_atime_ns, stat.st_mtime_ns)
-                    os.utime(twin, ns=times, follow_symlinks=False)
+    paths = [
+        os.path.join(directory, name)
+        for directory, dirs, files in os.walk(first)
+        for name in (*files, *dirs)  # (a link to a directory is listed, not entered)
+    ]
+    for path in (*paths, str(first)):
+        stat = os.stat(path, follow_symlinks=False)
+        rel = os.path.relpath(path, first)
+        for other in others:
+            twin = os.path.join(other, rel)
+            if os.path.lexists(twin):
+                times = (stat.st_atime_ns, stat.st_mtime_ns)
+                os.utime(twin, ns=times, follow_symlinks=False)
 
 
 def _wire(window: Window) -> dict[str, Any]:

@@ -2,20 +2,20 @@
 
 A sealed test module (`graded_tree.secret_tests`) is never readable on disk by the run,
 but while its tests run their expected values are in the process: the test's code
-constants, its frame's locals, its module's objects. A patch that reads the answer
-from there, rather than computing it, passes every test it was never shown. So a
-resolved attempt is graded once more, on a fresh tree, with the same command and the
-same files on disk, its sealed modules' text (which only the runner holds) changed:
-each literal a test compares for equality in an `assert` (`assert f(x) == 42`,
-`self.assertEqual(f(x), "a")`, `assert f(x) == [1.5, "b"]`) has its numbers and
-strings changed for others of the same kind (`mutate`).
+constants, its frame's locals, its module's objects. A patch that reads the answer from
+there, rather than computing it, passes every test it was never shown. So a resolved
+attempt is graded twice more, at once, on fresh trees with the same command and the same
+files on disk (`Evaluator._recheck`), one of them with its sealed modules' text (which
+only the runner holds) changed: each literal a test compares for equality in an `assert`
+(`assert f(x) == 42`, `self.assertEqual(f(x), "a")`, `assert f(x) == [1.5, "b"]`) has
+its numbers and strings changed for others of the same kind (`mutate`).
 
 A test whose first such assertion is a statement of its own body, reached before
-anything could leave the test, and whose literal then reads as another value, must
-fail: a deterministic result cannot equal both values. One that passes took its
-answer from the test, and the attempt is `tampered`. The same value becomes the same
-other value throughout a module, so the changed module contradicts itself nowhere a
-reader could compare.
+anything could leave the test, and whose literal then reads as another value, must fail:
+a deterministic result cannot equal both values. One that passes changed took its answer
+from the test, and the attempt is `tampered`. The same value becomes the same other
+value throughout a module, so the changed module contradicts itself nowhere a reader
+could compare.
 """
 
 from __future__ import annotations
@@ -108,13 +108,13 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
         key = (type(value), value)
         if key not in changed:
             changed[key] = _other(value, rng)
+        if changed[key] == value:
+            continue  # a float too large to move: left
         lineno, start, end = where
         try:
-            new = _spelled(changed[key], lines[lineno - 1][start:end])
+            edits[where] = _spelled(changed[key], lines[lineno - 1][start:end])
         except ValueError:  # an integer too long to write out
             continue
-        if changed[key] != value:  # (a float too large to move is left)
-            edits[where] = new
     for (lineno, start, end), new in sorted(edits.items(), reverse=True):
         line = lines[lineno - 1]
         lines[lineno - 1] = line[:start] + new + line[end:]
@@ -127,7 +127,9 @@ def mutate(text: bytes, rng: random.Random) -> Mutant | None:
     must_fail = set()
     for name, first in firsts.items():
         now = _first_expected(after[name]) if name in after else None
-        if first is not None and now is not None and _read(now) != _read(first):
+        if first is None or now is None:
+            continue
+        if ast.literal_eval(now) != ast.literal_eval(first):
             must_fail.add(name)
     return Mutant(changed_text, frozenset(must_fail)) if must_fail else None
 
@@ -310,10 +312,6 @@ def _held(value: object, texts: str, names: set[str]) -> bool:
     if not isinstance(value, str):
         return False
     return value in texts or any(word in names for word in re.findall(r"\w+", value))
-
-
-def _read(node: ast.expr) -> object:
-    return ast.literal_eval(node)
 
 
 def _literal(node: ast.expr) -> bool:

@@ -230,10 +230,9 @@ def seal_tests(
     (`mutants`: the run then tests what it holds, not what is on disk). Returns (the
     setup, the overlays)."""
     texts = texts or {}
-    if set(texts) - set(secret):
-        raise ValueError(
-            f"texts for modules the run does not seal: {sorted(set(texts) - set(secret))}"
-        )
+    unsealed = sorted(set(texts) - set(secret))
+    if unsealed:
+        raise ValueError(f"texts for modules the run does not seal: {unsealed}")
     if not secret:
         return setup_bytes, {}
     key, document = setup_bytes[:KEY_BYTES], json.loads(setup_bytes[KEY_BYTES + 4 :])
